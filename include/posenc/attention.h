@@ -1,0 +1,45 @@
+// Multi-head scaled dot-product attention, where RoPE and ALiBi live:
+//
+//   out[i, h] = sum_j softmax_j( scale * q'[i, h] . k'[j, g] + bias_h(i, j) ) v[j, g]
+//
+// q' and k' are q and k rotated by RoPE at their positions (when rope is given), bias_h is the
+// ALiBi bias -slope[h] * (qpos_i - kpos_j) (when alibi is given), and g = h / (num_heads /
+// num_kv_heads) is the key/value head that query head h reads (grouped-query attention; g = h for
+// plain multi-head attention). With causal, key j is visible to query i only when
+// key_pos[j] <= query_pos[i]. Queries and keys carry their own positions, so one decode step
+// against a KV cache is a single query at position T attending to keys 0 .. T.
+//
+// Shapes: q [q_tokens, num_heads, head_dim], k [kv_tokens, num_kv_heads, head_dim],
+// v [kv_tokens, num_kv_heads, value_dim], out [q_tokens, num_heads, value_dim].
+// A query with no visible key (possible only with causal and unusual positions) gets zeros.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "posenc/alibi.h"
+#include "posenc/heads.h"
+#include "posenc/rope.h"
+
+namespace posenc {
+
+struct AttentionOptions {
+  bool causal = false;
+  std::optional<Alibi> alibi;  // its LocalHeads() must equal num_heads
+  std::optional<Rope> rope;    // its head_dim must equal q's and k's head_dim
+  double scale = 0.0;          // score scale; 0 means 1 / sqrt(head_dim)
+};
+
+void Attention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
+               Heads<const float> v, std::span<const int64_t> query_pos,
+               std::span<const int64_t> key_pos, Heads<float> out);
+
+// The reference: the unfused composition in double (rotate, score, bias, mask, softmax, weighted
+// sum), the definition every fast attention kernel must match. Same contract as Attention.
+void AttentionReference(const AttentionOptions& options, Heads<const float> q,
+                        Heads<const float> k, Heads<const float> v,
+                        std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
+                        Heads<float> out);
+
+}  // namespace posenc

@@ -1,0 +1,53 @@
+// Learned absolute positions (GPT-2 style): one trained vector per position, up to a fixed
+// length. The table is row-major [max_positions, d_model]; position p reads row p. There is no row
+// for p >= max_positions (GPT-2 has 1024 rows: the 1,025th token has no position vector), so such a
+// position is an error, never a silent wrap or clamp.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace posenc {
+
+class LearnedPositions {
+ public:
+  // A zero table of max_positions rows of width d_model (both > 0).
+  LearnedPositions(int64_t max_positions, int64_t d_model);
+
+  // A table drawn from N(0, stddev^2) with a fixed seed, so runs are reproducible.
+  static LearnedPositions Random(int64_t max_positions, int64_t d_model, uint64_t seed,
+                                 double stddev = 0.02);
+
+  // A table loaded from a 2-D float32 (or float64) .npy file [max_positions, d_model].
+  static LearnedPositions Load(const std::string& path);
+  // Saves the table as a float32 .npy file [max_positions, d_model], readable by numpy.load.
+  void Save(const std::string& path) const;
+
+  int64_t max_positions() const { return max_positions_; }
+  int64_t d_model() const { return d_model_; }
+  std::span<float> table() { return table_; }
+  std::span<const float> table() const { return table_; }
+  std::span<const float> Row(int64_t pos) const;  // validated
+  std::span<float> grad() { return grad_; }
+  std::span<const float> grad() const { return grad_; }
+
+  // Forward: out[t] = table[positions[t]]; out is [positions.size(), d_model].
+  void Lookup(std::span<const int64_t> positions, std::span<float> out) const;
+
+  // Backward: grad[positions[t]] += grad_out[t]; grad_out is [positions.size(), d_model].
+  // Repeated positions accumulate. Everything is validated before grad is touched.
+  void AccumulateGradient(std::span<const int64_t> positions, std::span<const float> grad_out);
+  void ZeroGradient();
+
+ private:
+  void CheckPositions(const char* function, std::span<const int64_t> positions) const;
+
+  int64_t max_positions_;
+  int64_t d_model_;
+  std::vector<float> table_;
+  std::vector<float> grad_;
+};
+
+}  // namespace posenc

@@ -1,0 +1,26 @@
+// Reading and writing NumPy .npy files (format version 1.0 to 3.0), so that tables and tensors
+// move between posenc and numpy without conversion code.
+//
+// Supported: little-endian float32 ('<f4') and float64 ('<f8', converted to float32 on read),
+// C order. Anything else is a posenc::Error naming the file and what was found.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace posenc {
+
+struct NpyArray {
+  std::vector<int64_t> shape;
+  std::vector<float> data;  // row-major, product(shape) elements
+};
+
+NpyArray ReadNpy(const std::string& path);
+
+// Writes data as a float32 array of the given shape; product(shape) must equal data.size().
+void WriteNpy(const std::string& path, std::span<const float> data,
+              std::span<const int64_t> shape);
+
+}  // namespace posenc

@@ -1,0 +1,92 @@
+// RoPE: rotary position embedding (Su et al. 2021, "RoFormer", arXiv:2104.09864).
+//
+// Each pair (a, b) of features of q and k is turned by the angle pos * inv_freq[i]:
+//
+//   a' = a cos(phi) - b sin(phi)        phi = pos * inv_freq[i]
+//   b' = a sin(phi) + b cos(phi)
+//
+// so that q_m . k_n depends only on m - n. Which features form pair i is the layout:
+//
+//   kHalfSplit  (GPT-NeoX, Llama in Hugging Face):  pair i = (i, i + rotary_dim/2)
+//       features  [ x0  x1  x2  x3 | x4  x5  x6  x7 | pass ... ]      cos table [c0 c1 c2 c3 c0 c1 c2 c3]
+//   kInterleaved (RoFormer, GPT-J, Meta's reference):  pair i = (2i, 2i + 1)
+//       features  [ x0  x1 | x2  x3 | x4  x5 | x6  x7 | pass ... ]    cos table [c0 c0 c1 c1 c2 c2 c3 c3]
+//
+// Features at and past rotary_dim pass through untouched (partial rotary, e.g. GPT-NeoX, Phi).
+// The two layouts are equivalent up to a fixed permutation of the projection weights, but are not
+// interchangeable on the same weights.
+//
+// Scaling rules (position interpolation, NTK, YaRN, ...) only change inv_freq and
+// attention_factor; the rotation itself never changes. Both cos and sin are multiplied by
+// attention_factor, as Hugging Face does, so q . k gains attention_factor^2.
+//
+// Precision: inverse frequencies and angles are double; positions are int64. cos and sin are
+// accurate to float32 rounding at positions in the millions (no float32 angle products).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "posenc/heads.h"
+
+namespace posenc {
+
+enum class RopeLayout { kHalfSplit, kInterleaved };
+
+enum class RopeDirection {
+  kForward,  // turn by +phi: the embedding itself
+  kInverse,  // turn by -phi: undoes kForward; it is also the backward pass of kForward
+};
+
+// The plain RoPE frequencies inv_freq[i] = base^(-2i / rotary_dim), i < rotary_dim / 2, in double.
+std::vector<double> DefaultInvFreq(double base, int64_t rotary_dim);
+
+struct Rope {
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;  // even, 2 <= rotary_dim <= head_dim
+  RopeLayout layout = RopeLayout::kHalfSplit;
+  std::vector<double> inv_freq;    // rotary_dim / 2 entries, finite and >= 0
+  double attention_factor = 1.0;   // finite and > 0; multiplies cos and sin
+
+  // Plain RoPE over the first rotary_dim features (0 means all of head_dim).
+  static Rope Default(int64_t head_dim, double base = 10000.0,
+                      RopeLayout layout = RopeLayout::kHalfSplit, int64_t rotary_dim = 0);
+
+  // Throws posenc::Error naming the field, value and rule.
+  void Validate() const;
+};
+
+// In place: rotates x [tokens, heads, head_dim] by its tokens' positions.
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x,
+               RopeDirection direction = RopeDirection::kForward);
+
+// In place, q [tokens, num_heads, head_dim] and k [tokens, num_kv_heads, head_dim] in one call:
+// the angles of a token are shared by all its heads. Everything is validated before either
+// buffer is written.
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
+               Heads<float> k, RopeDirection direction = RopeDirection::kForward);
+
+// Out of place: writes the rotated x_in into x_out (same shape; must not overlap x_in).
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> x_in,
+               Heads<float> x_out, RopeDirection direction = RopeDirection::kForward);
+
+// Out of place, q and k in one call.
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> q_in,
+               Heads<float> q_out, Heads<const float> k_in, Heads<float> k_out,
+               RopeDirection direction = RopeDirection::kForward);
+
+// cos and sin of the angle pos * inv_freq, in double: the accurate angle every kernel must match.
+struct CosSin {
+  double cos;
+  double sin;
+};
+CosSin RopeAngle(int64_t pos, double inv_freq);
+
+// The scalar reference twin of ApplyRope, in double arithmetic: the definition the fast kernels
+// are tested against. Same contract as the out-of-place ApplyRope for one tensor; in place when
+// x_in and x_out are the same memory. Assumes validated input.
+void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
+                        Heads<const float> x_in, Heads<float> x_out, RopeDirection direction);
+
+}  // namespace posenc

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages posenc needs to build, test and draw its figures, only those that
+# are missing. Run as root (or with sudo available). Safe to run again: it does nothing when all
+# packages are present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake        # compiler and build system
+  libgtest-dev libgmock-dev    # unit tests
+  libcli11-dev                 # command-line parsing for the posenc tool
+  nlohmann-json3-dev           # JSON output of the CLI, golden test data
+  gnuplot-nox                  # draws the demo's figures (PNG through cairo, and SVG)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "posenc set-up: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
