@@ -1,0 +1,12 @@
+// The posenc subcommands; each registers itself on the top-level CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace posenc::cli {
+
+void AddDemoCommand(CLI::App& app);
+void AddTableCommand(CLI::App& app);
+void AddAlibiCommand(CLI::App& app);
+
+}  // namespace posenc::cli

@@ -1,0 +1,21 @@
+// The demo's three outputs from one list of sections: the text report (stdout), one JSON object
+// (--json), and report.html beside the figures.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "demo/section.h"
+
+namespace posenc::demo {
+
+std::string TextReport(const std::vector<Section>& sections);
+nlohmann::json JsonReport(const std::vector<Section>& sections);
+void WriteHtmlReport(const std::vector<Section>& sections, const std::filesystem::path& path);
+
+// The number of checks that hold and in all.
+std::pair<int, int> CountChecks(const std::vector<Section>& sections);
+
+}  // namespace posenc::demo
