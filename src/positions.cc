@@ -27,11 +27,12 @@ std::vector<int64_t> PackedPositions(std::span<const int64_t> cu_seqlens) {
 }
 
 void ValidatePositions(std::string_view function, std::span<const int64_t> positions,
-                       int64_t tokens) {
-  Require(static_cast<int64_t>(positions.size()) == tokens, function, "positions.size()",
+                       int64_t tokens, std::string_view name) {
+  const std::string n(name);
+  Require(static_cast<int64_t>(positions.size()) == tokens, function, n + ".size()",
           "equal the number of tokens (" + std::to_string(tokens) + ")", positions.size());
   for (size_t t = 0; t < positions.size(); ++t) {
-    Require(positions[t] >= 0, function, "positions[" + std::to_string(t) + "]", "be >= 0",
+    Require(positions[t] >= 0, function, n + "[" + std::to_string(t) + "]", "be >= 0",
             positions[t]);
   }
 }

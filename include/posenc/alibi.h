@@ -21,8 +21,9 @@ namespace posenc {
 struct Alibi {
   int64_t num_heads = 0;    // heads in the whole model, > 0
   double max_bias = 8.0;    // finite, > 0; 8 gives the paper's slopes
-  int64_t head_offset = 0;  // first head held by this shard (tensor parallelism)
-  int64_t shard_heads = 0;  // heads held by this shard; 0 means num_heads - head_offset
+  int64_t head_offset = 0;  // first head held by this shard (tensor parallelism), < num_heads
+  int64_t shard_heads = 0;  // heads held by this shard, <= num_heads - head_offset;
+                            // 0 means num_heads - head_offset
 
   // Throws posenc::Error naming the field, value and rule.
   void Validate() const;
@@ -31,7 +32,8 @@ struct Alibi {
   int64_t LocalHeads() const { return shard_heads > 0 ? shard_heads : num_heads - head_offset; }
 };
 
-// Slopes of heads head_offset .. head_offset + LocalHeads() - 1, in double.
+// Slopes of heads head_offset .. head_offset + LocalHeads() - 1, in double (validates first).
+// Exact powers of two whenever the exponent is an integer (e.g. all slopes of 8 heads at 8).
 std::vector<double> AlibiSlopes(const Alibi& alibi);
 
 // The additive score bias for one head: -slope * (query_pos - key_pos).

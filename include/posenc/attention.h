@@ -31,12 +31,17 @@ struct AttentionOptions {
   double scale = 0.0;          // score scale; 0 means 1 / sqrt(head_dim)
 };
 
+// Validates everything (views, shapes, grouping, positions >= 0, rope, alibi, scale, and that out
+// shares no memory with q, k or v), throwing posenc::Error before out is touched, then runs the
+// kernel.
 void Attention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
                Heads<const float> v, std::span<const int64_t> query_pos,
                std::span<const int64_t> key_pos, Heads<float> out);
 
 // The reference: the unfused composition in double (rotate, score, bias, mask, softmax, weighted
-// sum), the definition every fast attention kernel must match. Same contract as Attention.
+// sum), the definition every fast attention kernel must match. Same contract as Attention, but
+// assumes validated input. RoPE is applied by ApplyRopeReference into float copies of q and k
+// (the standalone op's own rotation); scores, softmax and the weighted sum are in double.
 void AttentionReference(const AttentionOptions& options, Heads<const float> q,
                         Heads<const float> k, Heads<const float> v,
                         std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,

@@ -26,8 +26,10 @@ struct TokenTable {
 // The absolute position scheme to add: a sinusoidal spec or a learned table.
 using AbsolutePositions = std::variant<Sinusoidal, std::reference_wrapper<const LearnedPositions>>;
 
-// out is [ids.size(), d_model]. ids and positions have one entry per token. Throws posenc::Error
-// for an id outside the vocabulary, a position outside the scheme, or mismatched widths.
+// out is [ids.size(), d_model] and must not overlap the token table. ids and positions have one
+// entry per token. Throws posenc::Error for an id outside the vocabulary, a position outside the
+// scheme (negative, or >= max_positions of a learned table), or mismatched widths; everything is
+// checked before out is written. The sum is taken in float, as PyTorch models compute it.
 void EmbedTokens(const TokenTable& tokens, std::span<const int64_t> ids,
                  std::span<const int64_t> positions, const AbsolutePositions& scheme,
                  std::span<float> out);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace posenc {
@@ -16,11 +17,14 @@ class LearnedPositions {
   // A zero table of max_positions rows of width d_model (both > 0).
   LearnedPositions(int64_t max_positions, int64_t d_model);
 
-  // A table drawn from N(0, stddev^2) with a fixed seed, so runs are reproducible.
+  // A table drawn from N(0, stddev^2) (stddev finite and > 0; 0.02 is GPT-2's) with a fixed seed:
+  // std::mt19937_64(seed) feeds std::normal_distribution<double>, filled in row-major order, so
+  // runs are reproducible.
   static LearnedPositions Random(int64_t max_positions, int64_t d_model, uint64_t seed,
                                  double stddev = 0.02);
 
-  // A table loaded from a 2-D float32 (or float64) .npy file [max_positions, d_model].
+  // A table loaded from a 2-D float32 (or float64) .npy file [max_positions, d_model]; any other
+  // shape, an empty table or an unreadable file is a posenc::Error naming the path.
   static LearnedPositions Load(const std::string& path);
   // Saves the table as a float32 .npy file [max_positions, d_model], readable by numpy.load.
   void Save(const std::string& path) const;
@@ -41,9 +45,11 @@ class LearnedPositions {
   void AccumulateGradient(std::span<const int64_t> positions, std::span<const float> grad_out);
   void ZeroGradient();
 
- private:
-  void CheckPositions(const char* function, std::span<const int64_t> positions) const;
+  // Throws posenc::Error, naming `function` and the token, unless every position is in
+  // [0, max_positions). Public so that callers that read rows (EmbedTokens) validate up front.
+  void CheckPositions(std::string_view function, std::span<const int64_t> positions) const;
 
+ private:
   int64_t max_positions_;
   int64_t d_model_;
   std::vector<float> table_;

@@ -17,10 +17,16 @@ struct NpyArray {
   std::vector<float> data;  // row-major, product(shape) elements
 };
 
+// Throws posenc::Error naming the path and the problem: a missing file, a bad magic string or
+// version, a corrupt header, an unsupported dtype or order, or data of the wrong length.
 NpyArray ReadNpy(const std::string& path);
 
-// Writes data as a float32 array of the given shape; product(shape) must equal data.size().
-void WriteNpy(const std::string& path, std::span<const float> data,
-              std::span<const int64_t> shape);
+// Writes data as a float32 array of the given shape; product(shape) must equal data.size(). The
+// header is the one numpy.save writes (version 1.0, padded so that the data starts on a multiple of
+// 64 bytes). Everything is validated before the file is created.
+void WriteNpy(const std::string& path, std::span<const float> data, std::span<const int64_t> shape);
+
+// Python's repr of a shape tuple, as in .npy headers and error messages: "()", "(5,)", "(3, 4)".
+std::string NpyShapeString(std::span<const int64_t> shape);
 
 }  // namespace posenc

@@ -18,8 +18,9 @@ std::vector<int64_t> PositionRange(int64_t start, int64_t count);
 // sequence counts from 0. E.g. {0, 3, 5} -> {0, 1, 2, 0, 1}.
 std::vector<int64_t> PackedPositions(std::span<const int64_t> cu_seqlens);
 
-// Throws posenc::Error unless positions has `tokens` entries, each >= 0.
+// Throws posenc::Error unless positions has `tokens` entries, each >= 0. `name` is the list's
+// name in the message, for functions that take more than one list (attention's key_pos).
 void ValidatePositions(std::string_view function, std::span<const int64_t> positions,
-                       int64_t tokens);
+                       int64_t tokens, std::string_view name = "positions");
 
 }  // namespace posenc

@@ -34,9 +34,15 @@ namespace posenc {
 
 enum class RopeLayout { kHalfSplit, kInterleaved };
 
+// With attention factor a, kForward is the linear map y = a R(phi) x on each pair. kInverse is
+// its transpose, x' = a R(-phi) y: the backward pass of kForward (the gradient with respect to
+// x, given the gradient with respect to y). With a == 1 (plain RoPE and most scaling rules; YaRN
+// and LongRoPE may set a != 1) the transpose is also the exact undo of kForward; with a != 1 the
+// round trip gives a^2 x: to undo, apply kInverse with a copy of the Rope whose attention_factor
+// is 1/a.
 enum class RopeDirection {
-  kForward,  // turn by +phi: the embedding itself
-  kInverse,  // turn by -phi: undoes kForward; it is also the backward pass of kForward
+  kForward,  // a R(+phi): the embedding itself
+  kInverse,  // a R(-phi): the transpose of kForward, i.e. its backward pass
 };
 
 // The plain RoPE frequencies inv_freq[i] = base^(-2i / rotary_dim), i < rotary_dim / 2, in double.
@@ -56,6 +62,11 @@ struct Rope {
   // Throws posenc::Error naming the field, value and rule.
   void Validate() const;
 };
+
+// Every overload validates all its arguments (rope, views, positions, shapes, aliasing) before
+// writing anything, and reports the first failure as posenc::Error naming function "rope", the
+// parameter, the rule and the value. Two views alias when a row of one shares a byte with a row
+// of the other (an exact test, so q and k slices of one fused qkv buffer are accepted).
 
 // In place: rotates x [tokens, heads, head_dim] by its tokens' positions.
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x,
@@ -77,6 +88,8 @@ void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const
                RopeDirection direction = RopeDirection::kForward);
 
 // cos and sin of the angle pos * inv_freq, in double: the accurate angle every kernel must match.
+// The angle is one double product (error <= half an ulp: <= 2^-30 rad below 2^24), never
+// a float32 product as in Hugging Face (~pos * 2^-24 rad); not scaled by attention_factor.
 struct CosSin {
   double cos;
   double sin;
@@ -85,7 +98,9 @@ CosSin RopeAngle(int64_t pos, double inv_freq);
 
 // The scalar reference twin of ApplyRope, in double arithmetic: the definition the fast kernels
 // are tested against. Same contract as the out-of-place ApplyRope for one tensor; in place when
-// x_in and x_out are the same memory. Assumes validated input.
+// x_in and x_out are the same memory (partial overlap is not allowed). cos and sin are computed
+// once per (token, pair) and shared by all heads; features past rotary_dim are copied when not in
+// place. Assumes validated input (no checks).
 void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         Heads<const float> x_in, Heads<float> x_out, RopeDirection direction);
 

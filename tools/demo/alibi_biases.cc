@@ -42,7 +42,7 @@ Section AlibiBiases() {
     figure.data.push_back({Format("h%zu", h), matrix});
     figure.script += Format("set title 'head %zu, slope 1/%.0f'\n"
                             "set object 1 rectangle from graph 0,0 to graph 1,1 behind "
-                            "fc rgb '#d9d9d9' fillstyle solid noborder\nplot $h%zu matrix with image notitle\n",
+                            "fc rgb '#d9d9d9' fillstyle solid noborder\nplot $h%zu matrix with image pixels notitle\n",
                             h, 1.0 / slopes[h], h);
   }
   figure.script += "unset multiplot";

@@ -90,7 +90,7 @@ set xrange [-0.5:63.5]
 set yrange [31.5:-0.5]
 set cbrange [-1:1]
 set grid noxtics noytics
-plot $table matrix with image notitle)"});
+plot $table matrix with image pixels notitle)"});
   return s;
 }
 

@@ -1,0 +1,163 @@
+#include "posenc/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "posenc/error.h"
+#include "posenc/positions.h"
+
+namespace posenc {
+namespace {
+
+constexpr std::string_view kFunction = "attention";
+
+// "equal <what> (<value>)": the rule of every shape check below.
+std::string Equal(std::string_view what, int64_t value) {
+  return "equal " + std::string(what) + " (" + std::to_string(value) + ")";
+}
+
+// A dense float copy of x rotated by RoPE at its tokens' positions, made by the standalone op's
+// reference, so that attention and ApplyRope can never disagree on what the rotation is.
+std::vector<float> Rotated(const Rope& rope, std::span<const int64_t> positions,
+                           Heads<const float> x) {
+  std::vector<float> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
+  ApplyRopeReference(rope, positions, x,
+                     Heads<float>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim),
+                     RopeDirection::kForward);
+  return buffer;
+}
+
+}  // namespace
+
+void AttentionReference(const AttentionOptions& options, Heads<const float> q,
+                        Heads<const float> k, Heads<const float> v,
+                        std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
+                        Heads<float> out) {
+  // Assumes validated input (see Attention): shapes agree, positions are >= 0, out is disjoint.
+
+  // (1) RoPE: rotate q and k at their own positions, into dense float copies. The rest of the
+  // passes read q and k through the views, whichever memory they point at.
+  std::vector<float> q_rotated, k_rotated;
+  if (options.rope) {
+    q_rotated = Rotated(*options.rope, query_pos, q);
+    k_rotated = Rotated(*options.rope, key_pos, k);
+    q = Heads<const float>::Dense(q_rotated.data(), q.tokens, q.num_heads, q.head_dim);
+    k = Heads<const float>::Dense(k_rotated.data(), k.tokens, k.num_heads, k.head_dim);
+  }
+
+  const double scale =
+      options.scale > 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.head_dim));
+  const std::vector<double> slopes = options.alibi ? AlibiSlopes(*options.alibi)
+                                                   : std::vector<double>();
+  const int64_t group = q.num_heads / k.num_heads;  // query heads per key/value head
+
+  std::vector<double> scores(static_cast<size_t>(k.tokens));
+  std::vector<char> visible(static_cast<size_t>(k.tokens));
+  std::vector<double> sum_v(static_cast<size_t>(v.head_dim));
+
+  for (int64_t i = 0; i < q.tokens; ++i) {
+    for (int64_t h = 0; h < q.num_heads; ++h) {
+      const int64_t g = h / group;  // the key/value head query head h reads
+      const float* q_row = q.Row(i, h);
+      double max_score = -std::numeric_limits<double>::infinity();
+      bool any_visible = false;
+
+      for (int64_t j = 0; j < k.tokens; ++j) {
+        // (2) score: s_ij = scale * q_i . k_j, in double.
+        const float* k_row = k.Row(j, g);
+        double dot = 0.0;
+        for (int64_t d = 0; d < q.head_dim; ++d) {
+          dot += static_cast<double>(q_row[d]) * static_cast<double>(k_row[d]);
+        }
+        double s = scale * dot;
+        // (3) ALiBi: s_ij += -slope_h * (query_pos_i - key_pos_j).
+        if (options.alibi) s += AlibiBias(slopes[h], query_pos[i], key_pos[j]);
+        // (4) causal mask: key j is visible iff key_pos_j <= query_pos_i.
+        visible[j] = !options.causal || key_pos[j] <= query_pos[i];
+        scores[j] = s;
+        if (visible[j]) {
+          max_score = std::max(max_score, s);
+          any_visible = true;
+        }
+      }
+
+      float* out_row = out.Row(i, h);
+      if (!any_visible) {  // nothing to attend to: zeros, not NaN
+        std::fill(out_row, out_row + v.head_dim, 0.0f);
+        continue;
+      }
+
+      // (5) softmax over the visible keys, max subtracted so that exp never overflows.
+      double denominator = 0.0;
+      for (int64_t j = 0; j < k.tokens; ++j) {
+        scores[j] = visible[j] ? std::exp(scores[j] - max_score) : 0.0;
+        denominator += scores[j];
+      }
+
+      // (6) weighted sum of v: out_i = sum_j p_ij v_j.
+      std::fill(sum_v.begin(), sum_v.end(), 0.0);
+      for (int64_t j = 0; j < k.tokens; ++j) {
+        if (!visible[j]) continue;
+        const double p = scores[j] / denominator;
+        const float* v_row = v.Row(j, g);
+        for (int64_t e = 0; e < v.head_dim; ++e) sum_v[e] += p * static_cast<double>(v_row[e]);
+      }
+      for (int64_t e = 0; e < v.head_dim; ++e) out_row[e] = static_cast<float>(sum_v[e]);
+    }
+  }
+}
+
+void Attention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
+               Heads<const float> v, std::span<const int64_t> query_pos,
+               std::span<const int64_t> key_pos, Heads<float> out) {
+  // Everything is validated before out is written.
+  q.Validate(kFunction, "q");
+  k.Validate(kFunction, "k");
+  v.Validate(kFunction, "v");
+  out.Validate(kFunction, "out");
+
+  Require(k.head_dim == q.head_dim, kFunction, "k.head_dim", Equal("q.head_dim", q.head_dim),
+          k.head_dim);
+  Require(v.tokens == k.tokens, kFunction, "v.tokens", Equal("k.tokens", k.tokens), v.tokens);
+  Require(v.num_heads == k.num_heads, kFunction, "v.num_heads", Equal("k.num_heads", k.num_heads),
+          v.num_heads);
+  Require(out.tokens == q.tokens, kFunction, "out.tokens", Equal("q.tokens", q.tokens),
+          out.tokens);
+  Require(out.num_heads == q.num_heads, kFunction, "out.num_heads",
+          Equal("q.num_heads", q.num_heads), out.num_heads);
+  Require(out.head_dim == v.head_dim, kFunction, "out.head_dim", Equal("v.head_dim", v.head_dim),
+          out.head_dim);
+  Require(q.num_heads % k.num_heads == 0, kFunction, "num_heads",
+          "be a multiple of num_kv_heads (" + std::to_string(k.num_heads) + ")", q.num_heads);
+
+  ValidatePositions(kFunction, query_pos, q.tokens, "query_pos");
+  ValidatePositions(kFunction, key_pos, k.tokens, "key_pos");
+
+  if (options.rope) {
+    options.rope->Validate();
+    Require(options.rope->head_dim == q.head_dim, kFunction, "rope.head_dim",
+            Equal("q.head_dim", q.head_dim), options.rope->head_dim);
+  }
+  if (options.alibi) {
+    options.alibi->Validate();
+    Require(options.alibi->LocalHeads() == q.num_heads, kFunction, "alibi.LocalHeads()",
+            Equal("q.num_heads", q.num_heads), options.alibi->LocalHeads());
+  }
+  Require(std::isfinite(options.scale) && options.scale >= 0.0, kFunction, "scale",
+          "be finite and >= 0 (0 means 1 / sqrt(head_dim))", options.scale);
+
+  const std::string_view overlap_rule = "not share memory with q, k or v";
+  Require(!Overlaps(out, q), kFunction, "out", overlap_rule, "a view overlapping q");
+  Require(!Overlaps(out, k), kFunction, "out", overlap_rule, "a view overlapping k");
+  Require(!Overlaps(out, v), kFunction, "out", overlap_rule, "a view overlapping v");
+
+  // The kernel. Only the reference for now; a fused (flash-style) kernel plugs in here and is
+  // tested against AttentionReference.
+  AttentionReference(options, q, k, v, query_pos, key_pos, out);
+}
+
+}  // namespace posenc

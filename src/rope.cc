@@ -1,0 +1,261 @@
+#include "posenc/rope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "posenc/error.h"
+#include "posenc/positions.h"
+
+namespace posenc {
+namespace {
+
+constexpr std::string_view kFn = "rope";
+
+// The dimension rules shared by Rope::Validate and Rope::Default.
+void ValidateDims(int64_t head_dim, int64_t rotary_dim) {
+  Require(head_dim > 0, kFn, "head_dim", "be positive", head_dim);
+  Require(rotary_dim >= 2, kFn, "rotary_dim", "be >= 2", rotary_dim);
+  Require(rotary_dim % 2 == 0 && rotary_dim <= head_dim, kFn, "rotary_dim",
+          "be even and <= head_dim (" + std::to_string(head_dim) + ")", rotary_dim);
+}
+
+// Byte address of row (t, h) of a view, as an integer, for aliasing checks.
+template <typename T>
+intptr_t RowAddress(const Heads<T>& v, int64_t t, int64_t h) {
+  return reinterpret_cast<intptr_t>(v.Row(t, h));
+}
+
+// The rows of a validated view, ordered by address: rows are [begin, begin + head_dim) and, as
+// Heads::Validate guarantees, the inner axis steps at least a row and the outer axis at least the
+// inner axis' whole span, so address order is (outer index, inner index) order.
+struct RowLattice {
+  intptr_t base;            // byte address of row (0, 0)
+  int64_t outer_count, outer_stride, inner_count, inner_stride;  // strides in bytes
+  int64_t row_bytes;
+
+  template <typename T>
+  explicit RowLattice(const Heads<T>& v) {
+    const int64_t elem = sizeof(T);
+    base = reinterpret_cast<intptr_t>(v.data);
+    row_bytes = v.head_dim * elem;
+    inner_count = v.num_heads, inner_stride = v.head_stride * elem;
+    outer_count = v.tokens, outer_stride = v.token_stride * elem;
+    // The same axis ordering as Heads::Validate.
+    if (inner_count == 1 || (outer_count > 1 && outer_stride < inner_stride)) {
+      std::swap(inner_count, outer_count);
+      std::swap(inner_stride, outer_stride);
+    }
+  }
+
+  // Whether any row intersects the byte range [lo, hi). Rows are disjoint and ordered, so their
+  // ends are ordered too: it suffices to look at the last row that starts before hi.
+  bool Intersects(intptr_t lo, intptr_t hi) const {
+    const int64_t last = static_cast<int64_t>(hi - 1 - base);  // rows must start at <= last
+    if (last < 0) return false;
+    int64_t o = outer_count == 1 ? 0 : std::min(last / outer_stride, outer_count - 1);
+    const int64_t rest = last - o * outer_stride;
+    int64_t i = inner_count == 1 ? 0 : std::min(rest / inner_stride, inner_count - 1);
+    const intptr_t start = base + o * outer_stride + i * inner_stride;
+    return start + row_bytes > lo;
+  }
+};
+
+// True when some row of a shares a byte with some row of b. Exact, unlike Overlaps (which
+// compares the hulls): q and k carved out of one fused qkv buffer have interleaved hulls but
+// disjoint rows, and rotating them in place is fine. Costs O(rows of a) only when hulls overlap.
+template <typename A, typename B>
+bool RowsOverlap(const Heads<A>& a, const Heads<B>& b) {
+  if (!Overlaps(a, b)) return false;
+  const RowLattice lattice(b);
+  const intptr_t row_bytes = a.head_dim * static_cast<intptr_t>(sizeof(A));
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    for (int64_t h = 0; h < a.num_heads; ++h) {
+      const intptr_t lo = RowAddress(a, t, h);
+      if (lattice.Intersects(lo, lo + row_bytes)) return true;
+    }
+  }
+  return false;
+}
+
+// One view: well formed and rope.head_dim wide.
+template <typename T>
+void ValidateView(const Rope& rope, const Heads<T>& view, std::string_view name) {
+  const std::string n(name);
+  view.Validate(kFn, n);
+  Require(view.head_dim == rope.head_dim, kFn, n + ".head_dim",
+          "equal rope.head_dim (" + std::to_string(rope.head_dim) + ")", view.head_dim);
+}
+
+// A view after the first: as many tokens as the first.
+template <typename T, typename U>
+void ValidateSameTokens(const Heads<T>& first, const Heads<U>& view, std::string_view first_name,
+                        std::string_view name) {
+  Require(view.tokens == first.tokens, kFn, std::string(name) + ".tokens",
+          "equal " + std::string(first_name) + ".tokens (" + std::to_string(first.tokens) + ")",
+          view.tokens);
+}
+
+void ValidateSameHeads(const Heads<const float>& in, const Heads<float>& out,
+                       std::string_view in_name, std::string_view out_name) {
+  Require(out.num_heads == in.num_heads, kFn, std::string(out_name) + ".num_heads",
+          "equal " + std::string(in_name) + ".num_heads (" + std::to_string(in.num_heads) + ")",
+          out.num_heads);
+}
+
+template <typename A, typename B>
+void RequireDisjoint(const Heads<A>& a, const Heads<B>& b, std::string_view a_name,
+                     std::string_view b_name) {
+  Require(!RowsOverlap(a, b), kFn, a_name,
+          "not share memory with " + std::string(b_name), "overlapping views");
+}
+
+// The single dispatch point every ApplyRope overload reaches after validation. Today it is the
+// scalar reference; a vectorised kernel plugs in here behind the same contract.
+void RotateInto(const Rope& rope, std::span<const int64_t> positions, Heads<const float> in,
+                Heads<float> out, RopeDirection direction) {
+  ApplyRopeReference(rope, positions, in, out, direction);
+}
+
+}  // namespace
+
+std::vector<double> DefaultInvFreq(double base, int64_t rotary_dim) {
+  Require(std::isfinite(base) && base > 0, "default_inv_freq", "base", "be finite and > 0", base);
+  Require(rotary_dim > 0 && rotary_dim % 2 == 0, "default_inv_freq", "rotary_dim",
+          "be even and > 0", rotary_dim);
+  std::vector<double> inv_freq(rotary_dim / 2);
+  for (int64_t i = 0; i < rotary_dim / 2; ++i) {
+    inv_freq[i] = std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
+  }
+  return inv_freq;
+}
+
+Rope Rope::Default(int64_t head_dim, double base, RopeLayout layout, int64_t rotary_dim) {
+  Rope rope;
+  rope.head_dim = head_dim;
+  rope.rotary_dim = rotary_dim == 0 ? head_dim : rotary_dim;
+  rope.layout = layout;
+  ValidateDims(rope.head_dim, rope.rotary_dim);
+  rope.inv_freq = DefaultInvFreq(base, rope.rotary_dim);
+  rope.attention_factor = 1.0;
+  return rope;
+}
+
+void Rope::Validate() const {
+  ValidateDims(head_dim, rotary_dim);
+  Require(layout == RopeLayout::kHalfSplit || layout == RopeLayout::kInterleaved, kFn, "layout",
+          "be kHalfSplit or kInterleaved", static_cast<int>(layout));
+  Require(static_cast<int64_t>(inv_freq.size()) == rotary_dim / 2, kFn, "inv_freq.size()",
+          "equal rotary_dim / 2 (" + std::to_string(rotary_dim / 2) + ")", inv_freq.size());
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    Require(std::isfinite(inv_freq[i]) && inv_freq[i] >= 0, kFn,
+            "inv_freq[" + std::to_string(i) + "]", "be finite and >= 0", inv_freq[i]);
+  }
+  Require(std::isfinite(attention_factor) && attention_factor > 0, kFn, "attention_factor",
+          "be finite and > 0", attention_factor);
+}
+
+CosSin RopeAngle(int64_t pos, double inv_freq) {
+  // The angle is one double product: its error is at most half an ulp of the angle, at most
+  // 2^-30 = 9.3e-10 rad for angles below 2^24, and glibc's cos and sin reduce their argument
+  // exactly. Hugging Face instead forms the product in float32 (position cast to float32), which
+  // loses up to half a float32 ulp, about p * w * 2^-24 rad: 4e-3 rad at p = 131071 for the
+  // fastest pair, 3e-2 at p = 1e6 (rope-scaling.md §9). Positions are exact in double to 2^53.
+  const double angle = static_cast<double>(pos) * inv_freq;
+  return {std::cos(angle), std::sin(angle)};
+}
+
+void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
+                        Heads<const float> x_in, Heads<float> x_out, RopeDirection direction) {
+  const int64_t half = rope.rotary_dim / 2;
+  // Pair i is features (i * step, i * step + offset).
+  const bool interleaved = rope.layout == RopeLayout::kInterleaved;
+  const int64_t step = interleaved ? 2 : 1;
+  const int64_t offset = interleaved ? 1 : half;
+  // Forward: a R(phi). Inverse: its transpose a R(-phi).
+  const double sign = direction == RopeDirection::kInverse ? -1.0 : 1.0;
+  const double a = rope.attention_factor;
+
+  std::vector<CosSin> table(half);
+  for (int64_t t = 0; t < x_in.tokens; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const CosSin cs = RopeAngle(positions[t], rope.inv_freq[i]);
+      table[i] = {a * cs.cos, sign * a * cs.sin};
+    }
+    for (int64_t h = 0; h < x_in.num_heads; ++h) {
+      const float* in = x_in.Row(t, h);
+      float* out = x_out.Row(t, h);
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t j0 = i * step, j1 = j0 + offset;
+        // Read both before writing either: in and out may be the same memory.
+        const double x0 = in[j0], x1 = in[j1];
+        out[j0] = static_cast<float>(x0 * table[i].cos - x1 * table[i].sin);
+        out[j1] = static_cast<float>(x0 * table[i].sin + x1 * table[i].cos);
+      }
+      if (in != out) {
+        for (int64_t d = rope.rotary_dim; d < x_in.head_dim; ++d) out[d] = in[d];
+      }
+    }
+  }
+}
+
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x,
+               RopeDirection direction) {
+  rope.Validate();
+  ValidateView(rope, x, "x");
+  ValidatePositions(kFn, positions, x.tokens);
+  RotateInto(rope, positions, x, x, direction);
+}
+
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
+               Heads<float> k, RopeDirection direction) {
+  rope.Validate();
+  ValidateView(rope, q, "q");
+  ValidatePositions(kFn, positions, q.tokens);
+  ValidateView(rope, k, "k");
+  ValidateSameTokens(q, k, "q", "k");
+  RequireDisjoint(k, q, "k", "q");
+  RotateInto(rope, positions, q, q, direction);
+  RotateInto(rope, positions, k, k, direction);
+}
+
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> x_in,
+               Heads<float> x_out, RopeDirection direction) {
+  rope.Validate();
+  ValidateView(rope, x_in, "x_in");
+  ValidatePositions(kFn, positions, x_in.tokens);
+  ValidateView(rope, x_out, "x_out");
+  ValidateSameTokens(x_in, x_out, "x_in", "x_out");
+  ValidateSameHeads(x_in, x_out, "x_in", "x_out");
+  RequireDisjoint(x_out, x_in, "x_out", "x_in");
+  RotateInto(rope, positions, x_in, x_out, direction);
+}
+
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> q_in,
+               Heads<float> q_out, Heads<const float> k_in, Heads<float> k_out,
+               RopeDirection direction) {
+  rope.Validate();
+  ValidateView(rope, q_in, "q_in");
+  ValidatePositions(kFn, positions, q_in.tokens);
+  ValidateView(rope, q_out, "q_out");
+  ValidateView(rope, k_in, "k_in");
+  ValidateView(rope, k_out, "k_out");
+  ValidateSameTokens(q_in, q_out, "q_in", "q_out");
+  ValidateSameTokens(q_in, k_in, "q_in", "k_in");
+  ValidateSameTokens(q_in, k_out, "q_in", "k_out");
+  ValidateSameHeads(q_in, q_out, "q_in", "q_out");
+  ValidateSameHeads(k_in, k_out, "k_in", "k_out");
+  // Outputs are written q first, then k: neither may touch an input or the other output.
+  RequireDisjoint(q_out, q_in, "q_out", "q_in");
+  RequireDisjoint(q_out, k_in, "q_out", "k_in");
+  RequireDisjoint(k_out, k_in, "k_out", "k_in");
+  RequireDisjoint(k_out, q_in, "k_out", "q_in");
+  RequireDisjoint(k_out, q_out, "k_out", "q_out");
+  RotateInto(rope, positions, q_in, q_out, direction);
+  RotateInto(rope, positions, k_in, k_out, direction);
+}
+
+}  // namespace posenc
