@@ -9,9 +9,12 @@
 #include <vector>
 
 #include "posenc/error.h"
+#include "test_support.h"
 
 namespace posenc {
 namespace {
+
+using testing_support::ExpectError;
 
 // 2^(-k/2) for odd k, to 20 digits (sqrt(2)/2^((k+1)/2)).
 constexpr double kTwoToMinusHalf = 0.70710678118654752440;
@@ -27,16 +30,6 @@ Alibi Make(int64_t num_heads, double max_bias = 8.0, int64_t head_offset = 0,
   alibi.head_offset = head_offset;
   alibi.shard_heads = shard_heads;
   return alibi;
-}
-
-template <typename F>
-void ExpectError(F&& call, const std::string& message) {
-  try {
-    call();
-    ADD_FAILURE() << "expected posenc::Error: " << message;
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
 }
 
 TEST(AlibiSlopes, EightHeadsArePaperSlopesExactly) {

@@ -1,7 +1,6 @@
 #include "posenc/learned.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,28 +12,12 @@
 
 #include "posenc/error.h"
 #include "posenc/npy.h"
+#include "test_support.h"
 
 namespace posenc {
 namespace {
 
-// A path private to this process and test, removed when the test ends, pass or fail.
-class TempFile {
- public:
-  explicit TempFile(const std::string& name) {
-    const auto* test = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = (std::filesystem::path(testing::TempDir()) /
-             ("posenc_" + std::to_string(getpid()) + "_" + test->name() + "_" + name))
-                .string();
-  }
-  ~TempFile() {
-    std::error_code ignored;
-    std::filesystem::remove(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing_support::TempFile;
 
 // A 4 x 3 table whose row r is {10r, 10r + 1, 10r + 2}.
 LearnedPositions CountingTable() {

@@ -1,7 +1,6 @@
 #include "posenc/npy.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <bit>
 #include <cmath>
@@ -15,28 +14,12 @@
 #include <vector>
 
 #include "posenc/error.h"
+#include "test_support.h"
 
 namespace posenc {
 namespace {
 
-// A path private to this process and test, removed when the test ends, pass or fail.
-class TempFile {
- public:
-  explicit TempFile(const std::string& name) {
-    const auto* test = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = (std::filesystem::path(testing::TempDir()) /
-             ("posenc_" + std::to_string(getpid()) + "_" + test->name() + "_" + name))
-                .string();
-  }
-  ~TempFile() {
-    std::error_code ignored;
-    std::filesystem::remove(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing_support::TempFile;
 
 void WriteBytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
