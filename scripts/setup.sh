@@ -10,6 +10,14 @@ packages=(
   libcli11-dev                 # command-line parsing for the posenc tool
   nlohmann-json3-dev           # JSON output of the CLI, golden test data
   gnuplot-nox                  # draws the demo's figures (PNG through cairo, and SVG)
+  libhwy-dev                   # Google Highway: SIMD kernels with runtime CPU dispatch
+  libbenchmark-dev             # Google Benchmark: bench/posenc_benchmarks
+  python3-dev pybind11-dev     # the Python extension module, built against Debian's python3
+  python3-numpy                # numpy arrays in and out of the Python bindings
+  python3-torch                # posenc.torch: autograd Functions and modules over the bindings
+  python3-pytest               # the Python tests, run through CTest
+  clang libclang-rt-14-dev     # libFuzzer (clang's -fsanitize=fuzzer) for fuzz/hf_config_fuzzer
+  libomp-dev                   # OpenMP for the library when clang builds it for the fuzzer
 )
 
 missing=()

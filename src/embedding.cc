@@ -4,6 +4,7 @@
 
 #include "posenc/error.h"
 #include "posenc/positions.h"
+#include "row_kernels.h"
 
 namespace posenc {
 namespace {
@@ -61,17 +62,19 @@ void EmbedTokens(const TokenTable& tokens, std::span<const int64_t> ids,
       "equal tokens (" + std::to_string(ids.size()) + ") * d_model (" + std::to_string(width) + ")",
       out.size());
 
-  // Everything is valid: write the position vectors, then add the token rows in float, which is
-  // what GPT-2 (wte(ids) + wpe(positions)) and the Transformer's x + pe[:T] compute in float32.
+  // Everything is valid. The sum is taken in float, which is what GPT-2 (wte(ids) +
+  // wpe(positions)) and the Transformer's x + pe[:T] compute in float32: a learned table is
+  // gathered and added in one pass; sinusoidal vectors are written first, then the token rows
+  // are added to them.
+  if (ids.empty()) return;
+  const auto count = static_cast<int64_t>(ids.size());
   if (const auto* spec = std::get_if<Sinusoidal>(&scheme)) {
     FillSinusoidal(*spec, positions, out);
+    internal::GatherAdd(tokens.data.data(), ids.data(), nullptr, nullptr, count, tokens.d_model,
+                        out.data());
   } else {
-    std::get<1>(scheme).get().Lookup(positions, out);
-  }
-  for (size_t t = 0; t < ids.size(); ++t) {
-    const float* row = tokens.data.data() + static_cast<size_t>(ids[t]) * width;
-    float* x = out.data() + t * width;
-    for (size_t j = 0; j < width; ++j) x[j] += row[j];
+    internal::GatherAdd(tokens.data.data(), ids.data(), std::get<1>(scheme).get().table().data(),
+                        positions.data(), count, tokens.d_model, out.data());
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "posenc/error.h"
 #include "posenc/npy.h"
+#include "row_kernels.h"
 
 namespace posenc {
 namespace {
@@ -96,9 +97,8 @@ void LearnedPositions::CheckPositions(std::string_view function,
 void LearnedPositions::Lookup(std::span<const int64_t> positions, std::span<float> out) const {
   CheckPositions("learned.lookup", positions);
   CheckRows("learned.lookup", "out.size()", out.size(), positions.size(), d_model_);
-  for (size_t t = 0; t < positions.size(); ++t) {
-    std::ranges::copy(Row(positions[t]), out.begin() + static_cast<ptrdiff_t>(t * d_model_));
-  }
+  internal::GatherRows(table_.data(), positions.data(), static_cast<int64_t>(positions.size()),
+                       d_model_, out.data());
 }
 
 void LearnedPositions::AccumulateGradient(std::span<const int64_t> positions,
@@ -107,13 +107,9 @@ void LearnedPositions::AccumulateGradient(std::span<const int64_t> positions,
   CheckRows("learned.accumulate_gradient", "grad_out.size()", grad_out.size(), positions.size(),
             d_model_);
   // The transpose of Lookup: a row read by several tokens receives the sum of their gradients,
-  // as torch.nn.Embedding's backward does.
-  const auto width = static_cast<size_t>(d_model_);
-  for (size_t t = 0; t < positions.size(); ++t) {
-    float* row = grad_.data() + static_cast<size_t>(positions[t]) * width;
-    const float* g = grad_out.data() + t * width;
-    for (size_t j = 0; j < width; ++j) row[j] += g[j];
-  }
+  // in token order, as torch.nn.Embedding's backward does.
+  internal::ScatterAdd(grad_out.data(), positions.data(), static_cast<int64_t>(positions.size()),
+                       d_model_, grad_.data());
 }
 
 void LearnedPositions::ZeroGradient() { std::ranges::fill(grad_, 0.0f); }

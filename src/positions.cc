@@ -28,12 +28,17 @@ std::vector<int64_t> PackedPositions(std::span<const int64_t> cu_seqlens) {
 
 void ValidatePositions(std::string_view function, std::span<const int64_t> positions,
                        int64_t tokens, std::string_view name) {
-  const std::string n(name);
-  Require(static_cast<int64_t>(positions.size()) == tokens, function, n + ".size()",
-          "equal the number of tokens (" + std::to_string(tokens) + ")", positions.size());
+  // Messages are built only on failure: this runs on every call, a decode step included.
+  const std::string_view n = name;
+  if (static_cast<int64_t>(positions.size()) != tokens) {
+    Require(false, function, std::string(n) + ".size()",
+            "equal the number of tokens (" + std::to_string(tokens) + ")", positions.size());
+  }
   for (size_t t = 0; t < positions.size(); ++t) {
-    Require(positions[t] >= 0, function, n + "[" + std::to_string(t) + "]", "be >= 0",
-            positions[t]);
+    if (positions[t] < 0) {
+      Require(false, function, std::string(n) + "[" + std::to_string(t) + "]", "be >= 0",
+              positions[t]);
+    }
   }
 }
 

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "posenc/error.h"
 #include "posenc/positions.h"
+#include "posenc/storage.h"
+#include "rope_kernels.h"
 
 namespace posenc {
 namespace {
@@ -19,8 +22,10 @@ constexpr std::string_view kFn = "rope";
 void ValidateDims(int64_t head_dim, int64_t rotary_dim) {
   Require(head_dim > 0, kFn, "head_dim", "be positive", head_dim);
   Require(rotary_dim >= 2, kFn, "rotary_dim", "be >= 2", rotary_dim);
-  Require(rotary_dim % 2 == 0 && rotary_dim <= head_dim, kFn, "rotary_dim",
-          "be even and <= head_dim (" + std::to_string(head_dim) + ")", rotary_dim);
+  if (rotary_dim % 2 != 0 || rotary_dim > head_dim) {  // the message only on failure
+    Require(false, kFn, "rotary_dim",
+            "be even and <= head_dim (" + std::to_string(head_dim) + ")", rotary_dim);
+  }
 }
 
 // Byte address of row (t, h) of a view, as an integer, for aliasing checks.
@@ -84,24 +89,28 @@ bool RowsOverlap(const Heads<A>& a, const Heads<B>& b) {
 // One view: well formed and rope.head_dim wide.
 template <typename T>
 void ValidateView(const Rope& rope, const Heads<T>& view, std::string_view name) {
-  const std::string n(name);
-  view.Validate(kFn, n);
-  Require(view.head_dim == rope.head_dim, kFn, n + ".head_dim",
-          "equal rope.head_dim (" + std::to_string(rope.head_dim) + ")", view.head_dim);
+  view.Validate(kFn, name);
+  if (view.head_dim != rope.head_dim) {
+    Require(false, kFn, std::string(name) + ".head_dim",
+            "equal rope.head_dim (" + std::to_string(rope.head_dim) + ")", view.head_dim);
+  }
 }
 
 // A view after the first: as many tokens as the first.
 template <typename T, typename U>
 void ValidateSameTokens(const Heads<T>& first, const Heads<U>& view, std::string_view first_name,
                         std::string_view name) {
-  Require(view.tokens == first.tokens, kFn, std::string(name) + ".tokens",
+  if (view.tokens == first.tokens) return;
+  Require(false, kFn, std::string(name) + ".tokens",
           "equal " + std::string(first_name) + ".tokens (" + std::to_string(first.tokens) + ")",
           view.tokens);
 }
 
-void ValidateSameHeads(const Heads<const float>& in, const Heads<float>& out,
-                       std::string_view in_name, std::string_view out_name) {
-  Require(out.num_heads == in.num_heads, kFn, std::string(out_name) + ".num_heads",
+template <typename T>
+void ValidateSameHeads(const Heads<const T>& in, const Heads<T>& out, std::string_view in_name,
+                       std::string_view out_name) {
+  if (out.num_heads == in.num_heads) return;
+  Require(false, kFn, std::string(out_name) + ".num_heads",
           "equal " + std::string(in_name) + ".num_heads (" + std::to_string(in.num_heads) + ")",
           out.num_heads);
 }
@@ -109,15 +118,138 @@ void ValidateSameHeads(const Heads<const float>& in, const Heads<float>& out,
 template <typename A, typename B>
 void RequireDisjoint(const Heads<A>& a, const Heads<B>& b, std::string_view a_name,
                      std::string_view b_name) {
-  Require(!RowsOverlap(a, b), kFn, a_name,
-          "not share memory with " + std::string(b_name), "overlapping views");
+  if (!RowsOverlap(a, b)) return;
+  Require(false, kFn, a_name, "not share memory with " + std::string(b_name),
+          "overlapping views");
 }
 
-// The single dispatch point every ApplyRope overload reaches after validation. Today it is the
-// scalar reference; a vectorised kernel plugs in here behind the same contract.
-void RotateInto(const Rope& rope, std::span<const int64_t> positions, Heads<const float> in,
-                Heads<float> out, RopeDirection direction) {
-  ApplyRopeReference(rope, positions, in, out, direction);
+// An (input, output) pair of views; the same memory when in place.
+template <typename T>
+struct InOut {
+  Heads<const T> in;
+  Heads<T> out;
+};
+
+// The single dispatch point every ApplyRope overload reaches after validation: one call of the
+// SIMD kernel for q and k together, so that the angles of a token are formed once for both.
+template <typename T>
+void RotateInto(const Rope& rope, std::span<const int64_t> positions, RopeDirection direction,
+                std::initializer_list<InOut<T>> views) {
+  internal::RopeKernelArgs args;
+  args.storage = StorageTypeOf<T>();
+  args.layout = rope.layout;
+  args.tokens = views.begin()->in.tokens;
+  args.head_dim = rope.head_dim;
+  args.rotary_dim = rope.rotary_dim;
+  args.inv_freq = rope.inv_freq.data();
+  args.cos_scale = rope.attention_factor;
+  args.sin_scale = direction == RopeDirection::kInverse ? -rope.attention_factor
+                                                        : rope.attention_factor;
+  args.positions = positions.data();
+  for (const InOut<T>& v : views) {
+    args.tensors[args.num_tensors++] = {v.in.data,           v.out.data,
+                                        v.in.num_heads,      v.in.token_stride,
+                                        v.in.head_stride,    v.out.token_stride,
+                                        v.out.head_stride};
+  }
+  internal::RopeKernel(args);
+}
+
+template <typename T>
+void RopeInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> x,
+                 RopeDirection direction) {
+  rope.Validate();
+  ValidateView(rope, x, "x");
+  ValidatePositions(kFn, positions, x.tokens);
+  RotateInto<T>(rope, positions, direction, {{x, x}});
+}
+
+template <typename T>
+void RopeInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k,
+                 RopeDirection direction) {
+  rope.Validate();
+  ValidateView(rope, q, "q");
+  ValidatePositions(kFn, positions, q.tokens);
+  ValidateView(rope, k, "k");
+  ValidateSameTokens(q, k, "q", "k");
+  RequireDisjoint(k, q, "k", "q");
+  RotateInto<T>(rope, positions, direction, {{q, q}, {k, k}});
+}
+
+template <typename T>
+void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
+                    Heads<T> x_out, RopeDirection direction) {
+  rope.Validate();
+  ValidateView(rope, x_in, "x_in");
+  ValidatePositions(kFn, positions, x_in.tokens);
+  ValidateView(rope, x_out, "x_out");
+  ValidateSameTokens(x_in, x_out, "x_in", "x_out");
+  ValidateSameHeads(x_in, x_out, "x_in", "x_out");
+  RequireDisjoint(x_out, x_in, "x_out", "x_in");
+  RotateInto<T>(rope, positions, direction, {{x_in, x_out}});
+}
+
+template <typename T>
+void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> q_in,
+                    Heads<T> q_out, Heads<const T> k_in, Heads<T> k_out,
+                    RopeDirection direction) {
+  rope.Validate();
+  ValidateView(rope, q_in, "q_in");
+  ValidatePositions(kFn, positions, q_in.tokens);
+  ValidateView(rope, q_out, "q_out");
+  ValidateView(rope, k_in, "k_in");
+  ValidateView(rope, k_out, "k_out");
+  ValidateSameTokens(q_in, q_out, "q_in", "q_out");
+  ValidateSameTokens(q_in, k_in, "q_in", "k_in");
+  ValidateSameTokens(q_in, k_out, "q_in", "k_out");
+  ValidateSameHeads(q_in, q_out, "q_in", "q_out");
+  ValidateSameHeads(k_in, k_out, "k_in", "k_out");
+  // Outputs are written token by token, q and k interleaved: neither may touch an input or the
+  // other output.
+  RequireDisjoint(q_out, q_in, "q_out", "q_in");
+  RequireDisjoint(q_out, k_in, "q_out", "k_in");
+  RequireDisjoint(k_out, k_in, "k_out", "k_in");
+  RequireDisjoint(k_out, q_in, "k_out", "q_in");
+  RequireDisjoint(k_out, q_out, "k_out", "q_out");
+  RotateInto<T>(rope, positions, direction, {{q_in, q_out}, {k_in, k_out}});
+}
+
+// The scalar twin for any storage type: double arithmetic on the stored values, rounded once to
+// float and then to the storage type (the kernel's float32 arithmetic differs from it by float32
+// rounding, which the tests bound).
+template <typename T>
+void RopeReference(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
+                   Heads<T> x_out, RopeDirection direction) {
+  const int64_t half = rope.rotary_dim / 2;
+  // Pair i is features (i * step, i * step + offset).
+  const bool interleaved = rope.layout == RopeLayout::kInterleaved;
+  const int64_t step = interleaved ? 2 : 1;
+  const int64_t offset = interleaved ? 1 : half;
+  // Forward: a R(phi). Inverse: its transpose a R(-phi).
+  const double sign = direction == RopeDirection::kInverse ? -1.0 : 1.0;
+  const double a = rope.attention_factor;
+
+  std::vector<CosSin> table(half);
+  for (int64_t t = 0; t < x_in.tokens; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const CosSin cs = RopeAngle(positions[t], rope.inv_freq[i]);
+      table[i] = {a * cs.cos, sign * a * cs.sin};
+    }
+    for (int64_t h = 0; h < x_in.num_heads; ++h) {
+      const T* in = x_in.Row(t, h);
+      T* out = x_out.Row(t, h);
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t j0 = i * step, j1 = j0 + offset;
+        // Read both before writing either: in and out may be the same memory.
+        const double x0 = ToFloat(in[j0]), x1 = ToFloat(in[j1]);
+        out[j0] = FromFloat<T>(static_cast<float>(x0 * table[i].cos - x1 * table[i].sin));
+        out[j1] = FromFloat<T>(static_cast<float>(x0 * table[i].sin + x1 * table[i].cos));
+      }
+      if (in != out) {
+        for (int64_t d = rope.rotary_dim; d < x_in.head_dim; ++d) out[d] = in[d];
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -148,11 +280,16 @@ void Rope::Validate() const {
   ValidateDims(head_dim, rotary_dim);
   Require(layout == RopeLayout::kHalfSplit || layout == RopeLayout::kInterleaved, kFn, "layout",
           "be kHalfSplit or kInterleaved", static_cast<int>(layout));
-  Require(static_cast<int64_t>(inv_freq.size()) == rotary_dim / 2, kFn, "inv_freq.size()",
-          "equal rotary_dim / 2 (" + std::to_string(rotary_dim / 2) + ")", inv_freq.size());
+  // Messages are built only on failure: Validate runs on every call, a decode step included.
+  if (static_cast<int64_t>(inv_freq.size()) != rotary_dim / 2) {
+    Require(false, kFn, "inv_freq.size()",
+            "equal rotary_dim / 2 (" + std::to_string(rotary_dim / 2) + ")", inv_freq.size());
+  }
   for (size_t i = 0; i < inv_freq.size(); ++i) {
-    Require(std::isfinite(inv_freq[i]) && inv_freq[i] >= 0, kFn,
-            "inv_freq[" + std::to_string(i) + "]", "be finite and >= 0", inv_freq[i]);
+    if (!(std::isfinite(inv_freq[i]) && inv_freq[i] >= 0)) {
+      Require(false, kFn, "inv_freq[" + std::to_string(i) + "]", "be finite and >= 0",
+              inv_freq[i]);
+    }
   }
   Require(std::isfinite(attention_factor) && attention_factor > 0, kFn, "attention_factor",
           "be finite and > 0", attention_factor);
@@ -170,92 +307,71 @@ CosSin RopeAngle(int64_t pos, double inv_freq) {
 
 void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         Heads<const float> x_in, Heads<float> x_out, RopeDirection direction) {
-  const int64_t half = rope.rotary_dim / 2;
-  // Pair i is features (i * step, i * step + offset).
-  const bool interleaved = rope.layout == RopeLayout::kInterleaved;
-  const int64_t step = interleaved ? 2 : 1;
-  const int64_t offset = interleaved ? 1 : half;
-  // Forward: a R(phi). Inverse: its transpose a R(-phi).
-  const double sign = direction == RopeDirection::kInverse ? -1.0 : 1.0;
-  const double a = rope.attention_factor;
-
-  std::vector<CosSin> table(half);
-  for (int64_t t = 0; t < x_in.tokens; ++t) {
-    for (int64_t i = 0; i < half; ++i) {
-      const CosSin cs = RopeAngle(positions[t], rope.inv_freq[i]);
-      table[i] = {a * cs.cos, sign * a * cs.sin};
-    }
-    for (int64_t h = 0; h < x_in.num_heads; ++h) {
-      const float* in = x_in.Row(t, h);
-      float* out = x_out.Row(t, h);
-      for (int64_t i = 0; i < half; ++i) {
-        const int64_t j0 = i * step, j1 = j0 + offset;
-        // Read both before writing either: in and out may be the same memory.
-        const double x0 = in[j0], x1 = in[j1];
-        out[j0] = static_cast<float>(x0 * table[i].cos - x1 * table[i].sin);
-        out[j1] = static_cast<float>(x0 * table[i].sin + x1 * table[i].cos);
-      }
-      if (in != out) {
-        for (int64_t d = rope.rotary_dim; d < x_in.head_dim; ++d) out[d] = in[d];
-      }
-    }
-  }
+  RopeReference(rope, positions, x_in, x_out, direction);
+}
+void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
+                        Heads<const BFloat16> x_in, Heads<BFloat16> x_out,
+                        RopeDirection direction) {
+  RopeReference(rope, positions, x_in, x_out, direction);
+}
+void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
+                        Heads<const Float16> x_in, Heads<Float16> x_out, RopeDirection direction) {
+  RopeReference(rope, positions, x_in, x_out, direction);
 }
 
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x,
                RopeDirection direction) {
-  rope.Validate();
-  ValidateView(rope, x, "x");
-  ValidatePositions(kFn, positions, x.tokens);
-  RotateInto(rope, positions, x, x, direction);
+  RopeInPlace(rope, positions, x, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> x,
+               RopeDirection direction) {
+  RopeInPlace(rope, positions, x, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x,
+               RopeDirection direction) {
+  RopeInPlace(rope, positions, x, direction);
 }
 
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
                Heads<float> k, RopeDirection direction) {
-  rope.Validate();
-  ValidateView(rope, q, "q");
-  ValidatePositions(kFn, positions, q.tokens);
-  ValidateView(rope, k, "k");
-  ValidateSameTokens(q, k, "q", "k");
-  RequireDisjoint(k, q, "k", "q");
-  RotateInto(rope, positions, q, q, direction);
-  RotateInto(rope, positions, k, k, direction);
+  RopeInPlace(rope, positions, q, k, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> q,
+               Heads<BFloat16> k, RopeDirection direction) {
+  RopeInPlace(rope, positions, q, k, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> q,
+               Heads<Float16> k, RopeDirection direction) {
+  RopeInPlace(rope, positions, q, k, direction);
 }
 
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> x_in,
                Heads<float> x_out, RopeDirection direction) {
-  rope.Validate();
-  ValidateView(rope, x_in, "x_in");
-  ValidatePositions(kFn, positions, x_in.tokens);
-  ValidateView(rope, x_out, "x_out");
-  ValidateSameTokens(x_in, x_out, "x_in", "x_out");
-  ValidateSameHeads(x_in, x_out, "x_in", "x_out");
-  RequireDisjoint(x_out, x_in, "x_out", "x_in");
-  RotateInto(rope, positions, x_in, x_out, direction);
+  RopeOutOfPlace(rope, positions, x_in, x_out, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const BFloat16> x_in,
+               Heads<BFloat16> x_out, RopeDirection direction) {
+  RopeOutOfPlace(rope, positions, x_in, x_out, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const Float16> x_in,
+               Heads<Float16> x_out, RopeDirection direction) {
+  RopeOutOfPlace(rope, positions, x_in, x_out, direction);
 }
 
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> q_in,
                Heads<float> q_out, Heads<const float> k_in, Heads<float> k_out,
                RopeDirection direction) {
-  rope.Validate();
-  ValidateView(rope, q_in, "q_in");
-  ValidatePositions(kFn, positions, q_in.tokens);
-  ValidateView(rope, q_out, "q_out");
-  ValidateView(rope, k_in, "k_in");
-  ValidateView(rope, k_out, "k_out");
-  ValidateSameTokens(q_in, q_out, "q_in", "q_out");
-  ValidateSameTokens(q_in, k_in, "q_in", "k_in");
-  ValidateSameTokens(q_in, k_out, "q_in", "k_out");
-  ValidateSameHeads(q_in, q_out, "q_in", "q_out");
-  ValidateSameHeads(k_in, k_out, "k_in", "k_out");
-  // Outputs are written q first, then k: neither may touch an input or the other output.
-  RequireDisjoint(q_out, q_in, "q_out", "q_in");
-  RequireDisjoint(q_out, k_in, "q_out", "k_in");
-  RequireDisjoint(k_out, k_in, "k_out", "k_in");
-  RequireDisjoint(k_out, q_in, "k_out", "q_in");
-  RequireDisjoint(k_out, q_out, "k_out", "q_out");
-  RotateInto(rope, positions, q_in, q_out, direction);
-  RotateInto(rope, positions, k_in, k_out, direction);
+  RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const BFloat16> q_in,
+               Heads<BFloat16> q_out, Heads<const BFloat16> k_in, Heads<BFloat16> k_out,
+               RopeDirection direction) {
+  RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const Float16> q_in,
+               Heads<Float16> q_out, Heads<const Float16> k_in, Heads<Float16> k_out,
+               RopeDirection direction) {
+  RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
 }
 
 }  // namespace posenc

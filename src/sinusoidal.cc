@@ -7,6 +7,7 @@
 
 #include "posenc/error.h"
 #include "posenc/positions.h"
+#include "sinusoidal_kernels.h"
 
 namespace posenc {
 namespace {
@@ -70,6 +71,15 @@ void FillSinusoidal(const Sinusoidal& spec, std::span<const int64_t> positions,
   ValidatePositions(kFunction, positions, static_cast<int64_t>(positions.size()));
   CheckOutSize(spec, positions.size(), out);
 
+  if (positions.empty()) return;
+  std::vector<double> frequencies(static_cast<size_t>(spec.dim));
+  for (int64_t j = 0; j < spec.dim; ++j) frequencies[j] = ColumnFrequency(spec, j);
+  internal::SinusoidalKernel(frequencies.data(), spec.dim, positions.data(),
+                             static_cast<int64_t>(positions.size()), out.data());
+}
+
+void FillSinusoidalReference(const Sinusoidal& spec, std::span<const int64_t> positions,
+                             std::span<float> out) {
   const auto dim = static_cast<size_t>(spec.dim);
   std::vector<double> frequencies(dim);
   for (size_t j = 0; j < dim; ++j) frequencies[j] = ColumnFrequency(spec, j);

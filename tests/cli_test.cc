@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -152,6 +153,202 @@ TEST(Readme, QuickstartIsTheCompiledExample) {
   ASSERT_FALSE(example.empty());
   EXPECT_NE(readme.find(example), std::string::npos)
       << "README.md must quote examples/quickstart.cc verbatim (the consumer test compiles it)";
+}
+
+// ---------------------------------------------------------------------------------------------
+// posenc inspect and posenc rope on the model configs in tests/configs; expected values come from
+// the golden files in tests/golden and the reference note's worked numbers.
+
+std::string ConfigFile(const std::string& name) {
+  return std::string(POSENC_SOURCE_DIR) + "/tests/configs/" + name;
+}
+
+nlohmann::json GoldenFile(const std::string& path) {
+  return nlohmann::json::parse(ReadFile(std::string(POSENC_SOURCE_DIR) + "/tests/golden/" + path));
+}
+
+TEST(CliInspect, Llama31JsonMatchesHuggingFace) {
+  const CliRun run = Cli("inspect " + ConfigFile("llama3.1-8b.json") +
+                         " --positions 0,4095,131071 --json");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto out = nlohmann::json::parse(run.output);
+  const auto golden = GoldenFile("hf_rope/llama3_1_8b.json");
+  EXPECT_EQ(out["rope_type"], "llama3");
+  EXPECT_EQ(out["head_dim"], 128);
+  EXPECT_EQ(out["rotary_dim"], 128);
+  EXPECT_EQ(out["attention_factor"], 1.0);
+  // Reference precision: every Llama 3.1 frequency is bit-equal to Hugging Face's float32.
+  EXPECT_EQ(out["inv_freq"].get<std::vector<double>>(),
+            golden["inv_freq_hf_f32"].get<std::vector<double>>());
+  // Positions 0, 4095, 131071 are golden rows 0, 5 and 8.
+  const int rows[] = {0, 5, 8};
+  ASSERT_EQ(out["cos"].size(), 3u);
+  for (int p = 0; p < 3; ++p) {
+    for (int i = 0; i < 64; ++i) {
+      EXPECT_NEAR(out["cos"][p][i].get<double>(),
+                  golden["cos_f64_from_hf_inv_freq"][rows[p]][i].get<double>(), 1e-12);
+      EXPECT_NEAR(out["sin"][p][i].get<double>(),
+                  golden["sin_f64_from_hf_inv_freq"][rows[p]][i].get<double>(), 1e-12);
+    }
+  }
+  // Reference §6: pairs 0-28 kept, 29-34 smoothed, 35-63 divided by 8.
+  const auto classes = out["pair_class"].get<std::vector<std::string>>();
+  ASSERT_EQ(classes.size(), 64u);
+  EXPECT_EQ(classes[28], "extrapolated");
+  EXPECT_EQ(classes[29], "blended");
+  EXPECT_EQ(classes[34], "blended");
+  EXPECT_EQ(classes[35], "interpolated");
+}
+
+TEST(CliInspect, ExactPrecisionAndYarnAttentionFactor) {
+  const CliRun run = Cli("inspect " + ConfigFile("qwen2.5-7b-instruct-yarn.json") +
+                         " --precision exact --json");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto out = nlohmann::json::parse(run.output);
+  const auto golden = GoldenFile("hf_rope/qwen2_5_7b_instruct_yarn4.json");
+  EXPECT_NEAR(out["attention_factor"].get<double>(), golden["attention_factor"].get<double>(),
+              1e-12);
+  const auto f64 = golden["inv_freq_f64"].get<std::vector<double>>();
+  const auto ours = out["inv_freq"].get<std::vector<double>>();
+  ASSERT_EQ(ours.size(), f64.size());
+  for (size_t i = 0; i < f64.size(); ++i) EXPECT_NEAR(ours[i], f64[i], 1e-15 * f64[i]) << i;
+}
+
+TEST(CliInspect, DeepSeekSoftmaxMultiplierAndTextReport) {
+  CliRun run = Cli("inspect " + ConfigFile("deepseek-v3.json") + " --json");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto golden = GoldenFile("hf_rope/deepseek_v3_yarn.json");
+  const auto out = nlohmann::json::parse(run.output);
+  EXPECT_NEAR(out["softmax_scale"].get<double>(), golden["softmax_scale_hf"].get<double>(), 1e-12);
+  EXPECT_EQ(out["attention_factor"], 1.0);
+  run = Cli("inspect " + ConfigFile("deepseek-v3.json"));
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("softmax"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("interpolated"), std::string::npos) << run.output;
+}
+
+TEST(CliInspect, OtherSchemes) {
+  CliRun run = Cli("inspect " + ConfigFile("bloom.json") + " --json");
+  ASSERT_EQ(run.status, 0) << run.output;
+  auto out = nlohmann::json::parse(run.output);
+  EXPECT_EQ(out["scheme"], "alibi");
+  EXPECT_EQ(out["slopes"].size(), 112u);
+  run = Cli("inspect " + ConfigFile("gpt2.json") + " --json");
+  ASSERT_EQ(run.status, 0) << run.output;
+  out = nlohmann::json::parse(run.output);
+  EXPECT_EQ(out["scheme"], "learned");
+  EXPECT_EQ(out["max_positions"], 1024);
+  EXPECT_EQ(out["dim"], 768);
+}
+
+TEST(CliInspect, ChartIsDrawnByGnuplot) {
+  const auto dir = ScratchDir("inspect-chart");
+  const CliRun run = Cli("inspect " + ConfigFile("qwen2.5-7b-instruct-yarn.json") + " --chart " +
+                         (dir / "qwen.png").string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  const std::string png = ReadFile(dir / "qwen.png");
+  ASSERT_GT(png.size(), 1000u);
+  EXPECT_EQ(png.substr(1, 3), "PNG");
+  EXPECT_NE(Cli("inspect --help").output.find("--chart"), std::string::npos);
+}
+
+TEST(CliInspect, MalformedConfigIsAClearError) {
+  const auto dir = ScratchDir("inspect-bad");
+  std::ofstream(dir / "bad.json") << R"({"model_type": "llama", "hidden_size": 4096,
+    "num_attention_heads": 32, "rope_scaling": {"type": "linear", "factor": "4"}})";
+  CliRun run = Cli("inspect " + (dir / "bad.json").string());
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("[hf_config] rope_scaling.factor must be a number >= 1"),
+            std::string::npos)
+      << run.output;
+  std::ofstream(dir / "empty.json") << "";
+  run = Cli("inspect " + (dir / "empty.json").string());
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("[hf_config] config must be valid JSON"), std::string::npos)
+      << run.output;
+}
+
+// q from the apply golden file as [tokens, heads, head_dim] floats.
+std::vector<float> GoldenTensor(const nlohmann::json& a) {
+  std::vector<float> out;
+  for (const auto& token : a)
+    for (const auto& head : token)
+      for (const auto& v : head) out.push_back(v.get<float>());
+  return out;
+}
+
+void ExpectRopeCommandMatchesGolden(const std::string& apply_name, const std::string& config) {
+  const auto golden = GoldenFile("apply/" + apply_name + ".json");
+  const auto dir = ScratchDir("rope-" + apply_name);
+  const std::vector<float> q = GoldenTensor(golden["q"]);
+  const std::vector<int64_t> shape = {static_cast<int64_t>(golden["q"].size()),
+                                      static_cast<int64_t>(golden["q"][0].size()),
+                                      static_cast<int64_t>(golden["q"][0][0].size())};
+  posenc::WriteNpy((dir / "q.npy").string(), q, shape);
+  std::string positions;
+  for (const auto& p : golden["positions"]) positions += (positions.empty() ? "" : ",") + p.dump();
+  for (const auto& [layout, column] : {std::pair{"half-split", "out_neox_f64"},
+                                       std::pair{"interleaved", "out_interleaved_f64"}}) {
+    const CliRun run = Cli("rope " + ConfigFile(config) + " --input " + (dir / "q.npy").string() +
+                           " --positions " + positions + " --output " +
+                           (dir / "out.npy").string() + " --layout " + layout);
+    ASSERT_EQ(run.status, 0) << run.output;
+    const posenc::NpyArray out = posenc::ReadNpy((dir / "out.npy").string());
+    EXPECT_EQ(out.shape, shape);
+    const std::vector<float> want = GoldenTensor(golden[column]);
+    ASSERT_EQ(out.data.size(), want.size());
+    for (size_t e = 0; e < want.size(); ++e) {
+      // The float32 kernel path: a few float32 ulps of values up to about 3.5.
+      ASSERT_NEAR(out.data[e], want[e], 2e-6) << apply_name << " " << layout << " " << e;
+    }
+  }
+}
+
+TEST(CliRope, AppliesTheModelsRopeInBothLayouts) {
+  ExpectRopeCommandMatchesGolden("llama3_1_8b", "llama3.1-8b.json");
+  ExpectRopeCommandMatchesGolden("phi_2", "phi-2.json");  // partial rotary: 32 of 80
+}
+
+TEST(CliRope, ShapeAndPositionMismatchesAreClearErrors) {
+  const auto dir = ScratchDir("rope-bad");
+  const std::vector<float> x(2 * 3 * 64, 1.0f);
+  const std::vector<int64_t> shape = {2, 3, 64};
+  posenc::WriteNpy((dir / "x.npy").string(), x, shape);
+  CliRun run = Cli("rope " + ConfigFile("llama2-7b.json") + " --input " +
+                   (dir / "x.npy").string() + " --positions 0,1 --output " +
+                   (dir / "y.npy").string());
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("must have head_dim 128"), std::string::npos) << run.output;
+  run = Cli("rope " + ConfigFile("nomic-embed-text-v1.5-dynamic.json") + " --input " +
+            (dir / "x.npy").string() + " --positions 0,1,2 --output " + (dir / "y.npy").string());
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("give one position per token (2)"), std::string::npos) << run.output;
+  run = Cli("rope " + ConfigFile("gpt2.json") + " --input " + (dir / "x.npy").string() +
+            " --positions 0,1 --output " + (dir / "y.npy").string());
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("must describe a RoPE model"), std::string::npos) << run.output;
+}
+
+TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {
+  // A smoke run on tiny shapes: the report's structure, never a time.
+  const CliRun run = Cli("bench --quick --json --repeats 1");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto report = nlohmann::json::parse(run.output);
+  EXPECT_FALSE(report["simd_target"].get<std::string>().empty());
+  std::set<std::string> operations;
+  for (const auto& e : report["entries"]) {
+    for (const char* key : {"operation", "layout", "dtype", "in_place", "shape", "bytes_moved",
+                            "gb_per_s", "ratio_to_bandwidth"}) {
+      EXPECT_TRUE(e.contains(key)) << key << " in " << e.dump();
+    }
+    EXPECT_GT(e["ratio_to_bandwidth"].get<double>(), 0.0) << e.dump();
+    operations.insert(e["operation"].get<std::string>() + "/" + e["dtype"].get<std::string>());
+  }
+  for (const char* op : {"stream_copy/float32", "stream_read_modify_write/float32",
+                         "rope_forward/float32", "rope_forward/bfloat16", "rope_decode_step/float32",
+                         "rope_reference_scalar/float32", "sinusoidal_table/float32"}) {
+    EXPECT_TRUE(operations.count(op)) << op;
+  }
 }
 
 }  // namespace

@@ -8,5 +8,8 @@ namespace posenc::cli {
 void AddDemoCommand(CLI::App& app);
 void AddTableCommand(CLI::App& app);
 void AddAlibiCommand(CLI::App& app);
+void AddInspectCommand(CLI::App& app);
+void AddRopeCommand(CLI::App& app);
+void AddBenchCommand(CLI::App& app);
 
 }  // namespace posenc::cli

@@ -10,6 +10,9 @@ int main(int argc, char** argv) {
   posenc::cli::AddDemoCommand(app);
   posenc::cli::AddTableCommand(app);
   posenc::cli::AddAlibiCommand(app);
+  posenc::cli::AddInspectCommand(app);
+  posenc::cli::AddRopeCommand(app);
+  posenc::cli::AddBenchCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,7 +6,8 @@
 //
 //   element (t, h, d) lives at data[t * token_stride + h * head_stride + d]
 //
-// A view does not own memory. `T` is the element type; use `const float` for inputs.
+// A view does not own memory. `T` is the element type (float, BFloat16 or Float16 from
+// posenc/storage.h); use `const T` for inputs.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <type_traits>
 
 #include "posenc/error.h"
+#include "posenc/storage.h"
 
 namespace posenc {
 
@@ -63,5 +65,9 @@ bool Overlaps(const Heads<A>& a, const Heads<B>& b) {
 
 extern template struct Heads<float>;
 extern template struct Heads<const float>;
+extern template struct Heads<BFloat16>;
+extern template struct Heads<const BFloat16>;
+extern template struct Heads<Float16>;
+extern template struct Heads<const Float16>;
 
 }  // namespace posenc

@@ -9,8 +9,9 @@
 // index (d - 1) / 2 (exponent (d - 1) / d); it has no cos partner. This is the formula read
 // literally (even column: sin, odd column: cos) for every column, whatever the parity of d.
 //
-// Precision: the angle pos * Frequency(j) and its sin/cos are computed in double and only the
-// result is rounded to float, so values are float-accurate at positions in the millions (a float32
+// Precision: the angle pos * Frequency(j) and its sin/cos are computed in double (the fast path
+// splits the angle by the addition identity, still in double) and only the result is rounded to
+// float, so values are float-accurate at positions in the millions (a float32
 // angle near 10^6 is a multiple of 1/16 rad, so its sin would be off in the second digit).
 #pragma once
 
@@ -40,6 +41,12 @@ double SinusoidalValue(const Sinusoidal& spec, int64_t pos, int64_t column);
 // Positions must be >= 0 and out.size() must be positions.size() * dim; out is untouched on error.
 void FillSinusoidal(const Sinusoidal& spec, std::span<const int64_t> positions,
                     std::span<float> out);
+
+// The scalar reference twin of FillSinusoidal: one double sine or cosine per value, rounded to
+// float. The fast kernel (SIMD, threads, angle addition in double) is tested against it. Assumes
+// validated input (no checks).
+void FillSinusoidalReference(const Sinusoidal& spec, std::span<const int64_t> positions,
+                             std::span<float> out);
 
 // The table for positions 0 .. tokens - 1: out is [tokens, dim].
 void FillSinusoidalTable(const Sinusoidal& spec, int64_t tokens, std::span<float> out);

@@ -1,0 +1,111 @@
+// Adapter: a Hugging Face config.json to the model's position scheme.
+//
+//   RoPE               Llama, Mistral, Qwen2, Gemma, Phi, Phi-3, GPT-NeoX, GPT-J, DeepSeek, ...
+//                      and any config with rope_theta / rope_scaling / rope_parameters
+//   ALiBi              BLOOM (n_head), MPT (attn_config.alibi_bias_max), Falcon with "alibi": true
+//   learned absolute   GPT-2 and GPT-BigCode (n_positions x n_embd), GPT-Neo and BERT
+//                      (max_position_embeddings x hidden_size)
+//   none               Mamba, Mamba-2, Falcon-Mamba, RWKV (no attention positions)
+//
+// RoPE configs are read the way transformers (commit c49429ed) standardizes them
+// (reference/rope-scaling.md §0.1, "ref §n" below):
+//   - a legacy `rope_scaling` dict replaces `rope_parameters`; rope_type falls back to the legacy
+//     `type`, then "default"; Phi-3's legacy names "su" (and "yarn" in a phi3 config) mean
+//     "longrope";
+//   - rope_theta: the dict, then the top level (GPT-NeoX: rotary_emb_base), then the config
+//     class's default (10000; 150000 for gpt_oss), recorded in `notes`;
+//   - a top-level partial_rotary_factor (GPT-NeoX: rotary_pct) overrides the dict's; GPT-J's
+//     rotary_dim gives the rotated width directly;
+//   - head_dim is `head_dim` (DeepSeek: qk_rope_head_dim) if set, else hidden_size //
+//     num_attention_heads; rotary_dim = floor(head_dim * partial_rotary_factor), except that the
+//     model-level "default" of the Llama family (llama, mistral, mixtral, qwen2, qwen2_moe, qwen3,
+//     gemma, gemma2, gemma3_text, deepseek_v2, deepseek_v3) ignores the factor (ref §0.1, §10.8);
+//   - L0 (original_max_position_embeddings, llama3 / yarn / longrope only): the top level wins,
+//     then the dict, then max_position_embeddings; "dynamic" ignores L0 and uses M (ref §10.11);
+//   - YaRN: factor is a required key, explicit null means M / L0; beta_fast and beta_slow fall
+//     back to 32 and 1 when missing, null or 0 (a falsy test); `truncate` is read from the top
+//     level of rope_parameters only, so a per-layer dict's truncate is ignored (ref §10.1);
+//   - per-layer-type dicts ({"full_attention": {...}, "sliding_attention": {...}}, and Gemma 3's
+//     rope_local_base_freq) give one RopeLayerScheme per layer type.
+// Everything else that changes the numbers must be present and well typed. A malformed file, a
+// wrong type, a missing required key, an out-of-range value or an unknown rope type is a
+// posenc::Error naming the key as written in the file, e.g.
+//   [hf_config] rope_scaling.factor must be a number >= 1, got "4"
+// Hostile input (nesting deeper than 64, more than 64 MiB, binary garbage) is an error too.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "posenc/rope.h"
+#include "posenc/rope_scaling.h"
+
+namespace posenc {
+
+// One rope_parameters dict after standardization: everything ComputeRopeFrequencies needs.
+struct RopeLayerScheme {
+  std::string layer_type;      // "" for a flat config, else the per-layer key ("full_attention")
+  std::string parameters_key;  // where it was read: "rope_scaling", "rope_parameters.x", or ""
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;      // features rotated; proportional: head_dim (ref §7)
+  double rope_theta = 10000.0;
+  RopeScaling scaling;
+};
+
+struct RopeScheme {
+  std::string model_type;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  std::optional<int64_t> max_position_embeddings;           // M, when the config has it
+  std::optional<int64_t> original_max_position_embeddings;  // L0 of llama3 / yarn / longrope
+  RopeLayout layout = RopeLayout::kHalfSplit;  // GPT-J and DeepSeek: interleaved pairs
+  std::vector<RopeLayerScheme> layers;         // one per layer type; at least one
+  // DeepSeek V2/V3 attention multiplies its softmax scale by g(s, mscale_all_dim)^2 (ref §4);
+  // softmax_scale is (qk_nope_head_dim + qk_rope_head_dim)^-1/2 times that, when both are known.
+  std::optional<double> softmax_scale_multiplier;
+  std::optional<double> softmax_scale;
+  std::vector<std::string> notes;  // defaults taken and reference quirks reproduced
+};
+
+// ALiBi slopes come from posenc/alibi.h with Alibi{num_heads, max_bias}.
+struct AlibiScheme {
+  std::string model_type;
+  int64_t num_heads = 0;
+  double max_bias = 8.0;  // MPT's attn_config.alibi_bias_max; 8 for BLOOM and Falcon
+  std::vector<std::string> notes;
+};
+
+// A trained table of max_positions x dim added to the token embeddings (posenc/learned.h).
+struct LearnedPositionScheme {
+  std::string model_type;
+  int64_t max_positions = 0;
+  int64_t dim = 0;
+};
+
+struct NoPositionScheme {
+  std::string model_type;
+};
+
+using PositionScheme =
+    std::variant<RopeScheme, AlibiScheme, LearnedPositionScheme, NoPositionScheme>;
+
+// Parses config.json text. Throws posenc::Error (see the header comment); never anything else.
+PositionScheme ParseHfConfig(std::string_view json_text);
+
+// Reads and parses a file; a missing or unreadable file is a posenc::Error naming the path.
+PositionScheme LoadHfConfig(const std::filesystem::path& path);
+
+// Frequencies of one layer type (see rope_scaling.h for precision and seq_len).
+RopeFrequencies ComputeRopeFrequencies(const RopeLayerScheme& layer,
+                                       const RopeFrequencyOptions& options = {});
+
+// A ready-to-apply Rope for one layer type, attention factor included, in the scheme's layout.
+Rope MakeRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
+              const RopeFrequencyOptions& options = {});
+
+}  // namespace posenc

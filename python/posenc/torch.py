@@ -1,0 +1,416 @@
+"""posenc.torch: posenc for PyTorch CPU tensors, thin over the C++ library.
+
+Tensors are handed to the library as numpy views of their own memory (no copies
+where the layout allows); results are written into tensors allocated here.
+Supported: CPU tensors in float32, bfloat16 and float16 (the library's kernels:
+float32 arithmetic, one rounding to the storage type) and float64 (a
+double-precision twin of the reference, which makes
+``torch.autograd.gradcheck`` meaningful). Anything else, including a CUDA
+tensor, raises ``posenc.Error`` (a ``ValueError``).
+
+Example::
+
+    import torch
+    import posenc.torch as pt
+
+    rope = pt.RotaryEmbedding(head_dim=64)
+    # [batch, tokens, heads, head_dim]
+    q = torch.randn(2, 16, 8, 64, requires_grad=True)
+    k = torch.randn(2, 16, 2, 64, requires_grad=True)   # fewer kv heads (GQA)
+    q_rot, k_rot = rope(q, k)                             # positions 0 .. 15
+    (q_rot * k_rot.repeat_interleave(4, dim=2)).sum().backward()
+"""
+
+import os
+
+import torch
+
+from posenc import _core
+from posenc import rope_from_hf_config
+
+__all__ = [
+    "LearnedPositions",
+    "RotaryEmbedding",
+    "SinusoidalPositions",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
+    "rope_from_hf_config",
+]
+
+_ROPE_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+_LAYOUTS = {
+    "half_split": _core.RopeLayout.HALF_SPLIT,
+    "interleaved": _core.RopeLayout.INTERLEAVED,
+}
+
+
+def _error(function, name, rule, value):
+    """posenc.Error with the library's message pattern."""
+    return _core.Error(f"[{function}] {name} must {rule}, got {value}")
+
+
+def _check_cpu(function, name, tensor):
+    if not isinstance(tensor, torch.Tensor):
+        raise _error(
+            function, name, "be a torch.Tensor", type(tensor).__name__
+        )
+    if tensor.device.type != "cpu":
+        raise _error(
+            function,
+            name,
+            "be a CPU tensor (posenc runs on the CPU; use .cpu())",
+            f"device {tensor.device}",
+        )
+
+
+def _check_activations(function, name, tensor, dtypes=_ROPE_DTYPES):
+    _check_cpu(function, name, tensor)
+    if tensor.dtype not in dtypes:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise _error(
+            function,
+            name,
+            f"have dtype {allowed}",
+            str(tensor.dtype).replace("torch.", ""),
+        )
+
+
+def _positions(function, positions, name="positions"):
+    """int64 CPU positions as a numpy view (a list of ints is converted)."""
+    if not isinstance(positions, torch.Tensor):
+        try:
+            positions = torch.as_tensor(positions, dtype=torch.int64)
+        except (TypeError, ValueError, RuntimeError):
+            raise _error(
+                function,
+                name,
+                "be an int64 tensor or a sequence of ints",
+                type(positions).__name__,
+            ) from None
+    _check_cpu(function, name, positions)
+    if positions.dtype != torch.int64:
+        raise _error(
+            function,
+            name,
+            "have dtype int64",
+            str(positions.dtype).replace("torch.", ""),
+        )
+    return positions.numpy()
+
+
+def _layout(layout):
+    if isinstance(layout, _core.RopeLayout):
+        return layout
+    if layout not in _LAYOUTS:
+        raise _error(
+            "rope", "layout", "be 'half_split' or 'interleaved'", repr(layout)
+        )
+    return _LAYOUTS[layout]
+
+
+def _numpy(tensor):
+    """A numpy view of the tensor's memory; bfloat16 as its int16 bits."""
+    if tensor.dtype == torch.bfloat16:
+        return tensor.detach().view(torch.int16).numpy()
+    return tensor.detach().numpy()
+
+
+def _rotate_qk(rope, positions, q, k, direction):
+    """Rotated copies of q and k, allocated like them (strides preserved)."""
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    _core.apply_rope_qk(
+        rope,
+        positions,
+        _numpy(q),
+        _numpy(k),
+        direction=direction,
+        q_out=_numpy(q_out),
+        k_out=_numpy(k_out),
+        bfloat16=q.dtype == torch.bfloat16,
+    )
+    return q_out, k_out
+
+
+_OPPOSITE = {
+    _core.RopeDirection.FORWARD: _core.RopeDirection.INVERSE,
+    _core.RopeDirection.INVERSE: _core.RopeDirection.FORWARD,
+}
+
+
+class _ApplyRope(torch.autograd.Function):
+    """FORWARD is y = a R(phi) x on q and k; INVERSE is its transpose a
+    R(-phi). Each is the other's backward pass, and the backward is itself this
+    Function, so it is differentiable again (gradgradcheck)."""
+
+    @staticmethod
+    def forward(ctx, q, k, positions, rope, direction):
+        ctx.rope, ctx.positions, ctx.direction = rope, positions, direction
+        return _rotate_qk(rope, positions, q, k, direction)
+
+    @staticmethod
+    def backward(ctx, grad_q, grad_k):
+        # Autograd may hand over expanded (stride 0) or otherwise overlapping
+        # gradients, which a head view cannot describe; contiguous() copies
+        # only those.
+        grad_q, grad_k = _ApplyRope.apply(
+            grad_q.contiguous(),
+            grad_k.contiguous(),
+            ctx.positions,
+            ctx.rope,
+            _OPPOSITE[ctx.direction],
+        )
+        return grad_q, grad_k, None, None, None
+
+
+def apply_rope(q, k, positions, rope):
+    """Rotates q and k by RoPE; differentiable. Returns (q_rot, k_rot).
+
+    Shapes: q is [..., tokens, num_heads, head_dim], k is [..., tokens,
+    num_kv_heads, head_dim] (the same batch dims and tokens; as many or fewer
+    heads). The last dim must be contiguous; other strides are free, so Hugging
+    Face's [batch, heads, seq, dim] tensor passes as ``x.transpose(1, 2)``
+    without a copy, and the results keep that memory order. positions is int64
+    [tokens] (shared by the batch) or [..., tokens]. rope is a ``posenc.Rope``;
+    its head_dim must equal the tensors'.
+
+    Forward: pair i of each head is turned by phi = pos * rope.inv_freq[i], cos
+    and sin times rope.attention_factor (y = a R(phi) x). Backward: the
+    transpose a R(-phi), applied by the same kernel (no rotation matrices). q
+    and k are CPU float32, float64, bfloat16 or float16 tensors of one dtype.
+    """
+    _check_activations("rope", "q", q)
+    _check_activations("rope", "k", k)
+    if k.dtype != q.dtype:
+        raise _error("rope", "k.dtype", f"equal q.dtype ({q.dtype})", k.dtype)
+    if not isinstance(rope, _core.Rope):
+        raise _error("rope", "rope", "be a posenc.Rope", type(rope).__name__)
+    return _ApplyRope.apply(
+        q, k, _positions("rope", positions), rope, _core.RopeDirection.FORWARD
+    )
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """RoPE as a module: ``forward(q, k, positions=None) -> (q_rot, k_rot)``.
+
+    Built from plain RoPE arguments (head_dim, base, layout 'half_split' or
+    'interleaved', rotary_dim: the rotated leading features, None for all) or
+    from a ready ``posenc.Rope`` (e.g. ``rope_from_hf_config``). Shapes as in
+    ``apply_rope``; positions defaults to 0 .. tokens - 1. The module has no
+    parameters.
+    """
+
+    def __init__(
+        self,
+        head_dim=None,
+        base=10000.0,
+        *,
+        layout="half_split",
+        rotary_dim=None,
+        rope=None,
+    ):
+        super().__init__()
+        if rope is None:
+            if head_dim is None:
+                raise _error(
+                    "rope", "head_dim", "be given when rope is not", None
+                )
+            rope = _core.Rope.default(
+                head_dim, base, _layout(layout), rotary_dim or 0
+            )
+        self.rope = rope
+
+    @classmethod
+    def from_hf_config(cls, config, **kwargs):
+        """The RoPE of a Hugging Face config (see ``rope_from_hf_config``)."""
+        return cls(rope=rope_from_hf_config(config, **kwargs))
+
+    @property
+    def inv_freq(self):
+        """float64 [rotary_dim / 2]: the inverse frequencies."""
+        return torch.tensor(self.rope.inv_freq, dtype=torch.float64)
+
+    def forward(self, q, k, positions=None):
+        if positions is None:
+            _check_activations("rope", "q", q)
+            if q.dim() < 3:
+                raise _error(
+                    "rope",
+                    "q.shape",
+                    "be [..., tokens, heads, head_dim]",
+                    tuple(q.shape),
+                )
+            positions = torch.arange(q.shape[-3], dtype=torch.int64)
+        return apply_rope(q, k, positions, self.rope)
+
+    def extra_repr(self):
+        return repr(self.rope)
+
+
+class SinusoidalPositions(torch.nn.Module):
+    """Sinusoidal positions (Vaswani et al. 2017) as a module without
+    parameters.
+
+    ``forward(positions) -> float32 [..., dim]``: PE(p, 2i) = sin(p / base^(2i
+    / dim)), PE(p, 2i + 1) = cos(p / base^(2i / dim)) for int64 positions [...]
+    (each >= 0).
+    """
+
+    def __init__(self, dim, base=10000.0):
+        super().__init__()
+        self.spec = _core.Sinusoidal(dim, base)
+
+    def forward(self, positions):
+        positions = _positions("sinusoidal", positions)
+        out = torch.empty(
+            tuple(positions.shape) + (self.spec.dim,), dtype=torch.float32
+        )
+        _core.sinusoidal(
+            positions, self.spec.dim, self.spec.base, out=out.numpy()
+        )
+        return out
+
+    def extra_repr(self):
+        return f"dim={self.spec.dim}, base={self.spec.base}"
+
+
+class _LearnedLookup(torch.autograd.Function):
+    """out = table[positions]; backward: grad[positions] += grad_out."""
+
+    @staticmethod
+    def forward(ctx, weight, positions, table):
+        ctx.table, ctx.positions = table, positions
+        return torch.from_numpy(table.lookup(positions))
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        table = ctx.table
+        table.zero_gradient()
+        table.accumulate_gradient(ctx.positions, grad_out.contiguous().numpy())
+        return torch.from_numpy(table.grad.copy()), None, None
+
+
+class LearnedPositions(torch.nn.Module):
+    """A learned absolute position table (GPT-2's wpe): ``forward(positions) ->
+    [..., d_model]``.
+
+    ``weight`` is a float32 [max_positions, d_model] Parameter that shares
+    memory with the library's table (optimizers update it in place); the
+    initial values are N(0, stddev^2) from a fixed seed. Positions are int64
+    [...]; a position at or past max_positions is an error, never a wrap or a
+    clamp. The table stays float32 on the CPU: moving or casting the module
+    (``.to``, ``.double()``) or replacing ``weight.data`` detaches it from the
+    library and raises.
+    """
+
+    def __init__(
+        self, max_positions, d_model, *, seed=0, stddev=0.02, table=None
+    ):
+        super().__init__()
+        if table is None:
+            table = _core.LearnedPositions.random(
+                max_positions, d_model, seed, stddev
+            )
+        self.table = table
+        self.weight = torch.nn.Parameter(torch.from_numpy(table.table))
+
+    @classmethod
+    def load(cls, path):
+        """A module holding the .npy table [max_positions, d_model] at path."""
+        table = _core.LearnedPositions.load(os.fspath(path))
+        return cls(table.max_positions, table.d_model, table=table)
+
+    def save(self, path):
+        """Writes the table as float32 .npy [max_positions, d_model]."""
+        self.table.save(os.fspath(path))
+
+    def forward(self, positions):
+        weight = self.weight
+        if (
+            weight.device.type != "cpu"
+            or weight.dtype != torch.float32
+            or weight.data_ptr() != self.table.table.ctypes.data
+        ):
+            raise _error(
+                "learned",
+                "weight",
+                "be the library table's own float32 CPU memory (do not "
+                "move, cast or replace it)",
+                f"{weight.dtype} on {weight.device}",
+            )
+        return _LearnedLookup.apply(
+            weight, _positions("learned", positions), self.table
+        )
+
+    def extra_repr(self):
+        table = self.table
+        return f"max_positions={table.max_positions}, d_model={table.d_model}"
+
+
+def alibi_slopes(
+    num_heads,
+    *,
+    max_bias=8.0,
+    head_offset=0,
+    shard_heads=0,
+    dtype=torch.float32,
+):
+    """[local_heads] ALiBi slopes (Press et al. 2022): 2^(-max_bias (h + 1) /
+    n) for n a power of two, the paper's interleaving otherwise; head_offset
+    and shard_heads (0: the rest) pick a tensor-parallel shard. Computed in
+    double, returned as dtype."""
+    alibi = _core.Alibi(
+        num_heads,
+        max_bias=max_bias,
+        head_offset=head_offset,
+        shard_heads=shard_heads,
+    )
+    return torch.from_numpy(_core.alibi_slopes(alibi)).to(dtype)
+
+
+def alibi_bias(
+    num_heads,
+    query_positions,
+    key_positions=None,
+    *,
+    max_bias=8.0,
+    head_offset=0,
+    shard_heads=0,
+    dtype=torch.float32,
+):
+    """[local_heads, queries, keys] additive score bias: -slope[h] *
+    (query_pos[i] - key_pos[j]).
+
+    query_positions and key_positions are int64 [queries] and [keys]
+    (key_positions defaults to query_positions). Add it to the attention scores
+    [..., heads, queries, keys] before softmax; the causal mask is separate.
+    dtype float32, float64, bfloat16 or float16 (the last two rounded from
+    float32).
+    """
+    alibi = _core.Alibi(
+        num_heads,
+        max_bias=max_bias,
+        head_offset=head_offset,
+        shard_heads=shard_heads,
+    )
+    queries = _positions("alibi", query_positions, "query_positions")
+    keys = (
+        queries
+        if key_positions is None
+        else _positions("alibi", key_positions, "key_positions")
+    )
+    if dtype not in _ROPE_DTYPES:
+        raise _error(
+            "alibi", "dtype", "be float32, float64, bfloat16 or float16", dtype
+        )
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    out = torch.empty(
+        (
+            alibi.local_heads(),
+            queries.shape[0] if queries.ndim else 0,
+            keys.shape[0] if keys.ndim else 0,
+        ),
+        dtype=work,
+    )
+    _core.alibi_bias(alibi, queries, keys, out=out.numpy())
+    return out.to(dtype)

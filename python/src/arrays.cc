@@ -1,0 +1,82 @@
+#include "arrays.h"
+
+#include <algorithm>
+
+#include "posenc/npy.h"
+
+namespace posenc::python {
+
+std::string DtypeName(const py::array& array) { return py::str(array.dtype()); }
+
+std::vector<int64_t> ShapeOf(const py::array& array) {
+  return std::vector<int64_t>(array.shape(), array.shape() + array.ndim());
+}
+
+std::string ShapeString(const py::array& array) { return NpyShapeString(ShapeOf(array)); }
+
+py::array AsArray(const py::object& value, std::string_view function, std::string_view name) {
+  Require(py::isinstance<py::array>(value), function, name, "be a numpy array",
+          std::string(py::str(py::type::of(value).attr("__name__"))));
+  return py::reinterpret_borrow<py::array>(value);
+}
+
+py::array_t<int64_t> Int64Array(const py::object& values, std::string_view function,
+                                std::string_view name) {
+  using Contiguous = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+  if (py::isinstance<py::array>(values)) {
+    RequireDtype<int64_t>(py::reinterpret_borrow<py::array>(values), function, name);
+    return Contiguous::ensure(values);
+  }
+  // numpy's own conversion first, so that a list holding 0.5 is refused rather than truncated.
+  py::array converted = py::array::ensure(values);
+  if (!converted) PyErr_Clear();
+  const bool integral = converted && (converted.size() == 0 || converted.dtype().kind() == 'i' ||
+                                      converted.dtype().kind() == 'u');
+  Require(integral, function, name, "be an int64 array or a sequence of ints",
+          std::string(py::str(py::type::of(values).attr("__name__"))));
+  return Contiguous::ensure(converted);
+}
+
+BatchPositions::BatchPositions(const py::object& positions, std::span<const int64_t> batch_shape,
+                               int64_t tokens, std::string_view function, std::string_view name)
+    : array_(Int64Array(positions, function, name)), tokens_(tokens) {
+  const std::vector<int64_t> shape = ShapeOf(array_);
+  std::vector<int64_t> batched(batch_shape.begin(), batch_shape.end());
+  batched.push_back(tokens);
+  shared_ = shape.size() == 1 && shape[0] == tokens;
+  Require(shared_ || shape == batched, function, std::string(name) + ".shape",
+          "be (tokens,) = " + NpyShapeString(std::vector<int64_t>{tokens}) + " or the batch's " +
+              NpyShapeString(batched),
+          NpyShapeString(shape));
+  all_ = {array_.data(), static_cast<size_t>(array_.size())};
+}
+
+std::span<const int64_t> BatchPositions::Folded(int64_t batch_count) {
+  if (!shared_ || batch_count == 1) return all_;
+  repeated_.clear();
+  repeated_.reserve(static_cast<size_t>(batch_count * tokens_));
+  for (int64_t b = 0; b < batch_count; ++b)
+    repeated_.insert(repeated_.end(), all_.begin(), all_.end());
+  return repeated_;
+}
+
+std::span<const int64_t> IntList(const py::object& values, py::array_t<int64_t>& array,
+                                 std::string_view function, std::string_view name) {
+  array = Int64Array(values, function, name);
+  Require(array.ndim() == 1, function, std::string(name) + ".shape", "be 1-D", ShapeString(array));
+  return {array.data(), static_cast<size_t>(array.size())};
+}
+
+py::array_t<float> OutputArray(const py::object& out, const std::vector<int64_t>& shape,
+                               std::string_view function, std::string_view name) {
+  if (out.is_none()) return py::array_t<float>(shape);
+  const py::array array = AsArray(out, function, name);
+  RequireDtype<float>(array, function, name, /*writable=*/true);
+  Require(ShapeOf(array) == shape, function, std::string(name) + ".shape",
+          "be " + NpyShapeString(shape), ShapeString(array));
+  Require((array.flags() & py::array::c_style) != 0, function, name, "be C-contiguous",
+          "a strided array");
+  return py::reinterpret_borrow<py::array_t<float>>(array);
+}
+
+}  // namespace posenc::python

@@ -1,0 +1,197 @@
+// Conversions from numpy arrays to posenc's views, shared by the bindings.
+//
+// Only shapes and strides are read: activations are never copied. An array
+// [..., tokens, heads, head_dim] becomes one Heads view when its leading (batch) dims step over
+// each other like a C-contiguous batch, so one kernel call covers the batch; otherwise (e.g. a
+// transposed Hugging Face [batch, heads, seq, dim] tensor) it becomes one view per batch element.
+// Every problem is a posenc::Error with the library's message pattern, so Python sees a
+// ValueError that reads like the C++ one.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "posenc/error.h"
+#include "posenc/heads.h"
+#include "posenc/storage.h"
+
+namespace posenc::python {
+
+namespace py = pybind11;
+
+// The numpy name of an array's dtype ("float32", "int64", ...), for messages.
+std::string DtypeName(const py::array& array);
+
+// Python's repr of an array's shape: "(2, 3)".
+std::string ShapeString(const py::array& array);
+
+// The numpy array `value` itself (never a converted copy, which in-place calls would silently
+// write to); anything else is a posenc::Error naming the argument.
+py::array AsArray(const py::object& value, std::string_view function, std::string_view name);
+
+// Whether `array` holds elements of type T, and T's name in messages. float16 is numpy's own;
+// bfloat16 has no numpy dtype, so its bits travel in a 2-byte integer array (from PyTorch:
+// tensor.view(torch.int16)), a reinterpretation that copies nothing.
+template <typename T>
+bool HoldsElement(const py::array& array) {
+  if constexpr (std::is_same_v<T, Float16>) {
+    return array.dtype().kind() == 'f' && array.itemsize() == 2;
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return (array.dtype().kind() == 'i' || array.dtype().kind() == 'u') && array.itemsize() == 2;
+  } else {
+    return py::isinstance<py::array_t<T>>(array);
+  }
+}
+template <typename T>
+std::string ElementName() {
+  if constexpr (std::is_same_v<T, Float16>) {
+    return "float16";
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return "int16 or uint16 (bfloat16 bits)";
+  } else {
+    return py::str(py::dtype::of<T>());
+  }
+}
+
+// Throws posenc::Error unless `array` holds T ("[function] name must have dtype float32, got
+// float64"), and, when `writable`, unless numpy allows writing to it.
+template <typename T>
+void RequireDtype(const py::array& array, std::string_view function, std::string_view name,
+                  bool writable = false) {
+  Require(HoldsElement<T>(array), function, name, "have dtype " + ElementName<T>(),
+          DtypeName(array));
+  Require(!writable || array.writeable(), function, name, "be writeable", "a read-only array");
+}
+
+// An array [..., tokens, heads, head_dim] as a batch of Heads views (element strides).
+template <typename T>
+struct BatchedHeads {
+  std::vector<int64_t> batch_shape;    // the leading dims, outermost first
+  std::vector<int64_t> batch_strides;  // in elements
+  Heads<T> first;                      // the view of batch element 0
+
+  int64_t BatchCount() const {
+    int64_t count = 1;
+    for (int64_t n : batch_shape) count *= n;
+    return count;
+  }
+
+  // The view of batch element b (row-major over batch_shape).
+  Heads<T> At(int64_t b) const {
+    Heads<T> view = first;
+    for (size_t i = batch_shape.size(); i-- > 0;) {
+      view.data += (b % batch_shape[i]) * batch_strides[i];
+      b /= batch_shape[i];
+    }
+    return view;
+  }
+
+  // Merges the batch dims into tokens when each non-unit dim steps exactly over the next inner
+  // one, as in a C-contiguous batch; returns whether it did.
+  bool Fold() {
+    int64_t stride = first.token_stride, extent = first.tokens;
+    bool have_inner = first.tokens > 1;
+    for (size_t i = batch_shape.size(); i-- > 0;) {
+      if (batch_shape[i] == 1) continue;
+      if (have_inner && batch_strides[i] != stride * extent) return false;
+      if (!have_inner) first.token_stride = batch_strides[i];  // a unit tokens dim has any stride
+      stride = batch_strides[i], extent = batch_shape[i], have_inner = true;
+    }
+    first.tokens *= BatchCount();
+    batch_shape.clear();
+    batch_strides.clear();
+    return true;
+  }
+};
+
+// Reads a numpy array of dtype std::remove_const_t<T> laid out [..., tokens, heads, head_dim] (at
+// least 3 dims, head_dim contiguous, strides multiples of the item size). `name` is the argument's
+// name in messages. A T that is not const requires a writeable array.
+template <typename T>
+BatchedHeads<T> ViewHeads(const py::object& value, std::string_view function,
+                          std::string_view name) {
+  using Element = std::remove_const_t<T>;
+  const py::array array = AsArray(value, function, name);
+  RequireDtype<Element>(array, function, name, !std::is_const_v<T>);
+  const auto ndim = static_cast<int64_t>(array.ndim());
+  Require(ndim >= 3, function, std::string(name) + ".shape",
+          "be [..., tokens, heads, head_dim] (at least 3 dims)", ShapeString(array));
+  constexpr auto kItem = static_cast<int64_t>(sizeof(Element));
+  std::vector<int64_t> strides(ndim);
+  for (int64_t i = 0; i < ndim; ++i) {
+    const auto bytes = static_cast<int64_t>(array.strides(i));
+    Require(bytes % kItem == 0, function, std::string(name) + ".strides[" + std::to_string(i) + "]",
+            "be a multiple of the item size (" + std::to_string(kItem) + " bytes)", bytes);
+    strides[i] = bytes / kItem;
+  }
+  const auto shape = [&](int64_t i) { return static_cast<int64_t>(array.shape(i)); };
+  Require(shape(ndim - 1) == 1 || strides[ndim - 1] == 1, function,
+          std::string(name) + ".strides[-1]",
+          "be the item size (" + std::to_string(kItem) +
+              " bytes): head_dim must be contiguous; use np.ascontiguousarray or "
+              "tensor.contiguous()",
+          strides[ndim - 1] * kItem);
+  BatchedHeads<T> batched;
+  batched.batch_shape.assign(array.shape(), array.shape() + ndim - 3);
+  batched.batch_strides.assign(strides.begin(), strides.end() - 3);
+  // numpy's data() of a read-only array is const; writability was checked above.
+  batched.first = {static_cast<T*>(const_cast<void*>(array.data())),
+                   shape(ndim - 3),
+                   shape(ndim - 2),
+                   shape(ndim - 1),
+                   strides[ndim - 3],
+                   strides[ndim - 2]};
+  return batched;
+}
+
+// The positions of a batch: int64 [tokens] (shared by every batch element) or
+// [..., tokens] with the batch's leading dims (one list per element). Python sequences of ints
+// are accepted; an ndarray of another dtype is an error, never a silent cast.
+class BatchPositions {
+ public:
+  // `batch_shape` and `tokens` are those of the activations the positions belong to.
+  BatchPositions(const py::object& positions, std::span<const int64_t> batch_shape, int64_t tokens,
+                 std::string_view function, std::string_view name = "positions");
+
+  // The list of batch element b.
+  std::span<const int64_t> At(int64_t b) const {
+    return shared_ ? all_ : all_.subspan(b * tokens_, tokens_);
+  }
+  // One list for the whole batch folded into tokens (repeated when shared).
+  std::span<const int64_t> Folded(int64_t batch_count);
+  // Every position, in batch order (each once), for checking them all before any kernel runs.
+  std::span<const int64_t> All() const { return all_; }
+  int64_t ListSize() const { return tokens_; }
+
+ private:
+  py::array_t<int64_t> array_;  // keeps all_ alive
+  std::vector<int64_t> repeated_;
+  std::span<const int64_t> all_;
+  int64_t tokens_ = 0;
+  bool shared_ = true;
+};
+
+// An int64 C-contiguous array from `values`: an ndarray must already be int64 (a strided one is
+// copied: positions and ids are small); a sequence of Python ints is converted.
+py::array_t<int64_t> Int64Array(const py::object& values, std::string_view function,
+                                std::string_view name);
+
+// A 1-D int64 list (ids, positions with no batch), as a span valid while `array` lives.
+std::span<const int64_t> IntList(const py::object& values, py::array_t<int64_t>& array,
+                                 std::string_view function, std::string_view name);
+
+// A new C-contiguous float32 array of `shape`, or `out` after checking its dtype, shape and
+// contiguity.
+py::array_t<float> OutputArray(const py::object& out, const std::vector<int64_t>& shape,
+                               std::string_view function, std::string_view name = "out");
+
+// Shape of an array as a vector.
+std::vector<int64_t> ShapeOf(const py::array& array);
+
+}  // namespace posenc::python

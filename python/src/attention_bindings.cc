@@ -1,0 +1,82 @@
+// Multi-head attention with causal mask, GQA, RoPE and ALiBi on numpy arrays
+// (posenc/attention.h).
+#include <pybind11/stl.h>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "posenc/attention.h"
+#include "posenc/npy.h"
+#include "posenc/positions.h"
+
+namespace posenc::python {
+namespace {
+
+constexpr std::string_view kFn = "attention";
+
+template <typename A, typename B>
+void RequireBatchOf(const BatchedHeads<A>& q, const BatchedHeads<B>& view, std::string_view name) {
+  Require(view.batch_shape == q.batch_shape, kFn, std::string(name) + ".shape[:-3]",
+          "equal q's batch dims " + NpyShapeString(q.batch_shape),
+          NpyShapeString(view.batch_shape));
+}
+
+}  // namespace
+
+void BindAttention(py::module_& m) {
+  m.def(
+      "attention",
+      [](const py::object& q_arg, const py::object& k_arg, const py::object& v_arg,
+         const py::object& query_positions, const py::object& key_positions, bool causal,
+         std::optional<Alibi> alibi, std::optional<Rope> rope, double scale,
+         const py::object& out_arg) {
+        const auto q = ViewHeads<const float>(q_arg, kFn, "q");
+        const auto k = ViewHeads<const float>(k_arg, kFn, "k");
+        const auto v = ViewHeads<const float>(v_arg, kFn, "v");
+        RequireBatchOf(q, k, "k");
+        RequireBatchOf(q, v, "v");
+        std::vector<int64_t> out_shape = q.batch_shape;
+        out_shape.insert(out_shape.end(), {q.first.tokens, q.first.num_heads, v.first.head_dim});
+        const py::object out_object =
+            out_arg.is_none() ? py::object(py::array_t<float>(out_shape)) : out_arg;
+        const auto out = ViewHeads<float>(out_object, kFn, "out");
+        const std::vector<int64_t> given = ShapeOf(AsArray(out_object, kFn, "out"));
+        Require(given == out_shape, kFn, "out.shape", "be " + NpyShapeString(out_shape),
+                NpyShapeString(given));
+        BatchPositions query_pos(query_positions, q.batch_shape, q.first.tokens, kFn,
+                                 "query_positions");
+        BatchPositions key_pos(key_positions.is_none() ? query_positions : key_positions,
+                               k.batch_shape, k.first.tokens, kFn, "key_positions");
+        const AttentionOptions options{causal, std::move(alibi), std::move(rope), scale};
+        // Batch elements share their geometry, so the first call validates every element's views;
+        // positions differ per element and are all checked here, before anything is written.
+        ValidatePositions(kFn, query_pos.All(), static_cast<int64_t>(query_pos.All().size()),
+                          "query_positions");
+        ValidatePositions(kFn, key_pos.All(), static_cast<int64_t>(key_pos.All().size()),
+                          "key_positions");
+        {
+          py::gil_scoped_release release;
+          for (int64_t b = 0; b < q.BatchCount(); ++b) {
+            Attention(options, q.At(b), k.At(b), v.At(b), query_pos.At(b), key_pos.At(b),
+                      out.At(b));
+          }
+        }
+        return out_object;
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
+      py::arg("key_positions") = py::none(), py::kw_only(), py::arg("causal") = false,
+      py::arg("alibi") = py::none(), py::arg("rope") = py::none(), py::arg("scale") = 0.0,
+      py::arg("out") = py::none(),
+      R"(Multi-head scaled dot-product attention on float32 arrays:
+
+  out[i, h] = sum_j softmax_j(scale * q'[i, h] . k'[j, g] + bias_h(i, j)) v[j, g]
+
+q [..., q_tokens, num_heads, head_dim], k [..., kv_tokens, num_kv_heads, head_dim],
+v [..., kv_tokens, num_kv_heads, value_dim] -> out [..., q_tokens, num_heads, value_dim]
+(batch dims equal; last dims contiguous; other strides free). q' and k' are rotated by `rope`
+when given; bias_h is the ALiBi bias of `alibi` when given; g = h / (num_heads / num_kv_heads)
+(grouped-query attention). With causal, key j is visible to query i when
+key_positions[j] <= query_positions[i]. Positions are int64 [tokens] or [..., tokens];
+key_positions defaults to query_positions. scale 0 means 1 / sqrt(head_dim).)");
+}
+
+}  // namespace posenc::python

@@ -1,0 +1,357 @@
+// posenc.Rope and apply_rope*: RoPE on numpy arrays (posenc/rope.h).
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "arrays.h"
+#include "batch.h"
+#include "bindings.h"
+#include "posenc/rope.h"
+
+namespace posenc::python {
+namespace {
+
+constexpr std::string_view kFn = "rope";
+
+// float64 arrays take this double-precision twin of ApplyRopeReference: the library's kernels
+// store float32 only, and PyTorch's gradcheck needs double to tell a wrong gradient from rounding.
+// The angle is the library's (RopeAngle); only the storage type differs from the reference.
+void RotateDouble(const Rope& rope, std::span<const int64_t> positions, Heads<const double> in,
+                  Heads<double> out, RopeDirection direction) {
+  const int64_t half = rope.rotary_dim / 2;
+  const bool interleaved = rope.layout == RopeLayout::kInterleaved;
+  const int64_t step = interleaved ? 2 : 1, offset = interleaved ? 1 : half;
+  const double sign = direction == RopeDirection::kInverse ? -1.0 : 1.0;
+  const double a = rope.attention_factor;
+  std::vector<CosSin> table(half);
+  for (int64_t t = 0; t < in.tokens; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const CosSin cs = RopeAngle(positions[t], rope.inv_freq[i]);
+      table[i] = {a * cs.cos, sign * a * cs.sin};
+    }
+    for (int64_t h = 0; h < in.num_heads; ++h) {
+      const double* x = in.Row(t, h);
+      double* y = out.Row(t, h);
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t j0 = i * step, j1 = j0 + offset;
+        const double x0 = x[j0], x1 = x[j1];  // both read first: in place is allowed
+        y[j0] = x0 * table[i].cos - x1 * table[i].sin;
+        y[j1] = x0 * table[i].sin + x1 * table[i].cos;
+      }
+      if (x != y) std::copy(x + rope.rotary_dim, x + in.head_dim, y + rope.rotary_dim);
+    }
+  }
+}
+
+// Heads::Validate is compiled for float views only; its rules are about element strides, not the
+// element type, so a double view is checked through a float view of the same geometry.
+template <typename T>
+void ValidateDoubleView(const Rope& rope, const Heads<T>& view, std::string_view name) {
+  const Heads<const float> twin{reinterpret_cast<const float*>(view.data),
+                                view.tokens,
+                                view.num_heads,
+                                view.head_dim,
+                                view.token_stride,
+                                view.head_stride};
+  twin.Validate(kFn, name);
+  Require(view.head_dim == rope.head_dim, kFn, std::string(name) + ".head_dim",
+          "equal rope.head_dim (" + std::to_string(rope.head_dim) + ")", view.head_dim);
+}
+
+template <typename A, typename B>
+void RequireDisjointDouble(const Heads<A>& a, const Heads<B>& b, std::string_view a_name,
+                           std::string_view b_name) {
+  Require(!Overlaps(a, b), kFn, a_name, "not share memory with " + std::string(b_name),
+          "overlapping arrays");
+}
+
+// Calls f(T{}) with T the element type of x: float, double, Float16, or BFloat16 when the caller
+// says that x holds bfloat16 bits. float32, bfloat16 and float16 run the library's kernels;
+// float64 runs RotateDouble.
+template <typename F>
+auto DispatchElement(const py::object& x, bool bfloat16, std::string_view name, const F& f) {
+  if (bfloat16) return f(BFloat16{});
+  if (py::isinstance<py::array>(x)) {
+    const auto array = py::reinterpret_borrow<py::array>(x);
+    if (HoldsElement<double>(array)) return f(double{});
+    if (HoldsElement<Float16>(array)) return f(Float16{});
+    Require(HoldsElement<float>(array), kFn, name,
+            "have dtype float32, float64 or float16 (or hold bfloat16 bits, with bfloat16=True)",
+            DtypeName(array));
+  }
+  return f(float{});  // the float path also reports an argument that is not an array
+}
+
+std::vector<int64_t> ShapeOfObject(const py::object& x, std::string_view name) {
+  return ShapeOf(AsArray(x, kFn, name));
+}
+
+// The caller's `out`, or a new C-contiguous array of the shape and dtype of `like`.
+py::object OutputLike(const py::object& out, const py::object& like, std::string_view name) {
+  if (!out.is_none()) return out;
+  const py::array array = AsArray(like, kFn, name);
+  return py::array(array.dtype(), ShapeOf(array));
+}
+
+void RequireSameShape(const py::object& a, const py::object& b, std::string_view a_name,
+                      std::string_view b_name) {
+  const std::vector<int64_t> shape_a = ShapeOfObject(a, a_name), shape_b = ShapeOfObject(b, b_name);
+  Require(shape_b == shape_a, kFn, std::string(b_name) + ".shape",
+          "equal " + std::string(a_name) + ".shape " + NpyShapeString(shape_a),
+          NpyShapeString(shape_b));
+}
+
+template <typename T>
+void RotateInPlace(const Rope& rope, const py::object& positions, const py::object& x,
+                   RopeDirection direction) {
+  auto view = ViewHeads<T>(x, kFn, "x");
+  BatchPositions pos(positions, view.batch_shape, view.first.tokens, kFn);
+  RunBatched(
+      kFn, pos,
+      [&](std::span<const int64_t> p, Heads<T> v) {
+        if constexpr (!std::is_same_v<T, double>) {
+          ApplyRope(rope, p, v, direction);
+        } else {
+          rope.Validate();
+          ValidateDoubleView(rope, v, "x");
+          ValidatePositions(kFn, p, v.tokens);
+          RotateDouble(rope, p, v, v, direction);
+        }
+      },
+      view);
+}
+
+template <typename T>
+py::object RotateInto(const Rope& rope, const py::object& positions, const py::object& x,
+                      const py::object& out_arg, RopeDirection direction) {
+  const py::object out = OutputLike(out_arg, x, "x");
+  RequireSameShape(x, out, "x", "out");
+  auto in = ViewHeads<const T>(x, kFn, "x");
+  auto dst = ViewHeads<T>(out, kFn, "out");
+  BatchPositions pos(positions, in.batch_shape, in.first.tokens, kFn);
+  RunBatched(
+      kFn, pos,
+      [&](std::span<const int64_t> p, Heads<const T> i, Heads<T> o) {
+        if constexpr (!std::is_same_v<T, double>) {
+          ApplyRope(rope, p, i, o, direction);
+        } else {
+          rope.Validate();
+          ValidateDoubleView(rope, i, "x");
+          ValidatePositions(kFn, p, i.tokens);
+          ValidateDoubleView(rope, o, "out");
+          RequireDisjointDouble(o, i, "out", "x");
+          RotateDouble(rope, p, i, o, direction);
+        }
+      },
+      in, dst);
+  return out;
+}
+
+template <typename T>
+void RotateQkInPlace(const Rope& rope, const py::object& positions, const py::object& q,
+                     const py::object& k, RopeDirection direction) {
+  auto qv = ViewHeads<T>(q, kFn, "q");
+  auto kv = ViewHeads<T>(k, kFn, "k");
+  RequireSameBatch(qv, kv, kFn, "q", "k");
+  BatchPositions pos(positions, qv.batch_shape, qv.first.tokens, kFn);
+  RunBatched(
+      kFn, pos,
+      [&](std::span<const int64_t> p, Heads<T> qh, Heads<T> kh) {
+        if constexpr (!std::is_same_v<T, double>) {
+          ApplyRope(rope, p, qh, kh, direction);
+        } else {
+          rope.Validate();
+          ValidateDoubleView(rope, qh, "q");
+          ValidatePositions(kFn, p, qh.tokens);
+          ValidateDoubleView(rope, kh, "k");
+          Require(kh.tokens == qh.tokens, kFn, "k.tokens",
+                  "equal q.tokens (" + std::to_string(qh.tokens) + ")", kh.tokens);
+          RequireDisjointDouble(kh, qh, "k", "q");
+          RotateDouble(rope, p, qh, qh, direction);
+          RotateDouble(rope, p, kh, kh, direction);
+        }
+      },
+      qv, kv);
+}
+
+template <typename T>
+py::tuple RotateQkInto(const Rope& rope, const py::object& positions, const py::object& q,
+                       const py::object& k, const py::object& q_out_arg,
+                       const py::object& k_out_arg, RopeDirection direction) {
+  const py::object q_out = OutputLike(q_out_arg, q, "q");
+  const py::object k_out = OutputLike(k_out_arg, k, "k");
+  RequireSameShape(q, q_out, "q", "q_out");
+  RequireSameShape(k, k_out, "k", "k_out");
+  auto qi = ViewHeads<const T>(q, kFn, "q");
+  auto ki = ViewHeads<const T>(k, kFn, "k");
+  auto qo = ViewHeads<T>(q_out, kFn, "q_out");
+  auto ko = ViewHeads<T>(k_out, kFn, "k_out");
+  RequireSameBatch(qi, ki, kFn, "q", "k");
+  BatchPositions pos(positions, qi.batch_shape, qi.first.tokens, kFn);
+  RunBatched(
+      kFn, pos,
+      [&](std::span<const int64_t> p, Heads<const T> qh, Heads<const T> kh, Heads<T> qoh,
+          Heads<T> koh) {
+        if constexpr (!std::is_same_v<T, double>) {
+          ApplyRope(rope, p, qh, qoh, kh, koh, direction);
+        } else {
+          rope.Validate();
+          ValidateDoubleView(rope, qh, "q");
+          ValidatePositions(kFn, p, qh.tokens);
+          ValidateDoubleView(rope, kh, "k");
+          ValidateDoubleView(rope, qoh, "q_out");
+          ValidateDoubleView(rope, koh, "k_out");
+          Require(kh.tokens == qh.tokens, kFn, "k.tokens",
+                  "equal q.tokens (" + std::to_string(qh.tokens) + ")", kh.tokens);
+          RequireDisjointDouble(qoh, qh, "q_out", "q");
+          RequireDisjointDouble(qoh, kh, "q_out", "k");
+          RequireDisjointDouble(koh, kh, "k_out", "k");
+          RequireDisjointDouble(koh, qh, "k_out", "q");
+          RequireDisjointDouble(koh, qoh, "k_out", "q_out");
+          RotateDouble(rope, p, qh, qoh, direction);
+          RotateDouble(rope, p, kh, koh, direction);
+        }
+      },
+      qi, ki, qo, ko);
+  return py::make_tuple(q_out, k_out);
+}
+
+std::string Repr(const Rope& rope) {
+  std::ostringstream out;
+  out << "Rope(head_dim=" << rope.head_dim << ", rotary_dim=" << rope.rotary_dim
+      << ", layout=" << (rope.layout == RopeLayout::kHalfSplit ? "HALF_SPLIT" : "INTERLEAVED")
+      << ", attention_factor=" << rope.attention_factor << ", inv_freq=[" << rope.inv_freq.size()
+      << " values])";
+  return out.str();
+}
+
+constexpr const char* kArrayContract = R"(
+Shapes: x (or q, k) is an array [..., tokens, heads, head_dim] whose last dim is contiguous;
+other strides are free (a transposed [batch, heads, seq, dim] array is fine), and nothing is
+copied. positions is int64 [tokens] (shared by the batch) or [..., tokens] (one list per batch
+element). float32, float16 and bfloat16 (bits in an int16/uint16 array, with bfloat16=True) run
+the library's kernels (float32 arithmetic, one rounding to the storage type); float64 runs a
+double-precision twin of the reference. Raises ValueError (posenc.Error) naming the argument and
+the rule; nothing is written when an argument is bad.)";
+
+}  // namespace
+
+void BindRope(py::module_& m) {
+  py::enum_<RopeLayout>(m, "RopeLayout", R"(Which features form a rotated pair.
+
+HALF_SPLIT: pair i = (i, i + rotary_dim/2) (GPT-NeoX, Llama in Hugging Face).
+INTERLEAVED: pair i = (2i, 2i + 1) (RoFormer, GPT-J, Meta's reference).)")
+      .value("HALF_SPLIT", RopeLayout::kHalfSplit)
+      .value("INTERLEAVED", RopeLayout::kInterleaved);
+
+  py::enum_<RopeDirection>(m, "RopeDirection", R"(FORWARD: y = a R(+phi) x, the embedding.
+INVERSE: a R(-phi), the transpose of FORWARD: its backward pass (and its undo when a == 1).)")
+      .value("FORWARD", RopeDirection::kForward)
+      .value("INVERSE", RopeDirection::kInverse);
+
+  py::class_<Rope>(m, "Rope", R"(A RoPE configuration (posenc/rope.h).
+
+Pair i of each head is turned by phi = pos * inv_freq[i]; cos and sin are multiplied by
+attention_factor. Features at and past rotary_dim pass through.)")
+      .def(py::init([](int64_t head_dim, int64_t rotary_dim, RopeLayout layout,
+                       std::vector<double> inv_freq, double attention_factor) {
+             Rope rope{head_dim, rotary_dim, layout, std::move(inv_freq), attention_factor};
+             rope.Validate();
+             return rope;
+           }),
+           py::arg("head_dim"), py::arg("rotary_dim"), py::arg("layout"), py::arg("inv_freq"),
+           py::arg("attention_factor") = 1.0,
+           "A Rope with explicit frequencies (e.g. from a scaling rule); validated.")
+      .def_static("default", &Rope::Default, py::arg("head_dim"), py::arg("base") = 10000.0,
+                  py::arg("layout") = RopeLayout::kHalfSplit, py::arg("rotary_dim") = 0,
+                  "Plain RoPE: inv_freq[i] = base^(-2i / rotary_dim) over the first rotary_dim "
+                  "features (0 means all of head_dim).")
+      .def_readwrite("head_dim", &Rope::head_dim)
+      .def_readwrite("rotary_dim", &Rope::rotary_dim)
+      .def_readwrite("layout", &Rope::layout)
+      .def_readwrite("inv_freq", &Rope::inv_freq,
+                     "rotary_dim / 2 frequencies (a copy: assign the whole list to change them)")
+      .def_readwrite("attention_factor", &Rope::attention_factor)
+      .def("validate", &Rope::Validate, "Raises ValueError naming the field, value and rule.")
+      .def("__repr__", &Repr);
+
+  m.def(
+      "default_inv_freq",
+      [](double base, int64_t rotary_dim) {
+        const std::vector<double> inv_freq = DefaultInvFreq(base, rotary_dim);
+        return py::array_t<double>(static_cast<py::ssize_t>(inv_freq.size()), inv_freq.data());
+      },
+      py::arg("base"), py::arg("rotary_dim"),
+      "float64 [rotary_dim / 2]: inv_freq[i] = base^(-2i / rotary_dim).");
+
+  m.def(
+      "rope_angle",
+      [](int64_t pos, double inv_freq) {
+        const CosSin cs = RopeAngle(pos, inv_freq);
+        return py::make_tuple(cs.cos, cs.sin);
+      },
+      py::arg("pos"), py::arg("inv_freq"),
+      "(cos, sin) of pos * inv_freq in double: the angle every kernel matches.");
+
+  m.def(
+      "apply_rope",
+      [](const Rope& rope, const py::object& positions, const py::object& x,
+         RopeDirection direction, const py::object& out, bool bfloat16) {
+        return DispatchElement(x, bfloat16, "x", [&](auto element) {
+          return RotateInto<decltype(element)>(rope, positions, x, out, direction);
+        });
+      },
+      py::arg("rope"), py::arg("positions"), py::arg("x"), py::kw_only(),
+      py::arg("direction") = RopeDirection::kForward, py::arg("out") = py::none(),
+      py::arg("bfloat16") = false,
+      (std::string("Returns x rotated by RoPE, into `out` (same shape and dtype, must not "
+                   "overlap x) or a new C-contiguous array.\n") +
+       kArrayContract)
+          .c_str());
+
+  m.def(
+      "apply_rope_inplace",
+      [](const Rope& rope, const py::object& positions, const py::object& x,
+         RopeDirection direction, bool bfloat16) {
+        DispatchElement(x, bfloat16, "x", [&](auto element) {
+          RotateInPlace<decltype(element)>(rope, positions, x, direction);
+        });
+      },
+      py::arg("rope"), py::arg("positions"), py::arg("x"), py::kw_only(),
+      py::arg("direction") = RopeDirection::kForward, py::arg("bfloat16") = false,
+      (std::string("Rotates x in place.\n") + kArrayContract).c_str());
+
+  m.def(
+      "apply_rope_qk",
+      [](const Rope& rope, const py::object& positions, const py::object& q, const py::object& k,
+         RopeDirection direction, const py::object& q_out, const py::object& k_out, bool bfloat16) {
+        return DispatchElement(q, bfloat16, "q", [&](auto element) {
+          return RotateQkInto<decltype(element)>(rope, positions, q, k, q_out, k_out, direction);
+        });
+      },
+      py::arg("rope"), py::arg("positions"), py::arg("q"), py::arg("k"), py::kw_only(),
+      py::arg("direction") = RopeDirection::kForward, py::arg("q_out") = py::none(),
+      py::arg("k_out") = py::none(), py::arg("bfloat16") = false,
+      (std::string("Returns (q_out, k_out): q [..., tokens, num_heads, head_dim] and k [..., "
+                   "tokens, num_kv_heads, head_dim] (same batch dims and tokens, any head "
+                   "counts) rotated with the angles of their shared positions.\n") +
+       kArrayContract)
+          .c_str());
+
+  m.def(
+      "apply_rope_qk_inplace",
+      [](const Rope& rope, const py::object& positions, const py::object& q, const py::object& k,
+         RopeDirection direction, bool bfloat16) {
+        DispatchElement(q, bfloat16, "q", [&](auto element) {
+          RotateQkInPlace<decltype(element)>(rope, positions, q, k, direction);
+        });
+      },
+      py::arg("rope"), py::arg("positions"), py::arg("q"), py::arg("k"), py::kw_only(),
+      py::arg("direction") = RopeDirection::kForward, py::arg("bfloat16") = false,
+      (std::string("Rotates q and k in place (they must not share memory).\n") + kArrayContract)
+          .c_str());
+}
+
+}  // namespace posenc::python

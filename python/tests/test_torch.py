@@ -1,0 +1,338 @@
+"""posenc.torch against plain PyTorch written here, gradcheck, bad inputs."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import posenc
+import posenc.torch as pt
+
+torch.manual_seed(0)
+
+
+def inv_freq(rotary_dim, base=10000.0):
+    return base ** (
+        -torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
+    )
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_rotate_half(x, positions, rotary_dim, base=10000.0):
+    """Hugging Face's Llama style, x [..., tokens, heads, dim], in float64."""
+    angles = positions.to(torch.float64)[..., None] * inv_freq(
+        rotary_dim, base
+    )
+    emb = torch.cat((angles, angles), dim=-1)[
+        ..., None, :
+    ]  # [..., tokens, 1, rotary_dim]
+    rot, rest = x[..., :rotary_dim].double(), x[..., rotary_dim:].double()
+    rotated = rot * emb.cos() + rotate_half(rot) * emb.sin()
+    return torch.cat((rotated, rest), dim=-1)
+
+
+def rope_complex(x, positions, base=10000.0):
+    """Meta's reference style: interleaved pairs as complex numbers."""
+    dim = x.shape[-1]
+    angles = positions.to(torch.float64)[..., None] * inv_freq(dim, base)
+    rotation = torch.polar(torch.ones_like(angles), angles)[..., None, :]
+    pairs = torch.view_as_complex(
+        x.double().reshape(*x.shape[:-1], dim // 2, 2)
+    )
+    return torch.view_as_real(pairs * rotation).flatten(-2)
+
+
+def test_apply_rope_matches_rotate_half_with_partial_rotary_and_gqa():
+    rope = posenc.Rope.default(16, 500.0, rotary_dim=8)
+    q, k = torch.randn(2, 7, 4, 16), torch.randn(2, 7, 2, 16)
+    positions = torch.tensor([0, 1, 2, 3, 50, 51, 4096])
+    q_rot, k_rot = pt.apply_rope(q, k, positions, rope)
+    assert q_rot.dtype == torch.float32 and q_rot.shape == q.shape
+    torch.testing.assert_close(
+        q_rot.double(),
+        rope_rotate_half(q, positions, 8, 500.0),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    torch.testing.assert_close(
+        k_rot.double(),
+        rope_rotate_half(k, positions, 8, 500.0),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_apply_rope_matches_complex_multiply_with_per_batch_positions():
+    rope = posenc.Rope.default(8, layout=posenc.RopeLayout.INTERLEAVED)
+    q, k = torch.randn(3, 5, 2, 8), torch.randn(3, 5, 1, 8)
+    positions = torch.randint(0, 100000, (3, 5))
+    q_rot, k_rot = pt.apply_rope(q, k, positions, rope)
+    torch.testing.assert_close(
+        q_rot.double(), rope_complex(q, positions), rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        k_rot.double(), rope_complex(k, positions), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_hugging_face_layout_passes_as_a_transposed_view():
+    rope = posenc.Rope.default(8)
+    q_hf, k_hf = torch.randn(2, 4, 6, 8), torch.randn(
+        2, 2, 6, 8
+    )  # [batch, heads, seq, dim]
+    positions = torch.arange(6)
+    q_rot, k_rot = pt.apply_rope(
+        q_hf.transpose(1, 2), k_hf.transpose(1, 2), positions, rope
+    )
+    assert q_rot.transpose(
+        1, 2
+    ).is_contiguous()  # the result keeps the input's memory order
+    expected = rope_rotate_half(q_hf.transpose(1, 2), positions, 8)
+    torch.testing.assert_close(q_rot.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_float64_is_double_precision():
+    rope = posenc.Rope.default(8, layout=posenc.RopeLayout.INTERLEAVED)
+    q, k = torch.randn(4, 3, 8, dtype=torch.float64), torch.randn(
+        4, 3, 8, dtype=torch.float64
+    )
+    positions = torch.tensor([0, 10, 1000, 1000000])
+    q_rot, k_rot = pt.apply_rope(q, k, positions, rope)
+    assert q_rot.dtype == torch.float64
+    torch.testing.assert_close(
+        q_rot, rope_complex(q, positions), rtol=0, atol=1e-12
+    )
+    torch.testing.assert_close(
+        k_rot, rope_complex(k, positions), rtol=0, atol=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    "dtype, ulp", [(torch.bfloat16, 2.0**-8), (torch.float16, 2.0**-11)]
+)
+def test_half_precision_storage_rounds_once(dtype, ulp):
+    rope = posenc.Rope.default(8)
+    # Hugging Face's [batch, heads, seq, dim] memory: the views are strided,
+    # and stay so.
+    q_hf = torch.randn(2, 4, 5, 8).to(dtype)
+    k_hf = torch.randn(2, 1, 5, 8).to(dtype)
+    positions = torch.tensor([0, 1, 2, 300, 70000])
+    q_rot, k_rot = pt.apply_rope(
+        q_hf.transpose(1, 2), k_hf.transpose(1, 2), positions, rope
+    )
+    assert q_rot.dtype == dtype and q_rot.transpose(1, 2).is_contiguous()
+    for rotated, original in ((q_rot, q_hf), (k_rot, k_hf)):
+        exact = rope_rotate_half(original.transpose(1, 2), positions, 8)
+        # One rounding of the storage type (half an ulp), plus float32
+        # arithmetic.
+        error = (rotated.double() - exact).abs()
+        assert torch.all(error <= ulp * exact.abs() + 1e-6), error.max()
+
+
+def test_backward_matches_autograd_of_the_plain_implementation():
+    rope = posenc.Rope.default(16)
+    q = torch.randn(2, 5, 3, 16, requires_grad=True)
+    k = torch.randn(2, 5, 1, 16, requires_grad=True)
+    positions = torch.arange(5) * 37
+    weight_q, weight_k = torch.randn(2, 5, 3, 16), torch.randn(2, 5, 1, 16)
+    q_rot, k_rot = pt.apply_rope(q, k, positions, rope)
+    ((q_rot * weight_q).sum() + (k_rot * weight_k).sum()).backward()
+    q_ref = q.detach().double().requires_grad_()
+    k_ref = k.detach().double().requires_grad_()
+    (
+        (rope_rotate_half(q_ref, positions, 16) * weight_q).sum()
+        + (rope_rotate_half(k_ref, positions, 16) * weight_k).sum()
+    ).backward()
+    torch.testing.assert_close(
+        q.grad.double(), q_ref.grad, rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        k.grad.double(), k_ref.grad, rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize(
+    "layout", [posenc.RopeLayout.HALF_SPLIT, posenc.RopeLayout.INTERLEAVED]
+)
+def test_gradcheck_rope_in_double(layout):
+    # A scaled, partial rotary: attention_factor != 1 makes the backward a
+    # transpose, not an undo.
+    rope = posenc.Rope(6, 4, layout, [1.0, 0.01], 1.3)
+    q = torch.randn(2, 3, 2, 6, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 3, 1, 6, dtype=torch.float64, requires_grad=True)
+    positions = torch.tensor([[0, 1, 5], [7, 2, 1000]])
+    assert torch.autograd.gradcheck(
+        lambda a, b: pt.apply_rope(a, b, positions, rope), (q, k)
+    )
+    assert torch.autograd.gradgradcheck(
+        lambda a, b: pt.apply_rope(a, b, positions, rope), (q, k)
+    )
+
+
+def test_rotary_embedding_module():
+    module = pt.RotaryEmbedding(8, 100.0, layout="interleaved")
+    q, k = torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8)
+    q_rot, k_rot = module(q, k)
+    torch.testing.assert_close(
+        q_rot.double(),
+        rope_complex(q, torch.arange(4), 100.0),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    torch.testing.assert_close(
+        module.inv_freq, inv_freq(8, 100.0), rtol=1e-15, atol=0
+    )
+    assert list(module.parameters()) == []
+
+
+def test_numpy_and_torch_agree():
+    rope = posenc.Rope.default(8)
+    q, k = torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8)
+    positions = torch.tensor([4, 5, 6])
+    q_rot, k_rot = pt.apply_rope(q, k, positions, rope)
+    for rotated, x in ((q_rot, q), (k_rot, k)):
+        from_numpy = posenc.apply_rope(rope, positions.numpy(), x.numpy())
+        np.testing.assert_array_equal(rotated.numpy(), from_numpy)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (
+            lambda q, k, p: (q.int(), k.int(), p),
+            "[rope] q must have dtype float32, float64, bfloat16, float16, "
+            "got int32",
+        ),
+        (
+            lambda q, k, p: (q, k.double(), p),
+            "[rope] k.dtype must equal q.dtype",
+        ),
+        (
+            lambda q, k, p: (q, k, p.int()),
+            "[rope] positions must have dtype int64, got int32",
+        ),
+        (
+            lambda q, k, p: (q, k, p[:3]),
+            "[rope] positions.shape must be (tokens,) = (4,)",
+        ),
+        (
+            lambda q, k, p: (q[0, 0], k, p),
+            "[rope] q.shape must be [..., tokens, heads, head_dim]",
+        ),
+        (
+            lambda q, k, p: (q[..., ::2], k, p),
+            "[rope] q.strides[-1] must be the item size",
+        ),
+        (
+            lambda q, k, p: (q, k[:, :3], p),
+            "tokens must equal q_in.tokens (4), got 3",
+        ),
+        (
+            lambda q, k, p: (q.to("meta"), k, p),
+            "[rope] q must be a CPU tensor",
+        ),
+        (
+            lambda q, k, p: (q, k, p.to("meta")),
+            "[rope] positions must be a CPU tensor",
+        ),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(make, message):
+    q, k, positions = (
+        torch.randn(2, 4, 2, 8),
+        torch.randn(2, 4, 1, 8),
+        torch.arange(4),
+    )
+    with pytest.raises(ValueError) as error:
+        pt.apply_rope(*make(q, k, positions), posenc.Rope.default(8))
+    assert message in str(error.value)
+
+
+def test_sinusoidal_positions_module():
+    module = pt.SinusoidalPositions(6, 100.0)
+    values = module(torch.tensor([[0, 1], [2, 300]]))
+    assert values.shape == (2, 2, 6) and values.dtype == torch.float32
+    # PE(1) by hand: frequencies 1, 100^(-2/6), 100^(-4/6).
+    w = [1.0, 100.0 ** (-2 / 6), 100.0 ** (-4 / 6)]
+    expected = [f(w[j // 2]) for j, f in enumerate([math.sin, math.cos] * 3)]
+    torch.testing.assert_close(
+        values[0, 1], torch.tensor(expected, dtype=torch.float32)
+    )
+    with pytest.raises(ValueError, match=r"\[sinusoidal\]"):
+        module(torch.tensor([-1]))
+
+
+def test_learned_positions_train_the_library_table(tmp_path):
+    module = pt.LearnedPositions(5, 3, seed=11)
+    positions = torch.tensor([[4, 0], [4, 2]])
+    out = module(positions)
+    torch.testing.assert_close(
+        out, torch.nn.functional.embedding(positions, module.weight)
+    )
+    grad_out = torch.randn(2, 2, 3)
+    out.backward(grad_out)
+    reference = module.weight.detach().clone().requires_grad_()
+    torch.nn.functional.embedding(positions, reference).backward(grad_out)
+    torch.testing.assert_close(module.weight.grad, reference.grad)
+    torch.optim.SGD(module.parameters(), lr=0.5).step()
+    expected = reference.detach() - 0.5 * reference.grad
+    np.testing.assert_allclose(module.table.table, expected.numpy(), rtol=1e-6)
+    with pytest.raises(
+        ValueError, match=r"must be < max_positions \(5\), got 5"
+    ):
+        module(torch.tensor([5]))
+    path = tmp_path / "wpe.npy"
+    module.save(path)
+    loaded = pt.LearnedPositions.load(path)
+    torch.testing.assert_close(loaded.weight, module.weight, rtol=0, atol=0)
+    module.double()
+    with pytest.raises(
+        ValueError, match=r"\[learned\] weight must be the library table's own"
+    ):
+        module(positions)
+
+
+def test_gradcheck_learned_lookup():
+    # The library's table is float32, so gradcheck runs in float32 here; the
+    # map is a 0/1 selection, so central differences are exact up to float32
+    # rounding at this step size.
+    module = pt.LearnedPositions(4, 2, seed=3)
+    positions = torch.tensor([3, 1, 3])
+    function = pt._LearnedLookup.apply
+    with pytest.warns(UserWarning):
+        assert torch.autograd.gradcheck(
+            lambda w: function(w, positions.numpy(), module.table),
+            (module.weight,),
+            eps=1e-2,
+            atol=1e-4,
+            rtol=1e-3,
+        )
+
+
+def test_alibi_slopes_and_bias():
+    torch.testing.assert_close(
+        pt.alibi_slopes(4, dtype=torch.float64),
+        torch.tensor(
+            [0.25, 0.0625, 2.0**-6, 2.0**-8], dtype=torch.float64
+        ),
+        rtol=0,
+        atol=0,
+    )
+    queries, keys = torch.tensor([3, 4]), torch.tensor([0, 1, 2, 3, 4])
+    bias = pt.alibi_bias(4, queries, keys)
+    assert bias.shape == (4, 2, 5) and bias.dtype == torch.float32
+    slopes = torch.tensor([0.25, 0.0625, 2.0**-6, 2.0**-8])
+    expected = (
+        -slopes[:, None, None] * (queries[:, None] - keys[None, :]).float()
+    )
+    torch.testing.assert_close(bias, expected, rtol=0, atol=0)
+    assert (
+        pt.alibi_bias(4, queries, dtype=torch.bfloat16).dtype == torch.bfloat16
+    )
+    with pytest.raises(ValueError, match=r"\[alibi\] num_heads"):
+        pt.alibi_slopes(0)

@@ -1,0 +1,692 @@
+#include "posenc/hf_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+#include "posenc/error.h"
+
+namespace posenc {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr const char* kFn = "hf_config";
+constexpr size_t kMaxBytes = size_t{64} << 20;  // real configs are a few kB
+constexpr int kMaxDepth = 64;                     // real configs nest 3 or 4 levels
+constexpr int64_t kMaxHeadDim = int64_t{1} << 16;
+constexpr int64_t kMaxHeads = int64_t{1} << 20;
+constexpr int64_t kMaxPositions = int64_t{1} << 53;  // exact in double
+constexpr double kDefaultTheta = 10000.0;
+
+// Model families, by config.json model_type.
+constexpr std::string_view kLlamaFamily[] = {  // model-level default ignores partial rotary
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+    "gemma2", "gemma3", "gemma3_text", "deepseek_v2", "deepseek_v3"};
+constexpr std::string_view kPartialRotaryDefault[] = {  // own default that applies it
+    "gpt_neox", "phi", "phi3", "gptj", "stablelm", "persimmon"};
+constexpr std::string_view kOtherRopeModels[] = {
+    "nomic_bert", "gpt_oss", "olmo", "olmo2", "starcoder2", "cohere", "falcon", "gemma4",
+    "gemma4_text", "internlm2", "granite"};
+constexpr std::string_view kNoPositionModels[] = {"mamba", "mamba2", "falcon_mamba", "rwkv"};
+constexpr std::string_view kRopeTypes[] = {"default", "linear", "dynamic", "yarn",
+                                           "longrope", "llama3", "proportional"};
+
+template <size_t N>
+bool In(std::string_view value, const std::string_view (&list)[N]) {
+  return std::find(std::begin(list), std::end(list), value) != std::end(list);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors name the key as written in the file and show the value as JSON.
+
+std::string Shown(const Json* value) {
+  if (value == nullptr) return "nothing (the key is missing)";
+  std::string text = value->dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
+[[noreturn]] void Fail(std::string_view key, std::string_view rule, const Json* value) {
+  throw Error(ErrorMessage(kFn, key, rule, Shown(value)));
+}
+
+// A JSON object and the dotted path it sits at ("" at the top, "rope_scaling." below it).
+struct Node {
+  const Json& object;
+  std::string path;
+
+  std::string Key(std::string_view key) const { return path + std::string(key); }
+  const Json* Find(std::string_view key) const {
+    const auto it = object.find(std::string(key));
+    return it == object.end() ? nullptr : &*it;
+  }
+  // Present and not null: Hugging Face's config classes treat null as absent.
+  const Json* Value(std::string_view key) const {
+    const Json* value = Find(key);
+    return value != nullptr && !value->is_null() ? value : nullptr;
+  }
+};
+
+const Json& EmptyObject() {
+  static const Json kEmpty = Json::object();
+  return kEmpty;
+}
+
+// A finite number that satisfies `ok`; rule reads "be a number >= 1" etc.
+template <typename Ok>
+double AsNumber(const Node& node, std::string_view key, const Json& value, std::string_view rule,
+                Ok ok) {
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || !ok(value.get<double>())) {
+    Fail(node.Key(key), rule, &value);
+  }
+  return value.get<double>();
+}
+
+template <typename Ok>
+std::optional<double> OptionalNumber(const Node& node, std::string_view key,
+                                     std::string_view rule, Ok ok) {
+  const Json* value = node.Value(key);
+  if (value == nullptr) return std::nullopt;
+  return AsNumber(node, key, *value, rule, ok);
+}
+
+template <typename Ok>
+double RequiredNumber(const Node& node, std::string_view key, std::string_view rule, Ok ok) {
+  const Json* value = node.Value(key);
+  if (value == nullptr) Fail(node.Key(key), rule, node.Find(key));
+  return AsNumber(node, key, *value, rule, ok);
+}
+
+std::string IntRule(int64_t lo, int64_t hi) {
+  return "be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+}
+
+// Integers may be written as 4096 or 4096.0 (Python writes both); nothing else.
+std::optional<int64_t> OptionalInt(const Node& node, std::string_view key, int64_t lo,
+                                   int64_t hi) {
+  const Json* value = node.Value(key);
+  if (value == nullptr) return std::nullopt;
+  const bool integral = value->is_number() && std::isfinite(value->get<double>()) &&
+                        std::trunc(value->get<double>()) == value->get<double>();
+  if (!integral) Fail(node.Key(key), IntRule(lo, hi), value);
+  const double v = value->get<double>();
+  if (v < static_cast<double>(lo) || v > static_cast<double>(hi)) {
+    Fail(node.Key(key), IntRule(lo, hi), value);
+  }
+  return value->is_number_float() ? static_cast<int64_t>(v) : value->get<int64_t>();
+}
+
+int64_t RequiredInt(const Node& node, std::string_view key, int64_t lo, int64_t hi) {
+  const std::optional<int64_t> value = OptionalInt(node, key, lo, hi);
+  if (!value) Fail(node.Key(key), IntRule(lo, hi), node.Find(key));
+  return *value;
+}
+
+// The first of several spellings of one key that the config has (e.g. n_head for GPT-J).
+std::string_view FirstKey(const Node& node, std::initializer_list<std::string_view> keys) {
+  for (std::string_view key : keys) {
+    if (node.Value(key) != nullptr) return key;
+  }
+  return *keys.begin();
+}
+
+std::optional<std::string> OptionalString(const Node& node, std::string_view key) {
+  const Json* value = node.Value(key);
+  if (value == nullptr) return std::nullopt;
+  if (!value->is_string()) Fail(node.Key(key), "be a string", value);
+  return value->get<std::string>();
+}
+
+const auto kPositive = [](double v) { return v > 0; };
+const auto kAtLeastOne = [](double v) { return v >= 1; };
+const auto kNonNegative = [](double v) { return v >= 0; };
+const auto kUnitInterval = [](double v) { return v > 0 && v <= 1; };
+
+// ---------------------------------------------------------------------------------------------
+// Hostile input is rejected before the parser sees it: nlohmann's dump and comparisons recurse.
+
+void CheckShape(std::string_view text) {
+  Require(text.size() <= kMaxBytes, kFn, "config", "be at most 64 MiB",
+          std::to_string(text.size()) + " bytes");
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      Require(++depth <= kMaxDepth, kFn, "config", "nest at most 64 levels deep",
+              "deeper nesting");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE.
+
+struct RopeContext {
+  const Node& top;
+  const std::string& model_type;
+  int64_t head_dim;
+  std::optional<int64_t> max_positions;  // M
+  RopeScheme& scheme;
+};
+
+void Note(RopeScheme& scheme, std::string note) {
+  if (std::find(scheme.notes.begin(), scheme.notes.end(), note) == scheme.notes.end()) {
+    scheme.notes.push_back(std::move(note));
+  }
+}
+
+std::string Format(double value) {
+  std::ostringstream out;
+  out.precision(17);
+  out << value;
+  return out.str();
+}
+
+int64_t ReadHeadDim(const Node& top, const std::string& model_type, int64_t heads) {
+  // DeepSeek's rotary part of each head is qk_rope_head_dim (HF copies it into head_dim).
+  if ((model_type == "deepseek_v2" || model_type == "deepseek_v3") &&
+      top.Value("qk_rope_head_dim") != nullptr) {
+    return RequiredInt(top, "qk_rope_head_dim", 2, kMaxHeadDim);
+  }
+  if (const auto head_dim = OptionalInt(top, "head_dim", 2, kMaxHeadDim)) return *head_dim;
+  const std::string_view hidden_key = FirstKey(top, {"hidden_size", "n_embd"});
+  const int64_t hidden = RequiredInt(top, hidden_key, 2, kMaxHeadDim * kMaxHeads);
+  const int64_t head_dim = hidden / heads;
+  Require(head_dim >= 2 && head_dim <= kMaxHeadDim, kFn, top.Key(hidden_key),
+          "give a head_dim (hidden_size // num_attention_heads) in [2, 65536]",
+          std::to_string(hidden) + " // " + std::to_string(heads));
+  return head_dim;
+}
+
+// L0 for llama3 / yarn / longrope: the top level wins, then the dict, then M.
+int64_t ReadOriginalMax(const RopeContext& c, const Node& dict) {
+  constexpr std::string_view kKey = "original_max_position_embeddings";
+  if (c.top.Value(kKey) != nullptr) return RequiredInt(c.top, kKey, 1, kMaxPositions);
+  if (dict.Value(kKey) != nullptr) return RequiredInt(dict, kKey, 1, kMaxPositions);
+  if (!c.max_positions) {
+    Fail(dict.Key(kKey), "be an integer in [1, 2^53] (or max_position_embeddings must be set)",
+         nullptr);
+  }
+  Note(c.scheme, dict.Key(kKey) + " absent: max_position_embeddings (" +
+                     std::to_string(*c.max_positions) + ") is used, as Hugging Face does");
+  return *c.max_positions;
+}
+
+int64_t RequireMax(const RopeContext& c, std::string_view why) {
+  if (!c.max_positions) {
+    Fail("max_position_embeddings", "be an integer in [1, 2^53] (" + std::string(why) + ")",
+         c.top.Find("max_position_embeddings"));
+  }
+  return *c.max_positions;
+}
+
+double ReadFactor(const Node& dict, std::string_view type) {
+  return RequiredNumber(dict, "factor",
+                        "be a number >= 1 (required by rope_type \"" + std::string(type) + "\")",
+                        kAtLeastOne);
+}
+
+YarnScaling ReadYarn(const RopeContext& c, const Node& dict, bool nested) {
+  YarnScaling yarn;
+  yarn.original_max_positions = ReadOriginalMax(c, dict);
+  const double l0 = static_cast<double>(yarn.original_max_positions);
+  const Json* factor = dict.Find("factor");
+  if (factor == nullptr) {
+    Fail(dict.Key("factor"),
+         "be a number >= 1 (required by rope_type \"yarn\"; null means "
+         "max_position_embeddings / original_max_position_embeddings)",
+         nullptr);
+  }
+  if (factor->is_null()) {
+    const double implied = static_cast<double>(RequireMax(c, "yarn's factor is null")) / l0;
+    Require(implied >= 1, kFn, dict.Key("factor"),
+            "be >= 1 (null: max_position_embeddings / original_max_position_embeddings)", implied);
+    yarn.factor = implied;
+    Note(c.scheme, dict.Key("factor") + " is null: max_position_embeddings / L0 = " +
+                       Format(implied) + " is used");
+  } else {
+    yarn.factor = AsNumber(dict, "factor", *factor, "be a number >= 1", kAtLeastOne);
+    if (c.max_positions) {
+      const double implied = static_cast<double>(*c.max_positions) / l0;
+      if (implied != yarn.factor && implied != 1.0) {
+        Note(c.scheme, "max_position_embeddings / original_max_position_embeddings = " +
+                           Format(implied) + " differs from " + dict.Key("factor") + " = " +
+                           Format(yarn.factor) + "; the explicit factor is used, as Hugging "
+                           "Face does since v4.57 (v4.51-v4.56 used the ratio)");
+      }
+    }
+  }
+  // `get(key) or default`: missing, null and 0 all mean the default.
+  for (auto [key, field, fallback] : {std::tuple{"beta_fast", &yarn.beta_fast, 32.0},
+                                      std::tuple{"beta_slow", &yarn.beta_slow, 1.0}}) {
+    const double value =
+        OptionalNumber(dict, key, "be a number >= 0", kNonNegative).value_or(0.0);
+    *field = value != 0 ? value : fallback;
+  }
+  if (yarn.beta_slow > yarn.beta_fast) {
+    Fail(dict.Key("beta_slow"), "be <= beta_fast (" + Format(yarn.beta_fast) + ")",
+         dict.Find("beta_slow"));
+  }
+  yarn.mscale = OptionalNumber(dict, "mscale", "be a number >= 0", kNonNegative).value_or(0.0);
+  yarn.mscale_all_dim =
+      OptionalNumber(dict, "mscale_all_dim", "be a number >= 0", kNonNegative).value_or(0.0);
+  yarn.attention_factor = OptionalNumber(dict, "attention_factor", "be a number > 0", kPositive);
+  if (const Json* truncate = dict.Find("truncate")) {
+    if (!truncate->is_boolean() && !truncate->is_null()) {
+      Fail(dict.Key("truncate"), "be true or false", truncate);
+    }
+    const bool value = truncate->is_boolean() && truncate->get<bool>();  // null is falsy
+    if (nested) {
+      if (!value) {
+        Note(c.scheme, dict.Key("truncate") + " = false is ignored: Hugging Face reads truncate "
+                           "from the top level of rope_parameters only (reference §10.1)");
+      }
+    } else {
+      yarn.truncate = value;
+    }
+  }
+  return yarn;
+}
+
+std::vector<double> ReadFactorList(const Node& dict, std::string_view key, int64_t rotary_dim) {
+  const std::string rule = "be a list of rotary_dim / 2 = " + std::to_string(rotary_dim / 2) +
+                           " numbers > 0 (required by rope_type \"longrope\")";
+  const Json* list = dict.Value(key);
+  if (list == nullptr || !list->is_array() ||
+      static_cast<int64_t>(list->size()) != rotary_dim / 2) {
+    Fail(dict.Key(key), rule, dict.Find(key));
+  }
+  std::vector<double> values;
+  values.reserve(list->size());
+  for (size_t i = 0; i < list->size(); ++i) {
+    values.push_back(AsNumber(dict, std::string(key) + "[" + std::to_string(i) + "]",
+                              (*list)[i], "be a number > 0", kPositive));
+  }
+  return values;
+}
+
+LongRopeScaling ReadLongRope(const RopeContext& c, const Node& dict, int64_t rotary_dim) {
+  LongRopeScaling rule;
+  rule.short_factor = ReadFactorList(dict, "short_factor", rotary_dim);
+  rule.long_factor = ReadFactorList(dict, "long_factor", rotary_dim);
+  rule.original_max_positions = ReadOriginalMax(c, dict);
+  Require(rule.original_max_positions > 1, kFn, "original_max_position_embeddings", "be > 1",
+          rule.original_max_positions);
+  rule.factor = OptionalNumber(dict, "factor", "be a number > 0", kPositive);
+  rule.max_positions = rule.factor ? c.max_positions.value_or(rule.original_max_positions)
+                                   : RequireMax(c, "longrope's factor defaults to M / L0");
+  rule.attention_factor = OptionalNumber(dict, "attention_factor", "be a number > 0", kPositive);
+  return rule;
+}
+
+Llama3Scaling ReadLlama3(const RopeContext& c, const Node& dict) {
+  Llama3Scaling rule;
+  rule.factor = ReadFactor(dict, "llama3");
+  rule.low_freq_factor = RequiredNumber(
+      dict, "low_freq_factor", "be a number > 0 (required by rope_type \"llama3\")", kPositive);
+  const double low = rule.low_freq_factor;
+  rule.high_freq_factor = RequiredNumber(
+      dict, "high_freq_factor",
+      "be a number > low_freq_factor (" + Format(low) + ") (required by rope_type \"llama3\")",
+      [low](double v) { return v > low; });
+  rule.original_max_positions = ReadOriginalMax(c, dict);
+  return rule;
+}
+
+// The rope type a dict names, with Phi-3's legacy names mapped to longrope.
+std::string ReadRopeType(const RopeContext& c, const Node& dict, std::string& key) {
+  key = dict.Key(dict.Value("rope_type") != nullptr ? "rope_type" : "type");
+  const std::string_view field = dict.Value("rope_type") != nullptr ? "rope_type" : "type";
+  std::string type = OptionalString(dict, field).value_or("default");
+  if (type == "su" || (type == "yarn" && c.model_type == "phi3")) {
+    Note(c.scheme, key + " \"" + type + "\" is Phi-3's legacy name for \"longrope\"");
+    type = "longrope";
+  }
+  if (!In(type, kRopeTypes)) {
+    const Json shown = type;
+    Fail(key, "be one of default, linear, dynamic, yarn, longrope, llama3, proportional", &shown);
+  }
+  return type;
+}
+
+double ReadTheta(const RopeContext& c, const Node& dict, std::optional<double> theta_override) {
+  const std::string rule = "be a number > 0";
+  if (theta_override) return *theta_override;
+  if (const auto theta = OptionalNumber(dict, "rope_theta", rule, kPositive)) return *theta;
+  if (const auto theta = OptionalNumber(c.top, "rope_theta", rule, kPositive)) return *theta;
+  if (c.model_type == "gpt_neox") {
+    if (const auto theta = OptionalNumber(c.top, "rotary_emb_base", rule, kPositive)) {
+      return *theta;
+    }
+  }
+  const double fallback = c.model_type == "gpt_oss" ? 150000.0 : kDefaultTheta;
+  Note(c.scheme, "rope_theta absent: " + Format(fallback) +
+                     " (the Hugging Face config class default) is used");
+  return fallback;
+}
+
+// floor(head_dim * p), or GPT-J's rotary_dim; the Llama-family default ignores p.
+int64_t ReadRotaryDim(const RopeContext& c, const Node& dict, const std::string& type) {
+  if (c.model_type == "gptj") {
+    return OptionalInt(c.top, "rotary_dim", 2, c.head_dim).value_or(c.head_dim);
+  }
+  std::string key = dict.Key("partial_rotary_factor");
+  std::optional<double> p = OptionalNumber(dict, "partial_rotary_factor", "be a number in (0, 1]",
+                                           kUnitInterval);
+  for (std::string_view top_key : {"partial_rotary_factor", "rotary_pct"}) {
+    if (top_key == "rotary_pct" && c.model_type != "gpt_neox") continue;
+    if (const auto top_p = OptionalNumber(c.top, top_key, "be a number in (0, 1]", kUnitInterval)) {
+      p = top_p;  // the top level overrides the dict
+      key = std::string(top_key);
+      break;
+    }
+  }
+  const double factor = p.value_or(1.0);
+  if (type == "proportional") return c.head_dim;
+  if (type == "default" && factor != 1.0 && !In(c.model_type, kPartialRotaryDefault)) {
+    if (!In(c.model_type, kLlamaFamily)) {
+      const Json shown = factor;
+      Fail(key,
+           "be 1 with rope_type \"default\" unless model_type says whether its default applies "
+           "it (llama-family: no; gpt_neox, phi, phi3: yes)",
+           &shown);
+    }
+    Note(c.scheme, key + " = " + Format(factor) + " is ignored by the " + c.model_type +
+                       " default rotary embedding (reference §0.1, §10.8); rotary_dim = head_dim");
+    return c.head_dim;
+  }
+  const auto rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+  if (rotary_dim < 2 || rotary_dim % 2 != 0) {
+    const Json shown = factor;
+    Fail(key,
+         "give an even rotary_dim >= 2 (floor(head_dim " + std::to_string(c.head_dim) + " x " +
+             Format(factor) + ") = " + std::to_string(rotary_dim) + ")",
+         &shown);
+  }
+  return rotary_dim;
+}
+
+RopeLayerScheme ReadLayer(const RopeContext& c, const Node& dict, std::string layer_type,
+                          bool nested, std::optional<double> theta_override = std::nullopt) {
+  RopeLayerScheme layer;
+  layer.layer_type = std::move(layer_type);
+  layer.parameters_key = dict.path.empty() ? "" : dict.path.substr(0, dict.path.size() - 1);
+  layer.head_dim = c.head_dim;
+  std::string type_key;
+  const std::string type = ReadRopeType(c, dict, type_key);
+  layer.rope_theta = ReadTheta(c, dict, theta_override);
+  layer.rotary_dim = ReadRotaryDim(c, dict, type);
+  if (type == "yarn" && layer.rope_theta <= 1) {
+    const Json shown = layer.rope_theta;
+    Fail(dict.Key("rope_theta"), "be a number > 1 for rope_type \"yarn\"", &shown);
+  }
+  if (type == "dynamic" && dict.Value("original_max_position_embeddings") != nullptr) {
+    Note(c.scheme, dict.Key("original_max_position_embeddings") +
+                       " is ignored by rope_type \"dynamic\", which uses max_position_embeddings"
+                       " (reference §10.11)");
+  }
+
+  if (type == "default") {
+    layer.scaling = NoScaling{};
+  } else if (type == "linear") {
+    layer.scaling = LinearScaling{ReadFactor(dict, type)};
+  } else if (type == "dynamic") {
+    const double factor = ReadFactor(dict, type);
+    const int64_t max_positions = RequireMax(c, "rope_type \"dynamic\" scales from it");
+    Require(layer.rotary_dim >= 4, kFn, "rotary_dim", "be >= 4 for rope_type \"dynamic\"",
+            layer.rotary_dim);
+    layer.scaling = DynamicNtkScaling{factor, max_positions};
+  } else if (type == "yarn") {
+    YarnScaling yarn = ReadYarn(c, dict, nested);
+    if ((c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3") &&
+        yarn.mscale_all_dim != 0) {
+      const double g = YarnMscale(yarn.factor, yarn.mscale_all_dim);
+      Require(std::isfinite(g * g), kFn, dict.Key("mscale_all_dim"),
+              "give a finite softmax multiplier (0.1 mscale_all_dim ln factor + 1)^2",
+              yarn.mscale_all_dim);
+      c.scheme.softmax_scale_multiplier = g * g;
+    }
+    layer.scaling = yarn;
+  } else if (type == "longrope") {
+    layer.scaling = ReadLongRope(c, dict, layer.rotary_dim);
+  } else if (type == "llama3") {
+    layer.scaling = ReadLlama3(c, dict);
+  } else {  // proportional
+    Require(c.head_dim % 2 == 0, kFn, "head_dim", "be even", c.head_dim);
+    const std::optional<double> p =
+        OptionalNumber(c.top, "partial_rotary_factor", "be a number in (0, 1]", kUnitInterval);
+    layer.scaling = ProportionalScaling{
+        OptionalNumber(dict, "factor", "be a number >= 1", kAtLeastOne).value_or(1.0),
+        p ? *p
+          : OptionalNumber(dict, "partial_rotary_factor", "be a number in (0, 1]", kUnitInterval)
+                .value_or(1.0)};
+  }
+  std::visit(
+      [&](const auto& rule) {
+        using Rule = std::decay_t<decltype(rule)>;
+        if constexpr (requires(const Rule& r) { r.original_max_positions; }) {
+          if constexpr (!std::is_same_v<Rule, DynamicNtkScaling>) {
+            c.scheme.original_max_position_embeddings = rule.original_max_positions;
+          }
+        }
+      },
+      layer.scaling);
+  return layer;
+}
+
+// Per-layer-type configs nest one dict per layer type (Gemma 3/4, DeepSeek V4).
+bool IsPerLayer(const Json& params) {
+  if (!params.is_object() || params.empty()) return false;
+  return std::all_of(params.begin(), params.end(),
+                     [](const Json& value) { return value.is_object(); });
+}
+
+RopeScheme ReadRope(const Node& top, const std::string& model_type) {
+  RopeScheme scheme;
+  scheme.model_type = model_type;
+  const std::string_view heads_key = FirstKey(top, {"num_attention_heads", "n_head"});
+  scheme.num_attention_heads = RequiredInt(top, heads_key, 1, kMaxHeads);
+  scheme.num_key_value_heads =
+      OptionalInt(top, "num_key_value_heads", 1, kMaxHeads).value_or(scheme.num_attention_heads);
+  scheme.max_position_embeddings = OptionalInt(
+      top, FirstKey(top, {"max_position_embeddings", "n_positions"}), 1, kMaxPositions);
+  if (model_type == "gptj" || model_type == "deepseek_v2") {
+    scheme.layout = RopeLayout::kInterleaved;
+  } else if (model_type == "deepseek_v3") {
+    const Json* interleave = top.Value("rope_interleave");
+    if (interleave != nullptr && !interleave->is_boolean()) {
+      Fail("rope_interleave", "be true or false", interleave);
+    }
+    if (interleave == nullptr || interleave->get<bool>()) {
+      scheme.layout = RopeLayout::kInterleaved;
+      Note(scheme, "deepseek_v3 rotates interleaved pairs (2i, 2i+1) but stores the result "
+                   "de-interleaved; q.k is the interleaved result (reference §0.4)");
+    }
+  }
+  const int64_t head_dim = ReadHeadDim(top, model_type, scheme.num_attention_heads);
+  RopeContext c{top, model_type, head_dim, scheme.max_position_embeddings, scheme};
+
+  // A legacy rope_scaling replaces rope_parameters.
+  const Json* legacy = top.Value("rope_scaling");
+  const std::string params_key = legacy != nullptr ? "rope_scaling" : "rope_parameters";
+  const Json* params = legacy != nullptr ? legacy : top.Value("rope_parameters");
+  if (params != nullptr && !params->is_object()) Fail(params_key, "be an object", params);
+  const Node dict{params != nullptr ? *params : EmptyObject(), params ? params_key + "." : ""};
+
+  if (params != nullptr && IsPerLayer(*params)) {
+    for (const auto& [layer_type, layer_params] : params->items()) {
+      const Node layer_dict{layer_params, params_key + "." + layer_type + "."};
+      scheme.layers.push_back(ReadLayer(c, layer_dict, layer_type, /*nested=*/true));
+    }
+  } else if ((model_type == "gemma3" || model_type == "gemma3_text") &&
+             top.Value("rope_local_base_freq") != nullptr) {
+    // Gemma 3's released configs: rope_scaling and rope_theta are the global layers'; sliding
+    // layers use plain RoPE at rope_local_base_freq.
+    scheme.layers.push_back(ReadLayer(c, dict, "full_attention", false));
+    const double local_theta =
+        RequiredNumber(top, "rope_local_base_freq", "be a number > 0", kPositive);
+    scheme.layers.push_back(ReadLayer(c, Node{EmptyObject(), ""}, "sliding_attention", false,
+                                      local_theta));
+  } else {
+    scheme.layers.push_back(ReadLayer(c, dict, "", false));
+  }
+
+  if (scheme.softmax_scale_multiplier && top.Value("qk_nope_head_dim") != nullptr &&
+      top.Value("qk_rope_head_dim") != nullptr) {
+    const int64_t qk_head_dim = RequiredInt(top, "qk_nope_head_dim", 1, kMaxHeadDim) +
+                                RequiredInt(top, "qk_rope_head_dim", 1, kMaxHeadDim);
+    scheme.softmax_scale =
+        *scheme.softmax_scale_multiplier / std::sqrt(static_cast<double>(qk_head_dim));
+  }
+  return scheme;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ALiBi, learned absolute positions, none.
+
+AlibiScheme ReadMptAlibi(const Node& top) {
+  AlibiScheme scheme{.model_type = "mpt", .notes = {}};
+  scheme.num_heads = RequiredInt(top, "n_heads", 1, kMaxHeads);
+  const Json* attn = top.Value("attn_config");
+  if (attn != nullptr && !attn->is_object()) Fail("attn_config", "be an object", attn);
+  const Node attn_config{attn != nullptr ? *attn : EmptyObject(), "attn_config."};
+  if (const Json* alibi = attn_config.Value("alibi")) {
+    if (!alibi->is_boolean() || !alibi->get<bool>()) {
+      Fail("attn_config.alibi", "be true (posenc reads MPT with ALiBi only)", alibi);
+    }
+  }
+  const std::optional<double> max_bias =
+      OptionalNumber(attn_config, "alibi_bias_max", "be a number > 0", kPositive);
+  scheme.max_bias = max_bias.value_or(8.0);
+  if (!max_bias) scheme.notes.push_back("attn_config.alibi_bias_max absent: 8 (MPT's default)");
+  if (scheme.max_bias != 8.0) {
+    scheme.notes.push_back("Hugging Face's MptModel ignores alibi_bias_max and always uses 8 "
+                           "(reference §8, §10.10)");
+  }
+  return scheme;
+}
+
+LearnedPositionScheme ReadLearned(const Node& top, const std::string& model_type) {
+  const bool gpt2_keys = model_type == "gpt2" || model_type == "gpt_bigcode";
+  if (model_type == "bert") {
+    const std::string kind = OptionalString(top, "position_embedding_type").value_or("absolute");
+    if (kind != "absolute") {
+      Fail("position_embedding_type", "be \"absolute\"", top.Find("position_embedding_type"));
+    }
+  }
+  return {.model_type = model_type,
+          .max_positions = RequiredInt(top, gpt2_keys ? "n_positions" : "max_position_embeddings",
+                                       1, kMaxPositions),
+          .dim = RequiredInt(top, gpt2_keys ? "n_embd" : "hidden_size", 1,
+                             kMaxHeadDim * kMaxHeads)};
+}
+
+bool HasRopeKeys(const Node& top) {
+  for (std::string_view key : {"rope_theta", "rope_scaling", "rope_parameters", "rotary_pct",
+                               "rotary_emb_base", "partial_rotary_factor"}) {
+    if (top.Value(key) != nullptr) return true;
+  }
+  return false;
+}
+
+PositionScheme Read(const Json& root) {
+  if (!root.is_object()) Fail("config", "be a JSON object", &root);
+  const Node top{root, ""};
+  const std::string model_type = OptionalString(top, "model_type").value_or("");
+  if (model_type == "bloom") {
+    return AlibiScheme{.model_type = model_type,
+                       .num_heads = RequiredInt(top, FirstKey(top, {"n_head", "num_attention_heads"}),
+                                                1, kMaxHeads),
+                       .notes = {}};
+  }
+  if (model_type == "mpt") return ReadMptAlibi(top);
+  if (model_type == "falcon" && top.Value("alibi") != nullptr) {
+    const Json* alibi = top.Value("alibi");
+    if (!alibi->is_boolean()) Fail("alibi", "be true or false", alibi);
+    if (alibi->get<bool>()) {
+      return AlibiScheme{
+          .model_type = model_type,
+          .num_heads = RequiredInt(top, FirstKey(top, {"num_attention_heads", "n_head"}), 1,
+                                   kMaxHeads),
+          .notes = {}};
+    }
+  }
+  if (model_type == "gpt2" || model_type == "gpt_bigcode" || model_type == "gpt_neo" ||
+      model_type == "bert") {
+    return ReadLearned(top, model_type);
+  }
+  if (In(model_type, kNoPositionModels)) return NoPositionScheme{model_type};
+  if (In(model_type, kLlamaFamily) || In(model_type, kPartialRotaryDefault) ||
+      In(model_type, kOtherRopeModels) || HasRopeKeys(top)) {
+    return ReadRope(top, model_type);
+  }
+  if (model_type.empty()) {
+    Fail("model_type",
+         "be present (or the config must have rope_theta, rope_scaling or rope_parameters)",
+         top.Find("model_type"));
+  }
+  Fail("model_type", "name a model whose position scheme posenc knows", top.Find("model_type"));
+}
+
+}  // namespace
+
+PositionScheme ParseHfConfig(std::string_view json_text) {
+  CheckShape(json_text);
+  Json root;
+  try {
+    root = Json::parse(json_text.begin(), json_text.end());
+  } catch (const Json::exception& e) {
+    throw Error(ErrorMessage(kFn, "config", "be valid JSON", e.what()));
+  }
+  try {
+    return Read(root);
+  } catch (const Json::exception& e) {
+    // Every access above is type-checked first; this is a backstop, not a code path.
+    throw Error(ErrorMessage(kFn, "config", "be readable", e.what()));
+  }
+}
+
+PositionScheme LoadHfConfig(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  Require(in.good(), kFn, "path", "name a readable file", path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return ParseHfConfig(text.str());
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (in " + path.string() + ")");
+  }
+}
+
+RopeFrequencies ComputeRopeFrequencies(const RopeLayerScheme& layer,
+                                       const RopeFrequencyOptions& options) {
+  return ComputeRopeFrequencies(layer.rope_theta, layer.rotary_dim, layer.scaling, options);
+}
+
+Rope MakeRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
+              const RopeFrequencyOptions& options) {
+  RopeFrequencies frequencies = ComputeRopeFrequencies(layer, options);
+  Rope rope{.head_dim = layer.head_dim,
+            .rotary_dim = layer.rotary_dim,
+            .layout = scheme.layout,
+            .inv_freq = std::move(frequencies.inv_freq),
+            .attention_factor = frequencies.attention_factor};
+  rope.Validate();
+  return rope;
+}
+
+}  // namespace posenc

@@ -1,0 +1,45 @@
+// The vectorised RoPE kernel behind ApplyRope: an internal interface, free of Highway types, that
+// rope.cc calls once per public call after validating everything.
+#pragma once
+
+#include <cstdint>
+
+#include "posenc/rope.h"
+#include "posenc/storage.h"
+
+namespace posenc::internal {
+
+// One tensor: row (t, h) of `in` is rotated into row (t, h) of `out` (the same memory when in
+// place). Strides are in elements of the storage type.
+struct RopeTensor {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t num_heads = 0;
+  int64_t in_token_stride = 0, in_head_stride = 0;
+  int64_t out_token_stride = 0, out_head_stride = 0;
+};
+
+// Everything the kernel needs, already validated: the angles of a token are formed once and
+// shared by every head of every tensor.
+struct RopeKernelArgs {
+  StorageType storage = StorageType::kFloat32;
+  RopeLayout layout = RopeLayout::kHalfSplit;
+  int64_t tokens = 0;
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;
+  const double* inv_freq = nullptr;  // rotary_dim / 2 entries
+  double cos_scale = 1.0;            // attention_factor
+  double sin_scale = 1.0;            // attention_factor, negated for the inverse rotation
+  const int64_t* positions = nullptr;
+  RopeTensor tensors[2];
+  int num_tensors = 0;
+};
+
+// Runs on the best SIMD target of this CPU (one dispatch), with OpenMP threads over tokens when
+// the call is large enough to pay for them.
+void RopeKernel(const RopeKernelArgs& args);
+
+// The Highway target RopeKernel runs on now, e.g. "AVX3" or "AVX2" (for tests and benchmarks).
+const char* KernelTargetName();
+
+}  // namespace posenc::internal

@@ -1,0 +1,291 @@
+// posenc bench: memory bandwidth and the kernels, measured in one process so that every kernel
+// is reported as a fraction of the bandwidth this machine shows right now.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "posenc/heads.h"
+#include "posenc/positions.h"
+#include "posenc/rope.h"
+#include "posenc/runtime.h"
+#include "posenc/sinusoidal.h"
+#include "posenc/storage.h"
+#include "stream.h"
+
+namespace posenc::cli {
+namespace {
+
+struct Shapes {
+  int64_t tokens, heads, kv_heads, head_dim, table_positions, table_dim;
+};
+constexpr Shapes kFull = {4096, 32, 8, 128, 131072, 1024};
+constexpr Shapes kQuick = {64, 4, 2, 128, 256, 64};
+
+struct Timing {
+  double best_s = 0, median_s = 0;
+};
+
+struct Entry {
+  std::string operation, layout, dtype;
+  bool in_place;
+  std::string shape;
+  int threads;
+  double bytes;
+  Timing timing;
+};
+
+// One measurement: what it reports, what it runs, and how often (the scalar references take
+// seconds and run fewer times).
+struct Case {
+  Entry entry;
+  std::function<void()> run;
+  int max_repeats = 1 << 30;
+  int calls_per_run = 1;  // the decode step is timed over a batch of calls
+  std::vector<double> seconds;
+};
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+std::string ShapeString(const std::vector<std::vector<int64_t>>& tensors,
+                        const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t n = 0; n < tensors.size(); ++n) {
+    if (n) s += "+";
+    s += names[n] + "[";
+    for (size_t d = 0; d < tensors[n].size(); ++d) {
+      s += (d ? "," : "") + std::to_string(tensors[n][d]);
+    }
+    s += "]";
+  }
+  return s;
+}
+
+// q and k of one storage type, in and out.
+template <typename T>
+struct QK {
+  std::vector<T> q, k, q_out, k_out;
+  Heads<T> qv, kv, qo, ko;
+  explicit QK(const Shapes& s)
+      : q(s.tokens * s.heads * s.head_dim, FromFloat<T>(0.5f)),
+        k(s.tokens * s.kv_heads * s.head_dim, FromFloat<T>(0.25f)),
+        q_out(q.size()),
+        k_out(k.size()),
+        qv(Heads<T>::Dense(q.data(), s.tokens, s.heads, s.head_dim)),
+        kv(Heads<T>::Dense(k.data(), s.tokens, s.kv_heads, s.head_dim)),
+        qo(Heads<T>::Dense(q_out.data(), s.tokens, s.heads, s.head_dim)),
+        ko(Heads<T>::Dense(k_out.data(), s.tokens, s.kv_heads, s.head_dim)) {}
+};
+
+// Every buffer the cases touch, allocated up front so that the cases can run round-robin.
+struct Buffers {
+  explicit Buffers(const Shapes& s)
+      : stream_a(s.tokens * (s.heads + s.kv_heads) * s.head_dim, 1.0f),
+        stream_b(stream_a.size(), 0.0f),
+        f32(s),
+        bf16(s),
+        single(s),
+        decode_q(s.heads * s.head_dim, 0.5f),
+        decode_k(s.kv_heads * s.head_dim, 0.25f),
+        positions(PositionRange(0, s.tokens)),
+        table_positions(PositionRange(0, s.table_positions)),
+        table(s.table_positions * s.table_dim) {}
+  std::vector<float> stream_a, stream_b;
+  QK<float> f32;
+  QK<BFloat16> bf16;
+  QK<float> single;
+  std::vector<float> decode_q, decode_k;
+  std::vector<int64_t> positions, table_positions;
+  std::vector<float> table;
+};
+
+// The RoPE cases for one storage type: SIMD in place and out of place, both layouts, and the
+// scalar reference twin in place.
+template <typename T>
+void AddRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& positions, QK<T>& b,
+                  std::vector<Case>& cases) {
+  const std::string dtype = StorageTypeName(StorageTypeOf<T>());
+  const std::string shape =
+      ShapeString({{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}},
+                  {"q", "k"});
+  const double bytes = 2.0 * static_cast<double>(b.q.size() + b.k.size()) * sizeof(T);
+  for (const RopeLayout layout : {RopeLayout::kHalfSplit, RopeLayout::kInterleaved}) {
+    const std::string name = layout == RopeLayout::kHalfSplit ? "half_split" : "interleaved";
+    const Rope rope = Rope::Default(s.head_dim, 10000.0, layout);
+    cases.push_back({{"rope_forward", name, dtype, true, shape, threads, bytes, {}},
+                     [&b, rope, &positions] { ApplyRope(rope, positions, b.qv, b.kv); }});
+    cases.push_back({{"rope_forward", name, dtype, false, shape, threads, bytes, {}},
+                     [&b, rope, &positions] {
+                       ApplyRope(rope, positions, Heads<const T>(b.qv), b.qo,
+                                 Heads<const T>(b.kv), b.ko);
+                     }});
+    cases.push_back({{"rope_reference_scalar", name, dtype, true, shape, 1, bytes, {}},
+                     [&b, rope, &positions] {
+                       ApplyRopeReference(rope, positions, b.qv, b.qv, RopeDirection::kForward);
+                       ApplyRopeReference(rope, positions, b.kv, b.kv, RopeDirection::kForward);
+                     },
+                     2});
+  }
+}
+
+// Builds every case, warms each up once, then times them round-robin, `repeats` rounds: noise
+// from other processes then hits every case alike, and the ratios stay meaningful.
+std::vector<Entry> RunBenchmarks(const Shapes& s, int repeats) {
+  const int threads = ThreadCount();
+  Buffers b(s);
+  std::vector<Case> cases;
+  const size_t n = b.stream_a.size();
+  const std::string stream_shape = "[" + std::to_string(n) + "] (q+k)";
+  cases.push_back({{"stream_copy", "-", "float32", false, stream_shape, threads, 8.0 * n, {}},
+                   [&b, n] { bench::StreamCopy(b.stream_a.data(), b.stream_b.data(), n); }});
+  cases.push_back({{"stream_read_modify_write", "-", "float32", true, stream_shape, threads,
+                    8.0 * n, {}},
+                   [&b, n] { bench::StreamScaleInPlace(b.stream_a.data(), n, 0.999f); }});
+  cases.push_back({{"stream_fill", "-", "float32", false, stream_shape, threads, 4.0 * n, {}},
+                   [&b, n] { bench::StreamFill(b.stream_b.data(), n, 1.0f); }});
+  AddRopeCases(s, threads, b.positions, b.f32, cases);
+  AddRopeCases(s, threads, b.positions, b.bf16, cases);
+
+  // Thread scaling: the float32 half-split in-place case on one thread.
+  const Rope plain = Rope::Default(s.head_dim);
+  const std::string qk_shape =
+      ShapeString({{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}},
+                  {"q", "k"});
+  cases.push_back({{"rope_forward", "half_split", "float32", true, qk_shape, 1,
+                    2.0 * (b.single.q.size() + b.single.k.size()) * 4, {}},
+                   [&b, &plain, threads] {
+                     SetThreadCount(1);
+                     ApplyRope(plain, b.positions, b.single.qv, b.single.kv);
+                     SetThreadCount(threads);
+                   }});
+
+  // Decode: one token, all heads of q and k in one call, at the last position.
+  constexpr int kDecodeCalls = 2000;
+  const std::vector<int64_t> last = {s.tokens - 1};
+  cases.push_back(
+      {{"rope_decode_step", "half_split", "float32", true,
+        ShapeString({{1, s.heads, s.head_dim}, {1, s.kv_heads, s.head_dim}}, {"q", "k"}),
+        threads, 2.0 * (b.decode_q.size() + b.decode_k.size()) * 4, {}},
+       [&b, &plain, &last, &s] {
+         for (int c = 0; c < kDecodeCalls; ++c) {
+           ApplyRope(plain, last, Heads<float>::Dense(b.decode_q.data(), 1, s.heads, s.head_dim),
+                     Heads<float>::Dense(b.decode_k.data(), 1, s.kv_heads, s.head_dim));
+         }
+       },
+       1 << 30, kDecodeCalls});
+
+  // The sinusoidal table: written once, never read.
+  const Sinusoidal spec{.dim = s.table_dim};
+  const std::string table_shape =
+      "[" + std::to_string(s.table_positions) + "," + std::to_string(s.table_dim) + "]";
+  const double table_bytes = 4.0 * b.table.size();
+  cases.push_back({{"sinusoidal_table", "-", "float32", false, table_shape, threads, table_bytes,
+                    {}},
+                   [&b, &spec, &s] { FillSinusoidalTable(spec, s.table_positions, b.table); }});
+  cases.push_back({{"sinusoidal_reference_scalar", "-", "float32", false, table_shape, 1,
+                    table_bytes, {}},
+                   [&b, &spec] { FillSinusoidalReference(spec, b.table_positions, b.table); },
+                   1});
+
+  for (Case& c : cases) c.run();  // warm-up: page in buffers, resolve the dispatch
+  for (int r = 0; r < repeats; ++r) {
+    for (Case& c : cases) {
+      if (static_cast<int>(c.seconds.size()) >= c.max_repeats) continue;
+      const auto start = std::chrono::steady_clock::now();
+      c.run();
+      c.seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+          c.calls_per_run);
+    }
+  }
+  std::vector<Entry> entries;
+  for (Case& c : cases) {
+    std::sort(c.seconds.begin(), c.seconds.end());
+    c.entry.timing = {c.seconds.front(), c.seconds[c.seconds.size() / 2]};
+    entries.push_back(c.entry);
+  }
+  return entries;
+}
+
+double InPlaceBandwidth(const std::vector<Entry>& entries) {
+  for (const Entry& e : entries) {
+    if (e.operation == "stream_read_modify_write") return e.bytes / e.timing.best_s;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app) {
+  struct Options {
+    bool json = false;
+    bool quick = false;
+    int repeats = 10;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Measure memory bandwidth and the kernels (RoPE, decode step, sinusoidal table) in one run");
+  bench->add_flag("--json", options->json, "Print the results as JSON");
+  bench->add_flag("--quick", options->quick, "Tiny shapes: a smoke test, not a measurement");
+  bench->add_option("--repeats", options->repeats, "Rounds: every entry is timed once per round, round-robin (best and median)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->callback([options] {
+    const Shapes& shapes = options->quick ? kQuick : kFull;
+    const std::vector<Entry> entries = RunBenchmarks(shapes, options->repeats);
+    const double bandwidth = InPlaceBandwidth(entries);
+    if (options->json) {
+      nlohmann::json out = {{"machine", CpuModel()},
+                            {"simd_target", SimdTargetName()},
+                            {"threads", ThreadCount()},
+                            {"repeats", options->repeats},
+                            {"in_place_bandwidth_gb_per_s", bandwidth / 1e9},
+                            {"entries", nlohmann::json::array()}};
+      for (const Entry& e : entries) {
+        const double rate = e.bytes / e.timing.best_s;
+        out["entries"].push_back({{"operation", e.operation},
+                                  {"layout", e.layout},
+                                  {"dtype", e.dtype},
+                                  {"in_place", e.in_place},
+                                  {"shape", e.shape},
+                                  {"threads", e.threads},
+                                  {"bytes_moved", e.bytes},
+                                  {"best_ns", e.timing.best_s * 1e9},
+                                  {"median_ns", e.timing.median_s * 1e9},
+                                  {"gb_per_s", rate / 1e9},
+                                  {"ratio_to_bandwidth", rate / bandwidth}});
+      }
+      std::cout << out.dump(2) << "\n";
+      return;
+    }
+    std::printf("posenc bench: %s, SIMD target %s, %d threads, best of %d runs\n",
+                CpuModel().c_str(), SimdTargetName().c_str(), ThreadCount(), options->repeats);
+    std::printf("%-28s %-11s %-8s %-5s %-3s %-30s %10s %12s %12s %8s %7s\n", "operation", "layout",
+                "dtype", "place", "thr", "shape", "MB moved", "best", "median", "GB/s", "ratio");
+    for (const Entry& e : entries) {
+      const double rate = e.bytes / e.timing.best_s;
+      const bool ns = e.timing.best_s < 1e-4;
+      std::printf("%-28s %-11s %-8s %-5s %3d %-30s %10.2f %9.3f %s %9.3f %s %8.2f %7.3f\n",
+                  e.operation.c_str(), e.layout.c_str(), e.dtype.c_str(),
+                  e.in_place ? "in" : "out", e.threads, e.shape.c_str(), e.bytes / 1e6,
+                  e.timing.best_s * (ns ? 1e9 : 1e3), ns ? "ns" : "ms",
+                  e.timing.median_s * (ns ? 1e9 : 1e3), ns ? "ns" : "ms", rate / 1e9,
+                  rate / bandwidth);
+    }
+  });
+}
+
+}  // namespace posenc::cli

@@ -1,0 +1,334 @@
+// posenc inspect: what a Hugging Face config.json does to positions. For RoPE: the rule, the
+// dimensions, every pair's frequency and wavelength before and after scaling against the original
+// context, the attention factor, cos and sin at chosen positions, and a wavelength chart.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <sstream>
+
+#include "commands.h"
+#include "demo/plot.h"
+#include "model_rope.h"
+#include "posenc/alibi.h"
+#include "posenc/error.h"
+#include "posenc/hf_config.h"
+
+namespace posenc::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+// How scaling treated a pair, from ratio = original inv_freq / scaled inv_freq.
+enum class PairClass { kExtrapolated, kBlended, kInterpolated, kUnrotated };
+
+const char* Name(PairClass c) {
+  switch (c) {
+    case PairClass::kExtrapolated: return "extrapolated";
+    case PairClass::kBlended: return "blended";
+    case PairClass::kInterpolated: return "interpolated";
+    case PairClass::kUnrotated: return "unrotated";
+  }
+  return "";
+}
+
+struct PairRow {
+  double inv_freq, original_inv_freq, wavelength, original_wavelength, ratio;
+  PairClass treatment;
+};
+
+double Wavelength(double inv_freq) {
+  return inv_freq > 0 ? 2.0 * std::numbers::pi / inv_freq
+                      : std::numeric_limits<double>::infinity();
+}
+
+// Extrapolated: the frequency is kept, so angles past the original context are new to the pair.
+// Interpolated: divided by the largest factor the rule applies to any pair (s for linear, YaRN,
+// Llama 3; the bracket for dynamic NTK), so positions are squeezed into the trained range.
+// Blended: in between. The tolerance absorbs float32 rounding in reference precision.
+std::vector<PairRow> ClassifyPairs(const RopeFrequencies& scaled, const RopeFrequencies& plain) {
+  constexpr double kTolerance = 1e-6;
+  std::vector<PairRow> rows(scaled.inv_freq.size());
+  double largest = 1.0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double w = scaled.inv_freq[i], w0 = i < plain.inv_freq.size() ? plain.inv_freq[i] : 0;
+    rows[i] = {w, w0, Wavelength(w), Wavelength(w0), w > 0 ? w0 / w : 0.0,
+               PairClass::kUnrotated};
+    if (w > 0) largest = std::max(largest, rows[i].ratio);
+  }
+  for (PairRow& row : rows) {
+    if (row.inv_freq == 0) continue;
+    if (std::abs(row.ratio - 1.0) <= kTolerance) {
+      row.treatment = PairClass::kExtrapolated;
+    } else if (row.ratio >= largest * (1 - kTolerance)) {
+      row.treatment = PairClass::kInterpolated;
+    } else {
+      row.treatment = PairClass::kBlended;
+    }
+  }
+  return rows;
+}
+
+// "0-28" style ranges of the pairs in one class.
+std::string Ranges(const std::vector<PairRow>& rows, PairClass c) {
+  std::string out;
+  size_t count = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].treatment != c || (i > 0 && rows[i - 1].treatment == c)) continue;
+    size_t end = i;
+    while (end + 1 < rows.size() && rows[end + 1].treatment == c) ++end;
+    count += end - i + 1;
+    out += (out.empty() ? "" : ", ") + std::to_string(i) +
+           (end > i ? "-" + std::to_string(end) : "");
+  }
+  return std::to_string(count) + (out.empty() ? "" : " (pairs " + out + ")");
+}
+
+const char* LayoutName(RopeLayout layout) {
+  return layout == RopeLayout::kInterleaved ? "interleaved" : "half-split";
+}
+
+// The context the scaled model was trained on: L0 when the rule has one, else M.
+std::optional<int64_t> OriginalContext(const RopeScheme& scheme, const RopeLayerScheme& layer) {
+  if (std::holds_alternative<DynamicNtkScaling>(layer.scaling)) {
+    return std::get<DynamicNtkScaling>(layer.scaling).max_positions;
+  }
+  return scheme.original_max_position_embeddings ? scheme.original_max_position_embeddings
+                                                 : scheme.max_position_embeddings;
+}
+
+void RenderChart(const std::filesystem::path& path, const std::vector<PairRow>& rows,
+                 std::optional<int64_t> context, const std::string& title) {
+  std::string data;
+  char line[96];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    // gnuplot skips NaN: unrotated pairs have no wavelength.
+    auto shown = [](double v) { return std::isfinite(v) ? v : std::nan(""); };
+    std::snprintf(line, sizeof line, "%zu %.9g %.9g\n", i, shown(rows[i].original_wavelength),
+                  shown(rows[i].wavelength));
+    data += line;
+  }
+  std::string script = "set title '" + title + "' noenhanced\n"
+                       "set xlabel 'pair i'\nset ylabel 'wavelength (positions)'\n"
+                       "set logscale y\nset format y '10^{%L}'\nset key top left\n"
+                       "set xrange [0:" + std::to_string(rows.size() - 1) + "]\n";
+  if (context) {
+    script += "set arrow from graph 0, first " + std::to_string(*context) +
+              " to graph 1, first " + std::to_string(*context) +
+              " nohead dt 2 lc rgb '#444444'\nset label 'original context " +
+              std::to_string(*context) + "' at graph 0.02, first " +
+              std::to_string(*context) + " offset 0,0.7 tc rgb '#444444'\n";
+  }
+  script += "plot $wavelengths using 1:2 with linespoints ls 1 pt 7 ps 0.5 title 'before scaling', "
+            "\\\n     $wavelengths using 1:3 with linespoints ls 2 pt 7 ps 0.5 title 'after scaling'";
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  std::filesystem::create_directories(dir);
+  demo::Render({.file_stem = path.stem().string(),
+                .caption = title,
+                .data = {{"wavelengths", data}},
+                .script = script},
+               dir);
+}
+
+struct RopeReport {
+  Json json;
+  std::vector<PairRow> rows;
+};
+
+RopeReport InspectRope(const RopeScheme& scheme, const ModelRopeOptions& options,
+                       const std::string& chart) {
+  const RopeLayerScheme& layer = options.Layer(scheme);
+  const RopeFrequencyOptions frequency_options = options.Frequencies();
+  const RopeFrequencies scaled = ComputeRopeFrequencies(layer, frequency_options);
+  const RopeFrequencies plain =
+      ComputeRopeFrequencies(layer.rope_theta, layer.rotary_dim, NoScaling{},
+                             {.precision = frequency_options.precision});
+  const std::vector<PairRow> rows = ClassifyPairs(scaled, plain);
+  const std::optional<int64_t> context = OriginalContext(scheme, layer);
+
+  Json out = {{"scheme", "rope"},
+              {"model_type", scheme.model_type},
+              {"rope_type", RopeTypeName(layer.scaling)},
+              {"layer_type", layer.layer_type},
+              {"parameters_key", layer.parameters_key},
+              {"head_dim", layer.head_dim},
+              {"rotary_dim", layer.rotary_dim},
+              {"rope_theta", layer.rope_theta},
+              {"layout", LayoutName(scheme.layout)},
+              {"num_attention_heads", scheme.num_attention_heads},
+              {"num_key_value_heads", scheme.num_key_value_heads},
+              {"precision", options.precision},
+              {"seq_len", options.seq_len ? Json(*options.seq_len) : Json(nullptr)},
+              {"original_context", context ? Json(*context) : Json(nullptr)},
+              {"max_position_embeddings", scheme.max_position_embeddings
+                                              ? Json(*scheme.max_position_embeddings)
+                                              : Json(nullptr)},
+              {"inv_freq", scaled.inv_freq},
+              {"attention_factor", scaled.attention_factor},
+              {"notes", scheme.notes}};
+  Json layers = Json::array();
+  for (const RopeLayerScheme& l : scheme.layers) layers.push_back(l.layer_type);
+  out["layer_types"] = layers;
+  Json wavelength = Json::array(), original = Json::array(), treatment = Json::array();
+  for (const PairRow& row : rows) {
+    wavelength.push_back(std::isfinite(row.wavelength) ? Json(row.wavelength) : Json(nullptr));
+    original.push_back(std::isfinite(row.original_wavelength) ? Json(row.original_wavelength)
+                                                              : Json(nullptr));
+    treatment.push_back(Name(row.treatment));
+  }
+  out["wavelength"] = wavelength;
+  out["original_wavelength"] = original;
+  out["pair_class"] = treatment;
+  if (scheme.softmax_scale_multiplier) {
+    out["softmax_scale_multiplier"] = *scheme.softmax_scale_multiplier;
+  }
+  if (scheme.softmax_scale) out["softmax_scale"] = *scheme.softmax_scale;
+  if (!options.positions.empty()) {
+    Json cos = Json::array(), sin = Json::array();
+    for (const int64_t pos : options.positions) {
+      Require(pos >= 0, "inspect", "--positions", "be >= 0", pos);
+      Json c = Json::array(), s = Json::array();
+      for (const double w : scaled.inv_freq) {
+        const CosSin angle = RopeAngle(pos, w);
+        c.push_back(angle.cos);
+        s.push_back(angle.sin);
+      }
+      cos.push_back(c);
+      sin.push_back(s);
+    }
+    out["positions"] = options.positions;
+    out["cos"] = cos;
+    out["sin"] = sin;
+  }
+  if (!chart.empty()) {
+    RenderChart(chart, rows, context,
+                scheme.model_type + " " + std::string(RopeTypeName(layer.scaling)) +
+                    ": wavelength per pair");
+    out["chart"] = chart;
+  }
+  return {std::move(out), rows};
+}
+
+std::string Number(const Json& value) {
+  if (value.is_null()) return "-";
+  std::ostringstream s;
+  s.precision(10);
+  s << value.get<double>();
+  return s.str();
+}
+
+void PrintRope(const Json& r, const std::vector<PairRow>& rows) {
+  std::cout << "scheme        RoPE (" << (r["model_type"] == "" ? "model_type not given"
+                                                                 : r["model_type"].get<std::string>())
+            << "), " << r["layout"].get<std::string>() << " pairs, "
+            << r["num_attention_heads"] << " heads (" << r["num_key_value_heads"] << " kv)\n";
+  if (r["layer_types"].size() > 1) {
+    std::cout << "layer types   " << r["layer_types"].dump() << "; showing "
+              << r["layer_type"].get<std::string>() << "\n";
+  }
+  std::cout << "rope_type     " << r["rope_type"].get<std::string>() << "   theta "
+            << Number(r["rope_theta"]) << "   head_dim " << r["head_dim"] << "   rotary_dim "
+            << r["rotary_dim"] << "\n"
+            << "precision     " << r["precision"].get<std::string>() << "   seq_len "
+            << (r["seq_len"].is_null() ? "- (construction time)" : r["seq_len"].dump()) << "\n"
+            << "context       original " << Number(r["original_context"])
+            << "   max_position_embeddings " << Number(r["max_position_embeddings"]) << "\n"
+            << "attention     factor " << Number(r["attention_factor"])
+            << " (multiplies cos and sin, so logits gain its square)\n";
+  if (r.contains("softmax_scale_multiplier")) {
+    std::cout << "softmax       DeepSeek multiplies the softmax scale by "
+              << Number(r["softmax_scale_multiplier"]) << " (g(s, mscale_all_dim)^2)";
+    if (r.contains("softmax_scale")) std::cout << ": " << Number(r["softmax_scale"]);
+    std::cout << "\n";
+  }
+  for (PairClass c : {PairClass::kExtrapolated, PairClass::kBlended, PairClass::kInterpolated,
+                      PairClass::kUnrotated}) {
+    std::printf("%-13s %s\n", Name(c), Ranges(rows, c).c_str());
+  }
+  std::printf("\n%5s  %-14s %-14s %-14s %-9s %s\n", "pair", "inv_freq", "wavelength",
+              "before", "ratio", "class");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::printf("%5zu  %-14.8g %-14.8g %-14.8g %-9.5g %s\n", i, rows[i].inv_freq,
+                rows[i].wavelength, rows[i].original_wavelength, rows[i].ratio,
+                Name(rows[i].treatment));
+  }
+  if (r.contains("positions")) {
+    std::cout << "\ncos and sin (attention factor not applied)\n";
+    for (size_t p = 0; p < r["positions"].size(); ++p) {
+      std::cout << "pos " << r["positions"][p] << "\n";
+      for (size_t i = 0; i < r["cos"][p].size(); ++i) {
+        std::printf("  pair %3zu  cos % .17g  sin % .17g\n", i, r["cos"][p][i].get<double>(),
+                    r["sin"][p][i].get<double>());
+      }
+    }
+  }
+  for (const auto& note : r["notes"]) std::cout << "note: " << note.get<std::string>() << "\n";
+  if (r.contains("chart")) std::cout << "chart: " << r["chart"].get<std::string>() << "\n";
+}
+
+}  // namespace
+
+void AddInspectCommand(CLI::App& app) {
+  struct Options {
+    ModelRopeOptions model;
+    bool json = false;
+    std::string chart;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* inspect = app.add_subcommand(
+      "inspect",
+      "Show what a Hugging Face config.json does to positions: the scheme; for RoPE the rope "
+      "type, head_dim, rotary_dim, every pair's inverse frequency and wavelength before and after "
+      "scaling against the original context (extrapolated: frequency kept; interpolated: divided "
+      "by the rule's full factor; blended: in between), the attention factor, DeepSeek's softmax "
+      "multiplier, cos and sin at --positions, and a wavelength chart (--chart)");
+  options->model.AddTo(inspect, "default: none (the frequencies the model is built with)");
+  inspect->add_flag("--json", options->json,
+                    "Print one JSON object: rope_type, head_dim, rotary_dim, inv_freq (full "
+                    "double precision), attention_factor, wavelength, pair_class, ...; with "
+                    "--positions also positions, cos and sin [position][pair] (attention factor "
+                    "not applied)");
+  inspect->add_option("--chart", options->chart,
+                      "Draw wavelength per pair before and after scaling with gnuplot into this "
+                      "PNG file (an SVG and the gnuplot script are written beside it)");
+  inspect->callback([options] {
+    const PositionScheme scheme = LoadHfConfig(options->model.config);
+    Json out;
+    if (const auto* rope = std::get_if<RopeScheme>(&scheme)) {
+      RopeReport report = InspectRope(*rope, options->model, options->chart);
+      if (!options->json) {
+        PrintRope(report.json, report.rows);
+        return;
+      }
+      out = std::move(report.json);
+    } else if (const auto* alibi = std::get_if<AlibiScheme>(&scheme)) {
+      out = {{"scheme", "alibi"},
+             {"model_type", alibi->model_type},
+             {"num_heads", alibi->num_heads},
+             {"max_bias", alibi->max_bias},
+             {"slopes", AlibiSlopes(Alibi{.num_heads = alibi->num_heads,
+                                          .max_bias = alibi->max_bias})},
+             {"notes", alibi->notes}};
+    } else if (const auto* learned = std::get_if<LearnedPositionScheme>(&scheme)) {
+      out = {{"scheme", "learned"},
+             {"model_type", learned->model_type},
+             {"max_positions", learned->max_positions},
+             {"dim", learned->dim}};
+    } else {
+      out = {{"scheme", "none"}, {"model_type", std::get<NoPositionScheme>(scheme).model_type}};
+    }
+    if (options->json) {
+      std::cout << out.dump(2) << "\n";
+      return;
+    }
+    for (const auto& [key, value] : out.items()) {
+      std::cout << key << ": " << (value.is_string() ? value.get<std::string>() : value.dump())
+                << "\n";
+    }
+  });
+}
+
+}  // namespace posenc::cli
