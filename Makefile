@@ -25,12 +25,13 @@ build: configure
 demo: build
 	@./$(BUILD)/tools/posenc demo --out $(DEMO_DIR)
 
-# All tests: unit and CLI tests, the installed-package consumer, then the unit tests once more
-# under AddressSanitizer + UndefinedBehaviorSanitizer, then the config loader under libFuzzer.
+# All tests: unit, CLI and Python tests and the installed-package consumers, the config loader
+# under libFuzzer, then the unit tests once more under AddressSanitizer + UndefinedBehaviorSanitizer
+# (last, so that the run closes on a test summary).
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	@$(MAKE) --no-print-directory test-sanitizers
 	@$(MAKE) --no-print-directory test-fuzz
+	@$(MAKE) --no-print-directory test-sanitizers
 
 test-sanitizers: setup
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPOSENC_SANITIZE=ON \
