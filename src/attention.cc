@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attention_kernels.h"
 #include "posenc/error.h"
 #include "posenc/positions.h"
 
@@ -29,6 +30,64 @@ std::vector<float> Rotated(const Rope& rope, std::span<const int64_t> positions,
                      Heads<float>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim),
                      RopeDirection::kForward);
   return buffer;
+}
+
+// A dense copy of x rotated by the standalone RoPE op (ApplyRope: the same SIMD kernel, so the
+// fused path and ApplyRope can never disagree on the rotation), in x's own storage type.
+template <typename T>
+std::vector<T> RotatedCopy(const Rope& rope, std::span<const int64_t> positions,
+                           Heads<const T> x) {
+  std::vector<T> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
+  ApplyRope(rope, positions, x, Heads<T>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim),
+            RopeDirection::kForward);
+  return buffer;
+}
+
+internal::AttentionInput KernelInput(const auto& x) {
+  return {x.data, x.token_stride, x.head_stride};
+}
+
+// The fused kernel (attention_kernels-inl.h) on validated input: RoPE into per-call copies of q
+// and k, ALiBi slopes and the scale resolved, then one dispatch.
+template <typename T>
+void FusedAttention(const AttentionOptions& options, Heads<const T> q, Heads<const T> k,
+                    Heads<const T> v, std::span<const int64_t> query_pos,
+                    std::span<const int64_t> key_pos, Heads<float> out) {
+  std::vector<T> q_rotated, k_rotated;
+  if (options.rope) {
+    q_rotated = RotatedCopy(*options.rope, query_pos, q);
+    k_rotated = RotatedCopy(*options.rope, key_pos, k);
+    q = Heads<const T>::Dense(q_rotated.data(), q.tokens, q.num_heads, q.head_dim);
+    k = Heads<const T>::Dense(k_rotated.data(), k.tokens, k.num_heads, k.head_dim);
+  }
+  std::vector<float> slopes;
+  if (options.alibi) {
+    for (const double slope : AlibiSlopes(*options.alibi)) {
+      slopes.push_back(static_cast<float>(slope));
+    }
+  }
+
+  internal::AttentionKernelArgs args;
+  args.storage = StorageTypeOf<T>();
+  args.q_tokens = q.tokens;
+  args.kv_tokens = k.tokens;
+  args.num_heads = q.num_heads;
+  args.num_kv_heads = k.num_heads;
+  args.head_dim = q.head_dim;
+  args.value_dim = v.head_dim;
+  args.q = KernelInput(q);
+  args.k = KernelInput(k);
+  args.v = KernelInput(v);
+  args.out = out.data;
+  args.out_token_stride = out.token_stride;
+  args.out_head_stride = out.head_stride;
+  args.query_pos = query_pos.data();
+  args.key_pos = key_pos.data();
+  args.causal = options.causal;
+  args.alibi_slopes = options.alibi ? slopes.data() : nullptr;
+  args.scale = static_cast<float>(
+      options.scale > 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.head_dim)));
+  internal::AttentionKernel(args);
 }
 
 }  // namespace
@@ -111,9 +170,13 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
   }
 }
 
-void Attention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
-               Heads<const float> v, std::span<const int64_t> query_pos,
-               std::span<const int64_t> key_pos, Heads<float> out) {
+namespace {
+
+// Every public Attention: the same validation, whatever the storage type, then the kernel.
+template <typename T>
+void ValidatedAttention(const AttentionOptions& options, Heads<const T> q, Heads<const T> k,
+                        Heads<const T> v, std::span<const int64_t> query_pos,
+                        std::span<const int64_t> key_pos, Heads<float> out) {
   // Everything is validated before out is written.
   q.Validate(kFunction, "q");
   k.Validate(kFunction, "k");
@@ -155,9 +218,23 @@ void Attention(const AttentionOptions& options, Heads<const float> q, Heads<cons
   Require(!Overlaps(out, k), kFunction, "out", overlap_rule, "a view overlapping k");
   Require(!Overlaps(out, v), kFunction, "out", overlap_rule, "a view overlapping v");
 
-  // The kernel. Only the reference for now; a fused (flash-style) kernel plugs in here and is
-  // tested against AttentionReference.
-  AttentionReference(options, q, k, v, query_pos, key_pos, out);
+  // The fused (flash-style) kernel, tested against AttentionReference.
+  FusedAttention(options, q, k, v, query_pos, key_pos, out);
+}
+
+}  // namespace
+
+void Attention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
+               Heads<const float> v, std::span<const int64_t> query_pos,
+               std::span<const int64_t> key_pos, Heads<float> out) {
+  ValidatedAttention(options, q, k, v, query_pos, key_pos, out);
+}
+
+void Attention(const AttentionOptions& options, Heads<const BFloat16> q,
+               Heads<const BFloat16> k, Heads<const BFloat16> v,
+               std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
+               Heads<float> out) {
+  ValidatedAttention(options, q, k, v, query_pos, key_pos, out);
 }
 
 }  // namespace posenc

@@ -21,6 +21,7 @@
 #include "posenc/alibi.h"
 #include "posenc/heads.h"
 #include "posenc/rope.h"
+#include "posenc/storage.h"
 
 namespace posenc {
 
@@ -37,6 +38,15 @@ struct AttentionOptions {
 void Attention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
                Heads<const float> v, std::span<const int64_t> query_pos,
                std::span<const int64_t> key_pos, Heads<float> out);
+
+// The same on bfloat16 storage (posenc/storage.h): q, k and v are read as bfloat16 and widened to
+// float32, all arithmetic is float32 and out is float32. RoPE rotates q and k by the bfloat16
+// ApplyRope (float32 rotation, one rounding back to bfloat16, as a bfloat16 model would store
+// them). Its reference is AttentionReference on the widened inputs.
+void Attention(const AttentionOptions& options, Heads<const BFloat16> q,
+               Heads<const BFloat16> k, Heads<const BFloat16> v,
+               std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
+               Heads<float> out);
 
 // The reference: the unfused composition in double (rotate, score, bias, mask, softmax, weighted
 // sum), the definition every fast attention kernel must match. Same contract as Attention, but

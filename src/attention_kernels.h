@@ -1,0 +1,47 @@
+// The fused (flash-style) attention kernel behind Attention: an internal interface, free of
+// Highway types, that attention.cc calls once per public call after validating everything and
+// applying RoPE.
+#pragma once
+
+#include <cstdint>
+
+#include "posenc/storage.h"
+
+namespace posenc::internal {
+
+// One [tokens, heads, dim] input: row (t, h) starts at data + t * token_stride + h * head_stride
+// (strides in elements of the storage type); each row is contiguous.
+struct AttentionInput {
+  const void* data = nullptr;
+  int64_t token_stride = 0;
+  int64_t head_stride = 0;
+};
+
+// Everything the kernel needs, already validated (see Attention): q [q_tokens, num_heads,
+// head_dim], k [kv_tokens, num_kv_heads, head_dim], v [kv_tokens, num_kv_heads, value_dim],
+// out [q_tokens, num_heads, value_dim] (float32, disjoint from the inputs). q and k are already
+// rotated by RoPE when the call asked for it.
+struct AttentionKernelArgs {
+  StorageType storage = StorageType::kFloat32;  // of q, k and v: kFloat32 or kBFloat16
+  int64_t q_tokens = 0;
+  int64_t kv_tokens = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // divides num_heads
+  int64_t head_dim = 0;
+  int64_t value_dim = 0;
+  AttentionInput q, k, v;
+  float* out = nullptr;
+  int64_t out_token_stride = 0;
+  int64_t out_head_stride = 0;
+  const int64_t* query_pos = nullptr;  // q_tokens entries, >= 0
+  const int64_t* key_pos = nullptr;    // kv_tokens entries, >= 0
+  bool causal = false;
+  const float* alibi_slopes = nullptr;  // num_heads entries, or nullptr without ALiBi
+  float scale = 1.0f;                   // score scale, > 0
+};
+
+// Runs on the best SIMD target of this CPU (one dispatch), with OpenMP threads over
+// (key/value head, query tile) work items when the call is large enough to pay for them.
+void AttentionKernel(const AttentionKernelArgs& args);
+
+}  // namespace posenc::internal

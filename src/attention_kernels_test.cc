@@ -1,0 +1,271 @@
+// The fused attention kernel (behind Attention) against AttentionReference, the unfused
+// composition in double, on every compiled SIMD target; and the identities a fused kernel must
+// keep: decode equals the last row of prefill, positions shifted by a million change nothing,
+// and ALiBi's two bias forms agree.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "posenc/attention.h"
+#include "posenc/error.h"
+#include "posenc/heads.h"
+#include "posenc/positions.h"
+#include "posenc/storage.h"
+#include "simd_targets_for_test.h"
+
+namespace posenc {
+namespace {
+
+using testing_support::ForEachSimdTarget;
+
+// How far Attention's output may be from the reference's, absolute (values lie in [-1, 1]).
+// float32: the kernel's float32 dot products, exp and sums against double, a few ulps of the
+// largest terms. bfloat16 is defined by the reference on the widened inputs; the kernel rounds
+// the RoPE-rotated q and k to bfloat16 (as the standalone op on bfloat16 does), which moves the
+// scores by a few bfloat16 ulps.
+template <typename T>
+constexpr double kTolerance = 2e-5;
+template <>
+constexpr double kTolerance<BFloat16> = 2e-2;
+
+// A [tokens, heads, dim] tensor of T inside a larger buffer: `gap` elements after every row and
+// one element before the first (a misaligned start), all of them NaN, so that a kernel reading
+// outside the rows poisons its output.
+template <typename T>
+struct Tensor {
+  std::vector<T> buffer;
+  Heads<T> view;
+  std::vector<float> values;  // the rows, densely, as float: what the reference is given
+
+  Tensor(int64_t tokens, int64_t heads, int64_t dim, uint32_t seed, float range = 1.0f,
+         int64_t gap = 0) {
+    const int64_t row = dim + gap;
+    buffer.assign(static_cast<size_t>(tokens * heads * row + 1),
+                  FromFloat<T>(std::numeric_limits<float>::quiet_NaN()));
+    view = {buffer.data() + 1, tokens, heads, dim, heads * row, row};
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-range, range);
+    values.resize(static_cast<size_t>(tokens * heads * dim));
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t d = 0; d < dim; ++d) {
+          const T x = FromFloat<T>(uniform(rng));
+          view.Row(t, h)[d] = x;
+          values[static_cast<size_t>((t * heads + h) * dim + d)] = ToFloat(x);
+        }
+      }
+    }
+  }
+  Heads<const float> Widened() const {
+    return Heads<const float>::Dense(values.data(), view.tokens, view.num_heads, view.head_dim);
+  }
+};
+
+using Output = std::vector<float>;
+
+template <typename T>
+Output Run(const AttentionOptions& options, Heads<const T> q, Heads<const T> k, Heads<const T> v,
+           const std::vector<int64_t>& query_pos, const std::vector<int64_t>& key_pos) {
+  Output out(static_cast<size_t>(q.tokens * q.num_heads * v.head_dim),
+             std::numeric_limits<float>::quiet_NaN());
+  Attention(options, q, k, v, query_pos, key_pos,
+            Heads<float>::Dense(out.data(), q.tokens, q.num_heads, v.head_dim));
+  return out;
+}
+
+template <typename T>
+Output Run(const AttentionOptions& options, const Tensor<T>& q, const Tensor<T>& k,
+           const Tensor<T>& v, const std::vector<int64_t>& query_pos,
+           const std::vector<int64_t>& key_pos) {
+  return Run<T>(options, q.view, k.view, v.view, query_pos, key_pos);
+}
+
+template <typename T>
+Output Reference(const AttentionOptions& options, const Tensor<T>& q, const Tensor<T>& k,
+                 const Tensor<T>& v, const std::vector<int64_t>& query_pos,
+                 const std::vector<int64_t>& key_pos) {
+  Output out(static_cast<size_t>(q.view.tokens * q.view.num_heads * v.view.head_dim));
+  AttentionReference(options, q.Widened(), k.Widened(), v.Widened(), query_pos, key_pos,
+                     Heads<float>::Dense(out.data(), q.view.tokens, q.view.num_heads,
+                                         v.view.head_dim));
+  return out;
+}
+
+void ExpectNear(const Output& got, const Output& want, double tolerance, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tolerance) << what << " element " << i;
+  }
+}
+
+struct Shape {
+  int64_t q_tokens, kv_tokens, num_heads, num_kv_heads, head_dim, value_dim;
+};
+
+// Odd sizes around the tile edges (4 query rows, 64 keys) and every vector width (4, 8, 16
+// floats): head_dim 40 and 72 are no multiple of 16, 33 none of anything.
+constexpr Shape kShapes[] = {
+    {1, 1, 1, 1, 32, 32},       {3, 3, 2, 1, 40, 40},      {5, 7, 8, 8, 72, 72},
+    {17, 17, 4, 2, 33, 24},     {65, 65, 8, 1, 64, 64},    {63, 129, 4, 4, 128, 128},
+    {1, 300, 8, 2, 256, 256},   {131, 131, 2, 1, 256, 72}, {300, 300, 2, 1, 40, 40},
+};
+
+std::string Describe(const Shape& s, const AttentionOptions& o) {
+  return "q_tokens " + std::to_string(s.q_tokens) + " kv_tokens " + std::to_string(s.kv_tokens) +
+         " heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
+         " head_dim " + std::to_string(s.head_dim) + " value_dim " + std::to_string(s.value_dim) +
+         (o.causal ? " causal" : " full") + (o.alibi ? " alibi" : "") + (o.rope ? " rope" : "");
+}
+
+// Every option combination, each shape, every SIMD target: the queries are the last q_tokens of
+// the keys' positions (prefill when equal, a chunk or a decode step against a KV cache when not).
+template <typename T>
+void CheckAgainstReference() {
+  uint32_t seed = 1;
+  for (const Shape& s : kShapes) {
+    const Tensor<T> q(s.q_tokens, s.num_heads, s.head_dim, seed++, 2.0f, 3);
+    const Tensor<T> k(s.kv_tokens, s.num_kv_heads, s.head_dim, seed++, 2.0f);
+    const Tensor<T> v(s.kv_tokens, s.num_kv_heads, s.value_dim, seed++, 1.0f, 1);
+    const std::vector<int64_t> key_pos = PositionRange(0, s.kv_tokens);
+    const std::vector<int64_t> query_pos = PositionRange(s.kv_tokens - s.q_tokens, s.q_tokens);
+    for (int combination = 0; combination < 8; ++combination) {
+      AttentionOptions options;
+      options.causal = combination & 1;
+      if (combination & 2) options.alibi = Alibi{.num_heads = s.num_heads};
+      if (combination & 4) {  // both layouts; an odd head_dim leaves its last feature unrotated
+        const RopeLayout layout = seed % 2 ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit;
+        options.rope = Rope::Default(s.head_dim, 10000.0, layout, s.head_dim / 2 * 2);
+      }
+      const std::string what = Describe(s, options);
+      const Output want = Reference(options, q, k, v, query_pos, key_pos);
+      ForEachSimdTarget([&](int64_t) {
+        ExpectNear(Run(options, q, k, v, query_pos, key_pos), want, kTolerance<T>, what);
+      });
+    }
+  }
+}
+
+TEST(AttentionKernel, MatchesReferenceAcrossShapesFloat32) { CheckAgainstReference<float>(); }
+TEST(AttentionKernel, MatchesReferenceAcrossShapesBFloat16) { CheckAgainstReference<BFloat16>(); }
+
+// Decode: query t alone against keys 0 .. t is row t of the causal prefill, for the last steps
+// and at a position offset of a million (a long conversation).
+template <typename T>
+void CheckDecodeEqualsPrefill() {
+  constexpr int64_t kTokens = 77, kHeads = 8, kKvHeads = 2, kDim = 72;
+  const Tensor<T> q(kTokens, kHeads, kDim, 11, 2.0f), k(kTokens, kKvHeads, kDim, 12, 2.0f),
+      v(kTokens, kKvHeads, kDim, 13);
+  for (const int64_t offset : {int64_t{0}, int64_t{1000000}}) {
+    AttentionOptions options;
+    options.causal = true;
+    options.alibi = Alibi{.num_heads = kHeads};
+    options.rope = Rope::Default(kDim);
+    const std::vector<int64_t> positions = PositionRange(offset, kTokens);
+    ForEachSimdTarget([&](int64_t) {
+      const Output prefill = Run(options, q, k, v, positions, positions);
+      for (int64_t t = kTokens - 3; t < kTokens; ++t) {
+        // Views of row t of q and of the first t + 1 keys and values (the cache).
+        Heads<const T> q_step = q.view, k_cache = k.view, v_cache = v.view;
+        q_step.data = q.view.Row(t, 0);
+        q_step.tokens = 1;
+        k_cache.tokens = v_cache.tokens = t + 1;
+        const std::vector<int64_t> cache(positions.begin(), positions.begin() + t + 1);
+        const Output decode = Run(options, q_step, k_cache, v_cache, {positions[t]}, cache);
+        const Output row(prefill.begin() + t * kHeads * kDim,
+                         prefill.begin() + (t + 1) * kHeads * kDim);
+        ExpectNear(decode, row, 1e-6,
+                   "decode step " + std::to_string(t) + " offset " + std::to_string(offset));
+      }
+    });
+  }
+}
+
+TEST(AttentionKernel, DecodeStepEqualsLastRowsOfPrefillFloat32) {
+  CheckDecodeEqualsPrefill<float>();
+}
+TEST(AttentionKernel, DecodeStepEqualsLastRowsOfPrefillBFloat16) {
+  CheckDecodeEqualsPrefill<BFloat16>();
+}
+
+// Positions in the millions: the kernel still matches the reference there, and since RoPE scores
+// and ALiBi biases depend only on position differences, shifting every position by 10^6 leaves
+// the output as it was at 0.
+template <typename T>
+void CheckLongPositions() {
+  constexpr int64_t kQueries = 37, kKeys = 150, kHeads = 4, kDim = 64;
+  const Tensor<T> q(kQueries, kHeads, kDim, 21, 2.0f), k(kKeys, 2, kDim, 22, 2.0f),
+      v(kKeys, 2, kDim, 23);
+  AttentionOptions options;
+  options.causal = true;
+  options.alibi = Alibi{.num_heads = kHeads};
+  options.rope = Rope::Default(kDim);
+  const std::vector<int64_t> key_pos = PositionRange(0, kKeys);
+  const std::vector<int64_t> query_pos = PositionRange(kKeys - kQueries, kQueries);
+  const Output at_zero = Reference(options, q, k, v, query_pos, key_pos);
+  for (const int64_t offset : {int64_t{1000000}, int64_t{1} << 24, int64_t{3000000000}}) {
+    std::vector<int64_t> far_keys = key_pos, far_queries = query_pos;
+    for (int64_t& p : far_keys) p += offset;
+    for (int64_t& p : far_queries) p += offset;
+    const Output want = Reference(options, q, k, v, far_queries, far_keys);
+    ForEachSimdTarget([&](int64_t) {
+      const Output got = Run(options, q, k, v, far_queries, far_keys);
+      ExpectNear(got, want, kTolerance<T>, "offset " + std::to_string(offset));
+      // Against the unshifted output: the rotation's float32 rounding at large angles adds a
+      // little (RoPE's own precision contract, posenc/rope.h).
+      ExpectNear(got, at_zero, 2 * kTolerance<T>, "shift by " + std::to_string(offset));
+    });
+  }
+}
+
+TEST(AttentionKernel, LongPositionsStayAccurateFloat32) { CheckLongPositions<float>(); }
+TEST(AttentionKernel, LongPositionsStayAccurateBFloat16) { CheckLongPositions<BFloat16>(); }
+
+// ALiBi's bias -slope (i - j) and the key-position-only form slope j differ by -slope i, a
+// constant along each query's row, which softmax removes: without a causal mask (the one other
+// use of query positions) and RoPE, putting every query at position 0 turns the first form into
+// the second and must not change the output.
+template <typename T>
+void CheckAlibiBiasForms() {
+  constexpr int64_t kQueries = 45, kKeys = 133, kHeads = 8, kDim = 40;
+  const Tensor<T> q(kQueries, kHeads, kDim, 31, 2.0f), k(kKeys, 4, kDim, 32, 2.0f),
+      v(kKeys, 4, kDim, 33);
+  AttentionOptions options;
+  options.alibi = Alibi{.num_heads = kHeads};
+  const std::vector<int64_t> key_pos = PositionRange(0, kKeys);
+  const std::vector<int64_t> query_pos = PositionRange(kKeys - kQueries, kQueries);
+  const std::vector<int64_t> at_zero(kQueries, 0);
+  const Output relative = Reference(options, q, k, v, query_pos, key_pos);
+  ForEachSimdTarget([&](int64_t) {
+    ExpectNear(Run(options, q, k, v, query_pos, key_pos), relative, kTolerance<T>, "-(i - j)");
+    ExpectNear(Run(options, q, k, v, at_zero, key_pos), relative, kTolerance<T>, "key only");
+  });
+}
+
+TEST(AttentionKernel, AlibiBiasFormsAgreeFloat32) { CheckAlibiBiasForms<float>(); }
+TEST(AttentionKernel, AlibiBiasFormsAgreeBFloat16) { CheckAlibiBiasForms<BFloat16>(); }
+
+// The bfloat16 overload goes through the same validation as float32, before out is touched.
+TEST(AttentionKernel, BFloat16OverloadValidatesLikeFloat32) {
+  const Tensor<BFloat16> q(4, 8, 8, 41), k(5, 2, 8, 42), v(5, 2, 6, 43);
+  Output out(4 * 8 * 6, 7.0f);
+  const Heads<float> out_view = Heads<float>::Dense(out.data(), 4, 8, 6);
+  Heads<const BFloat16> bad_k = k.view;
+  bad_k.head_dim = 4;
+  try {
+    Attention({}, Heads<const BFloat16>(q.view), bad_k, Heads<const BFloat16>(v.view),
+              PositionRange(0, 4), PositionRange(0, 5), out_view);
+    ADD_FAILURE() << "expected posenc::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "[attention] k.head_dim must equal q.head_dim (8), got 4");
+  }
+  for (const float x : out) EXPECT_EQ(x, 7.0f);
+}
+
+}  // namespace
+}  // namespace posenc
