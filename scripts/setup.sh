@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev           # JSON output of the CLI, golden test data
   gnuplot-nox                  # draws the demo's figures (PNG through cairo, and SVG)
   libhwy-dev                   # Google Highway: SIMD kernels with runtime CPU dispatch
+  libsleef-dev                 # SLEEF: torch's float32 pow, for Hugging Face's exact RoPE bits
   libbenchmark-dev             # Google Benchmark: bench/posenc_benchmarks
   python3-dev pybind11-dev     # the Python extension module, built against Debian's python3
   python3-numpy                # numpy arrays in and out of the Python bindings

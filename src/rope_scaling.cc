@@ -3,10 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <sleef.h>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "posenc/error.h"
+
+// sleef.h declares the FMA build of a function only when this file is compiled with FMA enabled
+// (FP_FAST_FMA); the library is built without -m flags, so declare the one we call ourselves.
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(FP_FAST_FMA)
+extern "C" float Sleef_finz_powf1_u10purecfma(float, float);
+#endif
 
 namespace posenc {
 namespace {
@@ -104,16 +112,40 @@ struct Scaled {
   double attention_factor = 1.0;
 };
 
+// Torch's float32 pow on the CPU: SLEEF's powf_u10 (accurate to 1 ulp, not correctly rounded).
+// The FMA build is the scalar twin of the AVX2 Sleef_powf8_u10 that torch's vectorized kernel
+// calls (the same bits), and, unlike the Sleef_powf_u10 dispatcher, gives the same result on
+// every CPU that has FMA. Only x86 CPUs without FMA (before 2013) get the plain C build, which
+// can differ from it by an ulp.
+float TorchPowf(float x, float y) {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has_fma = __builtin_cpu_supports("fma");
+  return has_fma ? Sleef_finz_powf1_u10purecfma(x, y) : Sleef_cinz_powf1_u10purec(x, y);
+#else
+  return Sleef_powf_u10(x, y);
+#endif
+}
+
 // b_i = base^(2i / denominator) for i < pairs: the reference converts the integer grid to float32,
 // divides by the width in float32, converts the base to float32 (a Python float raised to a
-// tensor becomes a float32 tensor first) and raises it in float32. Torch's float32 pow (SLEEF's
-// powf_u10) is not exactly rounded, so this correctly rounded power can differ from it by one
-// ulp, and the reciprocal then by up to two (docs/PRECISION.md).
+// tensor becomes a float32 tensor first) and raises it in float32 with torch's CPU kernel. That
+// kernel runs SLEEF's vector powf over blocks of 16 (two 8-lane AVX2 vectors) and the C library's
+// scalar powf over the remaining pairs % 16; we use SLEEF for the blocks and a correctly rounded
+// power for the tail (glibc's powf is within 0.82 ulp and agrees with it on every golden
+// frequency). In double (kExact) it is the correctly rounded power throughout (docs/PRECISION.md).
 template <typename T>
 std::vector<T> BasePowers(double base, int64_t pairs, int64_t denominator) {
+  constexpr int64_t kTorchVectorBlock = 16;
+  const int64_t vectorized = pairs / kTorchVectorBlock * kTorchVectorBlock;
   std::vector<T> powers(pairs);
   for (int64_t i = 0; i < pairs; ++i) {
     const T exponent = static_cast<T>(2 * i) / static_cast<T>(denominator);
+    if constexpr (std::is_same_v<T, float>) {
+      if (i < vectorized) {
+        powers[i] = TorchPowf(static_cast<float>(base), exponent);
+        continue;
+      }
+    }
     powers[i] = static_cast<T>(
         std::pow(static_cast<double>(static_cast<T>(base)), static_cast<double>(exponent)));
   }
