@@ -349,6 +349,24 @@ TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {
                          "rope_reference_scalar/float32", "sinusoidal_table/float32"}) {
     EXPECT_TRUE(operations.count(op)) << op;
   }
+  // The compute-bound entries: useful GFLOP/s and a fraction of the FMA peak of the same run.
+  EXPECT_GT(report["fma_peak_gflop_per_s"].get<double>(), 0.0);
+  std::set<std::string> attention;
+  for (const auto& e : report["entries"]) {
+    const std::string op = e["operation"].get<std::string>();
+    if (op.rfind("attention ", 0) != 0) continue;
+    attention.insert(op);
+    ASSERT_TRUE(e.contains("gflop_per_s") && e.contains("ratio_to_peak")) << e.dump();
+    EXPECT_GT(e["ratio_to_peak"].get<double>(), 0.0) << e.dump();
+    if (op.find("decode") != std::string::npos) {
+      ASSERT_TRUE(e.contains("stream_ns") && e.contains("ratio_to_stream_time")) << e.dump();
+      EXPECT_GT(e["ratio_to_stream_time"].get<double>(), 0.0) << e.dump();
+    }
+  }
+  EXPECT_EQ(attention, (std::set<std::string>{
+                           "attention prefill causal f32", "attention prefill causal alibi f32",
+                           "attention prefill causal bf16", "attention prefill causal alibi bf16",
+                           "attention decode gqa f32"}));
 }
 
 }  // namespace

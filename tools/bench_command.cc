@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "commands.h"
+#include "fma_peak.h"
+#include "posenc/alibi.h"
+#include "posenc/attention.h"
 #include "posenc/heads.h"
 #include "posenc/positions.h"
 #include "posenc/rope.h"
@@ -24,9 +27,13 @@ namespace {
 
 struct Shapes {
   int64_t tokens, heads, kv_heads, head_dim, table_positions, table_dim;
+  // Attention: causal prefill of prefill_tokens, and one decode query against decode_keys cached
+  // keys (decode_heads query heads over decode_kv_heads key/value heads).
+  int64_t prefill_tokens, prefill_heads, decode_keys, decode_heads, decode_kv_heads;
+  int64_t fma_iterations;  // per thread, for the FMA peak
 };
-constexpr Shapes kFull = {4096, 32, 8, 128, 131072, 1024};
-constexpr Shapes kQuick = {64, 4, 2, 128, 256, 64};
+constexpr Shapes kFull = {4096, 32, 8, 128, 131072, 1024, 2048, 8, 8192, 32, 8, 4'000'000};
+constexpr Shapes kQuick = {64, 4, 2, 128, 256, 64, 64, 8, 256, 4, 2, 10'000};
 
 struct Timing {
   double best_s = 0, median_s = 0;
@@ -39,6 +46,8 @@ struct Entry {
   int threads;
   double bytes;
   Timing timing;
+  double flops = 0;          // useful floating-point work, for the compute-bound cases
+  double stream_bytes = 0;   // bytes a decode step must read at least once (the KV cache)
 };
 
 // One measurement: what it reports, what it runs, and how often (the scalar references take
@@ -49,6 +58,13 @@ struct Case {
   int max_repeats = 1 << 30;
   int calls_per_run = 1;  // the decode step is timed over a batch of calls
   std::vector<double> seconds;
+  bool fma_peak = false;  // the compute ceiling, reported apart from the entries
+};
+
+// What a run measured: the entries, and the two ceilings they are compared with.
+struct Results {
+  std::vector<Entry> entries;
+  double fma_peak_flops_per_s = 0;
 };
 
 std::string CpuModel() {
@@ -141,12 +157,74 @@ void AddRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& posi
   }
 }
 
+// Attention inputs of one storage type: prefill q, k, v of prefill_tokens, and one decode query
+// against a cache of decode_keys keys and values. Constant inputs: the timing does not depend on
+// the values, and the bytes are what they are.
+template <typename T>
+struct AttentionBuffers {
+  explicit AttentionBuffers(const Shapes& s)
+      : prefill(s.prefill_tokens * s.prefill_heads * s.head_dim, FromFloat<T>(0.125f)),
+        prefill_out(prefill.size()),
+        prefill_pos(PositionRange(0, s.prefill_tokens)) {}
+  std::vector<T> prefill;  // q, k and v share one buffer: the kernel only reads them
+  std::vector<float> prefill_out;
+  std::vector<int64_t> prefill_pos;
+};
+
+struct DecodeBuffers {
+  explicit DecodeBuffers(const Shapes& s)
+      : q(s.decode_heads * s.head_dim, 0.125f),
+        kv(s.decode_keys * s.decode_kv_heads * s.head_dim, 0.25f),
+        out(q.size()),
+        query_pos{s.decode_keys - 1},
+        key_pos(PositionRange(0, s.decode_keys)) {}
+  std::vector<float> q, kv, out;  // k and v share one buffer, so v is streamed once more
+  std::vector<int64_t> query_pos, key_pos;
+};
+
+// Causal prefill, with and without ALiBi, on q, k and v of one storage type. Useful work is the
+// lower triangle only: T (T + 1) / 2 (query, key) pairs per head, 2 head_dim flops each for the
+// score and 2 head_dim for the weighted value.
+template <typename T>
+void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
+                     std::vector<Case>& cases) {
+  const int64_t t = s.prefill_tokens, h = s.prefill_heads, d = s.head_dim;
+  const std::string dtype = StorageTypeName(StorageTypeOf<T>());
+  const std::string shape = ShapeString({{t, h, d}}, {"q=k=v"});
+  const double bytes = 3.0 * b.prefill.size() * sizeof(T) + 4.0 * b.prefill_out.size();
+  const double flops = 4.0 * (t * (t + 1) / 2) * d * h;
+  for (const bool alibi : {false, true}) {
+    AttentionOptions options{.causal = true};
+    if (alibi) options.alibi = Alibi{.num_heads = h};
+    const std::string name =
+        std::string("attention prefill causal ") + (alibi ? "alibi " : "") +
+        (StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16");
+    Case c{{name, "-", dtype, false, shape, threads, bytes, {}, flops},
+           [&b, options, t, h, d] {
+             const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
+             Attention(options, view, view, view, b.prefill_pos, b.prefill_pos,
+                       Heads<float>::Dense(b.prefill_out.data(), t, h, d));
+           },
+           5};  // a second or less each; five rounds are enough for a best time
+    cases.push_back(std::move(c));
+  }
+}
+
 // Builds every case, warms each up once, then times them round-robin, `repeats` rounds: noise
 // from other processes then hits every case alike, and the ratios stay meaningful.
-std::vector<Entry> RunBenchmarks(const Shapes& s, int repeats) {
+Results RunBenchmarks(const Shapes& s, int repeats) {
   const int threads = ThreadCount();
   Buffers b(s);
+  AttentionBuffers<float> attention_f32(s);
+  AttentionBuffers<BFloat16> attention_bf16(s);
+  DecodeBuffers decode(s);
   std::vector<Case> cases;
+  // The compute ceiling: bytes_moved 0, reported as fma_peak_gflop_per_s, not as an entry.
+  double fma_flops = 0;  // per run; it depends on the vector width of the dispatched target
+  Case peak{{"fma_peak", "-", "float32", false, "-", threads, 0, {}},
+            [&fma_flops, &s] { fma_flops = bench::FmaPeakRun(s.fma_iterations); }};
+  peak.fma_peak = true;
+  cases.push_back(std::move(peak));
   const size_t n = b.stream_a.size();
   const std::string stream_shape = "[" + std::to_string(n) + "] (q+k)";
   cases.push_back({{"stream_copy", "-", "float32", false, stream_shape, threads, 8.0 * n, {}},
@@ -200,6 +278,29 @@ std::vector<Entry> RunBenchmarks(const Shapes& s, int repeats) {
                    [&b, &spec] { FillSinusoidalReference(spec, b.table_positions, b.table); },
                    1});
 
+  AddPrefillCases(s, threads, attention_f32, cases);
+  AddPrefillCases(s, threads, attention_bf16, cases);
+
+  // Attention decode: one query token, grouped heads, against the whole cache. It must read
+  // every cached key and value once, so its floor is the time to stream them.
+  const double kv_bytes = 2.0 * 4.0 * decode.kv.size();
+  cases.push_back(
+      {{"attention decode gqa f32", "-", "float32", false,
+        ShapeString({{1, s.decode_heads, s.head_dim},
+                     {s.decode_keys, s.decode_kv_heads, s.head_dim}},
+                    {"q", "k=v"}),
+        threads, kv_bytes + 4.0 * (decode.q.size() + decode.out.size()), {},
+        4.0 * s.decode_keys * s.head_dim * s.decode_heads, kv_bytes},
+       [&decode, &s] {
+         const auto kv =
+             Heads<const float>::Dense(decode.kv.data(), s.decode_keys, s.decode_kv_heads,
+                                       s.head_dim);
+         Attention({.causal = true},
+                   Heads<const float>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim), kv,
+                   kv, decode.query_pos, decode.key_pos,
+                   Heads<float>::Dense(decode.out.data(), 1, s.decode_heads, s.head_dim));
+       }});
+
   for (Case& c : cases) c.run();  // warm-up: page in buffers, resolve the dispatch
   for (int r = 0; r < repeats; ++r) {
     for (Case& c : cases) {
@@ -211,13 +312,17 @@ std::vector<Entry> RunBenchmarks(const Shapes& s, int repeats) {
           c.calls_per_run);
     }
   }
-  std::vector<Entry> entries;
+  Results results;
   for (Case& c : cases) {
     std::sort(c.seconds.begin(), c.seconds.end());
     c.entry.timing = {c.seconds.front(), c.seconds[c.seconds.size() / 2]};
-    entries.push_back(c.entry);
+    if (c.fma_peak) {
+      results.fma_peak_flops_per_s = fma_flops / c.entry.timing.best_s;
+    } else {
+      results.entries.push_back(c.entry);
+    }
   }
-  return entries;
+  return results;
 }
 
 double InPlaceBandwidth(const std::vector<Entry>& entries) {
@@ -237,7 +342,8 @@ void AddBenchCommand(CLI::App& app) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* bench = app.add_subcommand(
-      "bench", "Measure memory bandwidth and the kernels (RoPE, decode step, sinusoidal table) in one run");
+      "bench", "Measure memory bandwidth, the FMA peak and the kernels (RoPE, decode step, sinusoidal "
+      "table, attention) in one run");
   bench->add_flag("--json", options->json, "Print the results as JSON");
   bench->add_flag("--quick", options->quick, "Tiny shapes: a smoke test, not a measurement");
   bench->add_option("--repeats", options->repeats, "Rounds: every entry is timed once per round, round-robin (best and median)")
@@ -245,14 +351,17 @@ void AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   bench->callback([options] {
     const Shapes& shapes = options->quick ? kQuick : kFull;
-    const std::vector<Entry> entries = RunBenchmarks(shapes, options->repeats);
+    const Results results = RunBenchmarks(shapes, options->repeats);
+    const std::vector<Entry>& entries = results.entries;
     const double bandwidth = InPlaceBandwidth(entries);
+    const double peak = results.fma_peak_flops_per_s;
     if (options->json) {
       nlohmann::json out = {{"machine", CpuModel()},
                             {"simd_target", SimdTargetName()},
                             {"threads", ThreadCount()},
                             {"repeats", options->repeats},
                             {"in_place_bandwidth_gb_per_s", bandwidth / 1e9},
+                            {"fma_peak_gflop_per_s", peak / 1e9},
                             {"entries", nlohmann::json::array()}};
       for (const Entry& e : entries) {
         const double rate = e.bytes / e.timing.best_s;
@@ -267,12 +376,24 @@ void AddBenchCommand(CLI::App& app) {
                                   {"median_ns", e.timing.median_s * 1e9},
                                   {"gb_per_s", rate / 1e9},
                                   {"ratio_to_bandwidth", rate / bandwidth}});
+        if (e.flops > 0) {
+          out["entries"].back()["gflop_per_s"] = e.flops / e.timing.best_s / 1e9;
+          out["entries"].back()["ratio_to_peak"] = e.flops / e.timing.best_s / peak;
+        }
+        if (e.stream_bytes > 0) {
+          // The floor of a memory-bound step: its bytes once at the in-place bandwidth.
+          const double stream_s = e.stream_bytes / bandwidth;
+          out["entries"].back()["stream_ns"] = stream_s * 1e9;
+          out["entries"].back()["ratio_to_stream_time"] = e.timing.best_s / stream_s;
+        }
       }
       std::cout << out.dump(2) << "\n";
       return;
     }
     std::printf("posenc bench: %s, SIMD target %s, %d threads, best of %d runs\n",
                 CpuModel().c_str(), SimdTargetName().c_str(), ThreadCount(), options->repeats);
+    std::printf("float32 FMA peak: %.1f GFLOP/s (%s vectors, %d threads)\n", peak / 1e9,
+                SimdTargetName().c_str(), ThreadCount());
     std::printf("%-28s %-11s %-8s %-5s %-3s %-30s %10s %12s %12s %8s %7s\n", "operation", "layout",
                 "dtype", "place", "thr", "shape", "MB moved", "best", "median", "GB/s", "ratio");
     for (const Entry& e : entries) {
@@ -284,6 +405,17 @@ void AddBenchCommand(CLI::App& app) {
                   e.timing.best_s * (ns ? 1e9 : 1e3), ns ? "ns" : "ms",
                   e.timing.median_s * (ns ? 1e9 : 1e3), ns ? "ns" : "ms", rate / 1e9,
                   rate / bandwidth);
+    }
+    std::printf("\n%-36s %10s %10s %14s\n", "attention (useful causal work)", "GFLOP/s",
+                "of peak", "x stream time");
+    for (const Entry& e : entries) {
+      if (e.flops == 0) continue;
+      const double gflops = e.flops / e.timing.best_s / 1e9;
+      std::printf("%-36s %10.1f %10.3f", e.operation.c_str(), gflops, gflops * 1e9 / peak);
+      if (e.stream_bytes > 0) {
+        std::printf(" %14.2f", e.timing.best_s * bandwidth / e.stream_bytes);
+      }
+      std::printf("\n");
     }
   });
 }
