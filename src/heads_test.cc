@@ -55,6 +55,19 @@ TEST(Heads, OverlapDetection) {
   EXPECT_TRUE(Overlaps(a, c));
 }
 
+TEST(Heads, RowsOverlapIsExactForFusedQkv) {
+  // A fused [tokens, 3 * heads, dim] buffer: q takes heads 0-1, k heads 2-3 of every token. Their
+  // hulls interleave, but no row is shared.
+  std::vector<float> qkv(4 * 6 * 8);
+  Heads<float> q{qkv.data(), 4, 2, 8, 48, 8};
+  Heads<float> k{qkv.data() + 16, 4, 2, 8, 48, 8};
+  EXPECT_TRUE(Overlaps(q, k));
+  EXPECT_FALSE(RowsOverlap(q, k));
+  Heads<float> shifted{qkv.data() + 12, 4, 2, 8, 48, 8};  // straddles q's second head
+  EXPECT_TRUE(RowsOverlap(q, shifted));
+  EXPECT_TRUE(RowsOverlap(shifted, q));
+}
+
 TEST(Positions, RangeAndPacked) {
   EXPECT_EQ(PositionRange(5, 3), (std::vector<int64_t>{5, 6, 7}));
   const std::vector<int64_t> cu{0, 3, 5};

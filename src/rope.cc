@@ -28,64 +28,6 @@ void ValidateDims(int64_t head_dim, int64_t rotary_dim) {
   }
 }
 
-// Byte address of row (t, h) of a view, as an integer, for aliasing checks.
-template <typename T>
-intptr_t RowAddress(const Heads<T>& v, int64_t t, int64_t h) {
-  return reinterpret_cast<intptr_t>(v.Row(t, h));
-}
-
-// The rows of a validated view, ordered by address: rows are [begin, begin + head_dim) and, as
-// Heads::Validate guarantees, the inner axis steps at least a row and the outer axis at least the
-// inner axis' whole span, so address order is (outer index, inner index) order.
-struct RowLattice {
-  intptr_t base;            // byte address of row (0, 0)
-  int64_t outer_count, outer_stride, inner_count, inner_stride;  // strides in bytes
-  int64_t row_bytes;
-
-  template <typename T>
-  explicit RowLattice(const Heads<T>& v) {
-    const int64_t elem = sizeof(T);
-    base = reinterpret_cast<intptr_t>(v.data);
-    row_bytes = v.head_dim * elem;
-    inner_count = v.num_heads, inner_stride = v.head_stride * elem;
-    outer_count = v.tokens, outer_stride = v.token_stride * elem;
-    // The same axis ordering as Heads::Validate.
-    if (inner_count == 1 || (outer_count > 1 && outer_stride < inner_stride)) {
-      std::swap(inner_count, outer_count);
-      std::swap(inner_stride, outer_stride);
-    }
-  }
-
-  // Whether any row intersects the byte range [lo, hi). Rows are disjoint and ordered, so their
-  // ends are ordered too: it suffices to look at the last row that starts before hi.
-  bool Intersects(intptr_t lo, intptr_t hi) const {
-    const int64_t last = static_cast<int64_t>(hi - 1 - base);  // rows must start at <= last
-    if (last < 0) return false;
-    int64_t o = outer_count == 1 ? 0 : std::min(last / outer_stride, outer_count - 1);
-    const int64_t rest = last - o * outer_stride;
-    int64_t i = inner_count == 1 ? 0 : std::min(rest / inner_stride, inner_count - 1);
-    const intptr_t start = base + o * outer_stride + i * inner_stride;
-    return start + row_bytes > lo;
-  }
-};
-
-// True when some row of a shares a byte with some row of b. Exact, unlike Overlaps (which
-// compares the hulls): q and k carved out of one fused qkv buffer have interleaved hulls but
-// disjoint rows, and rotating them in place is fine. Costs O(rows of a) only when hulls overlap.
-template <typename A, typename B>
-bool RowsOverlap(const Heads<A>& a, const Heads<B>& b) {
-  if (!Overlaps(a, b)) return false;
-  const RowLattice lattice(b);
-  const intptr_t row_bytes = a.head_dim * static_cast<intptr_t>(sizeof(A));
-  for (int64_t t = 0; t < a.tokens; ++t) {
-    for (int64_t h = 0; h < a.num_heads; ++h) {
-      const intptr_t lo = RowAddress(a, t, h);
-      if (lattice.Intersects(lo, lo + row_bytes)) return true;
-    }
-  }
-  return false;
-}
-
 // One view: well formed and rope.head_dim wide.
 template <typename T>
 void ValidateView(const Rope& rope, const Heads<T>& view, std::string_view name) {
