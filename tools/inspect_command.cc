@@ -279,12 +279,13 @@ void AddInspectCommand(CLI::App& app) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* inspect = app.add_subcommand(
-      "inspect",
-      "Show what a Hugging Face config.json does to positions: the scheme; for RoPE the rope "
-      "type, head_dim, rotary_dim, every pair's inverse frequency and wavelength before and after "
-      "scaling against the original context (extrapolated: frequency kept; interpolated: divided "
-      "by the rule's full factor; blended: in between), the attention factor, DeepSeek's softmax "
-      "multiplier, cos and sin at --positions, and a wavelength chart (--chart)");
+      "inspect", "Show what a Hugging Face config.json does to positions");
+  inspect->footer(
+      "Prints the scheme; for RoPE the rope type, head_dim, rotary_dim, every pair's inverse "
+      "frequency and wavelength before and after scaling against the original context "
+      "(extrapolated: frequency kept; interpolated: divided by the rule's full factor; blended: "
+      "in between), the attention factor, DeepSeek's softmax multiplier, cos and sin at "
+      "--positions, and a wavelength chart (--chart).");
   options->model.AddTo(inspect, "default: none (the frequencies the model is built with)");
   inspect->add_flag("--json", options->json,
                     "Print one JSON object: rope_type, head_dim, rotary_dim, inv_freq (full "

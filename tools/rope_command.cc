@@ -19,10 +19,10 @@ void AddRopeCommand(CLI::App& app) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* rope = app.add_subcommand(
-      "rope",
-      "Rotate a float32 .npy tensor [tokens, heads, head_dim] with the RoPE of a Hugging Face "
-      "config.json, one position per token; cos and sin are multiplied by the attention factor, "
-      "as Hugging Face does");
+      "rope", "Rotate a .npy tensor [tokens, heads, head_dim] with a config.json's RoPE");
+  rope->footer(
+      "The input is float32, one position per token; cos and sin are multiplied by the "
+      "attention factor, as Hugging Face does.");
   options->model.AddTo(rope, "default: max(--positions) + 1");
   rope->add_option("--input", options->input, "Input .npy, float32 [tokens, heads, head_dim]")
       ->required();
