@@ -91,5 +91,7 @@ template struct Heads<BFloat16>;
 template struct Heads<const BFloat16>;
 template struct Heads<Float16>;
 template struct Heads<const Float16>;
+template struct Heads<double>;
+template struct Heads<const double>;
 
 }  // namespace posenc

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "posenc/error.h"
@@ -156,6 +157,19 @@ void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<
   RotateInto<T>(rope, positions, direction, {{q_in, q_out}, {k_in, k_out}});
 }
 
+// Stored values to double and back: float64 storage keeps the double result; float32, bfloat16
+// and float16 round it once to float and then to the storage type.
+template <typename T>
+double Widen(T value) {
+  if constexpr (std::is_same_v<T, double>) return value;
+  else return ToFloat(value);
+}
+template <typename T>
+T Narrow(double value) {
+  if constexpr (std::is_same_v<T, double>) return value;
+  else return FromFloat<T>(static_cast<float>(value));
+}
+
 // The scalar twin for any storage type: double arithmetic on the stored values, rounded once to
 // float and then to the storage type (the kernel's float32 arithmetic differs from it by float32
 // rounding, which the tests bound).
@@ -183,9 +197,9 @@ void RopeReference(const Rope& rope, std::span<const int64_t> positions, Heads<c
       for (int64_t i = 0; i < half; ++i) {
         const int64_t j0 = i * step, j1 = j0 + offset;
         // Read both before writing either: in and out may be the same memory.
-        const double x0 = ToFloat(in[j0]), x1 = ToFloat(in[j1]);
-        out[j0] = FromFloat<T>(static_cast<float>(x0 * table[i].cos - x1 * table[i].sin));
-        out[j1] = FromFloat<T>(static_cast<float>(x0 * table[i].sin + x1 * table[i].cos));
+        const double x0 = Widen(in[j0]), x1 = Widen(in[j1]);
+        out[j0] = Narrow<T>(x0 * table[i].cos - x1 * table[i].sin);
+        out[j1] = Narrow<T>(x0 * table[i].sin + x1 * table[i].cos);
       }
       if (in != out) {
         for (int64_t d = rope.rotary_dim; d < x_in.head_dim; ++d) out[d] = in[d];
@@ -258,6 +272,11 @@ void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
 }
 void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         Heads<const Float16> x_in, Heads<Float16> x_out, RopeDirection direction) {
+  RopeReference(rope, positions, x_in, x_out, direction);
+}
+
+void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
+                        Heads<const double> x_in, Heads<double> x_out, RopeDirection direction) {
   RopeReference(rope, positions, x_in, x_out, direction);
 }
 

@@ -825,3 +825,26 @@ TEST(RopeValidate, RejectsMalformedStrides) {
 
 }  // namespace
 }  // namespace posenc
+
+namespace posenc {
+namespace {
+
+TEST(RopeReferenceDouble, Float64StorageKeepsTheDoubleResult) {
+  // (2, 1) turned by 1 radian, worked by hand: (2 cos 1 - sin 1, 2 sin 1 + cos 1).
+  Rope rope{.head_dim = 3, .rotary_dim = 2, .inv_freq = {1.0}};
+  std::vector<double> x = {2.0, 1.0, 7.0}, y(3, 0.0);
+  const std::vector<int64_t> positions = {1};
+  ApplyRopeReference(rope, positions, Heads<const double>::Dense(x.data(), 1, 1, 3),
+                     Heads<double>::Dense(y.data(), 1, 1, 3), RopeDirection::kForward);
+  EXPECT_NEAR(y[0], 2 * 0.54030230586813977 - 0.84147098480789651, 1e-15);
+  EXPECT_NEAR(y[1], 2 * 0.84147098480789651 + 0.54030230586813977, 1e-15);
+  EXPECT_EQ(y[2], 7.0);  // past rotary_dim: copied
+  // The inverse (the transpose) brings it back to double precision, not float32's.
+  ApplyRopeReference(rope, positions, Heads<const double>::Dense(y.data(), 1, 1, 3),
+                     Heads<double>::Dense(y.data(), 1, 1, 3), RopeDirection::kInverse);
+  EXPECT_NEAR(y[0], 2.0, 1e-15);
+  EXPECT_NEAR(y[1], 1.0, 1e-15);
+}
+
+}  // namespace
+}  // namespace posenc

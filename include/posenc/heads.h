@@ -94,5 +94,7 @@ extern template struct Heads<BFloat16>;
 extern template struct Heads<const BFloat16>;
 extern template struct Heads<Float16>;
 extern template struct Heads<const Float16>;
+extern template struct Heads<double>;
+extern template struct Heads<const double>;
 
 }  // namespace posenc

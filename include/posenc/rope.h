@@ -137,5 +137,8 @@ void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         RopeDirection direction);
 void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         Heads<const Float16> x_in, Heads<Float16> x_out, RopeDirection direction);
+// float64 storage keeps the double result unrounded: the path for gradient checks in double.
+void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
+                        Heads<const double> x_in, Heads<double> x_out, RopeDirection direction);
 
 }  // namespace posenc

@@ -15,47 +15,11 @@ namespace {
 
 constexpr std::string_view kFn = "rope";
 
-// float64 arrays take this double-precision twin of ApplyRopeReference: the library's kernels
-// store float32 only, and PyTorch's gradcheck needs double to tell a wrong gradient from rounding.
-// The angle is the library's (RopeAngle); only the storage type differs from the reference.
-void RotateDouble(const Rope& rope, std::span<const int64_t> positions, Heads<const double> in,
-                  Heads<double> out, RopeDirection direction) {
-  const int64_t half = rope.rotary_dim / 2;
-  const bool interleaved = rope.layout == RopeLayout::kInterleaved;
-  const int64_t step = interleaved ? 2 : 1, offset = interleaved ? 1 : half;
-  const double sign = direction == RopeDirection::kInverse ? -1.0 : 1.0;
-  const double a = rope.attention_factor;
-  std::vector<CosSin> table(half);
-  for (int64_t t = 0; t < in.tokens; ++t) {
-    for (int64_t i = 0; i < half; ++i) {
-      const CosSin cs = RopeAngle(positions[t], rope.inv_freq[i]);
-      table[i] = {a * cs.cos, sign * a * cs.sin};
-    }
-    for (int64_t h = 0; h < in.num_heads; ++h) {
-      const double* x = in.Row(t, h);
-      double* y = out.Row(t, h);
-      for (int64_t i = 0; i < half; ++i) {
-        const int64_t j0 = i * step, j1 = j0 + offset;
-        const double x0 = x[j0], x1 = x[j1];  // both read first: in place is allowed
-        y[j0] = x0 * table[i].cos - x1 * table[i].sin;
-        y[j1] = x0 * table[i].sin + x1 * table[i].cos;
-      }
-      if (x != y) std::copy(x + rope.rotary_dim, x + in.head_dim, y + rope.rotary_dim);
-    }
-  }
-}
-
-// Heads::Validate is compiled for float views only; its rules are about element strides, not the
-// element type, so a double view is checked through a float view of the same geometry.
+// float64 views go to the library's double-precision reference (ApplyRopeReference), which,
+// like every reference, assumes validated input: these are the checks ApplyRope makes.
 template <typename T>
 void ValidateDoubleView(const Rope& rope, const Heads<T>& view, std::string_view name) {
-  const Heads<const float> twin{reinterpret_cast<const float*>(view.data),
-                                view.tokens,
-                                view.num_heads,
-                                view.head_dim,
-                                view.token_stride,
-                                view.head_stride};
-  twin.Validate(kFn, name);
+  view.Validate(kFn, name);
   Require(view.head_dim == rope.head_dim, kFn, std::string(name) + ".head_dim",
           "equal rope.head_dim (" + std::to_string(rope.head_dim) + ")", view.head_dim);
 }
@@ -63,13 +27,13 @@ void ValidateDoubleView(const Rope& rope, const Heads<T>& view, std::string_view
 template <typename A, typename B>
 void RequireDisjointDouble(const Heads<A>& a, const Heads<B>& b, std::string_view a_name,
                            std::string_view b_name) {
-  Require(!Overlaps(a, b), kFn, a_name, "not share memory with " + std::string(b_name),
+  Require(!RowsOverlap(a, b), kFn, a_name, "not share memory with " + std::string(b_name),
           "overlapping arrays");
 }
 
 // Calls f(T{}) with T the element type of x: float, double, Float16, or BFloat16 when the caller
 // says that x holds bfloat16 bits. float32, bfloat16 and float16 run the library's kernels;
-// float64 runs RotateDouble.
+// float64 runs the library's double-precision reference.
 template <typename F>
 auto DispatchElement(const py::object& x, bool bfloat16, std::string_view name, const F& f) {
   if (bfloat16) return f(BFloat16{});
@@ -117,7 +81,7 @@ void RotateInPlace(const Rope& rope, const py::object& positions, const py::obje
           rope.Validate();
           ValidateDoubleView(rope, v, "x");
           ValidatePositions(kFn, p, v.tokens);
-          RotateDouble(rope, p, v, v, direction);
+          ApplyRopeReference(rope, p, v, v, direction);
         }
       },
       view);
@@ -142,7 +106,7 @@ py::object RotateInto(const Rope& rope, const py::object& positions, const py::o
           ValidatePositions(kFn, p, i.tokens);
           ValidateDoubleView(rope, o, "out");
           RequireDisjointDouble(o, i, "out", "x");
-          RotateDouble(rope, p, i, o, direction);
+          ApplyRopeReference(rope, p, i, o, direction);
         }
       },
       in, dst);
@@ -169,8 +133,8 @@ void RotateQkInPlace(const Rope& rope, const py::object& positions, const py::ob
           Require(kh.tokens == qh.tokens, kFn, "k.tokens",
                   "equal q.tokens (" + std::to_string(qh.tokens) + ")", kh.tokens);
           RequireDisjointDouble(kh, qh, "k", "q");
-          RotateDouble(rope, p, qh, qh, direction);
-          RotateDouble(rope, p, kh, kh, direction);
+          ApplyRopeReference(rope, p, qh, qh, direction);
+          ApplyRopeReference(rope, p, kh, kh, direction);
         }
       },
       qv, kv);
@@ -210,8 +174,8 @@ py::tuple RotateQkInto(const Rope& rope, const py::object& positions, const py::
           RequireDisjointDouble(koh, kh, "k_out", "k");
           RequireDisjointDouble(koh, qh, "k_out", "q");
           RequireDisjointDouble(koh, qoh, "k_out", "q_out");
-          RotateDouble(rope, p, qh, qoh, direction);
-          RotateDouble(rope, p, kh, koh, direction);
+          ApplyRopeReference(rope, p, qh, qoh, direction);
+          ApplyRopeReference(rope, p, kh, koh, direction);
         }
       },
       qi, ki, qo, ko);
@@ -232,8 +196,8 @@ Shapes: x (or q, k) is an array [..., tokens, heads, head_dim] whose last dim is
 other strides are free (a transposed [batch, heads, seq, dim] array is fine), and nothing is
 copied. positions is int64 [tokens] (shared by the batch) or [..., tokens] (one list per batch
 element). float32, float16 and bfloat16 (bits in an int16/uint16 array, with bfloat16=True) run
-the library's kernels (float32 arithmetic, one rounding to the storage type); float64 runs a
-double-precision twin of the reference. Raises ValueError (posenc.Error) naming the argument and
+the library's kernels (float32 arithmetic, one rounding to the storage type); float64 runs the
+library's double-precision reference. Raises ValueError (posenc.Error) naming the argument and
 the rule; nothing is written when an argument is bad.)";
 
 }  // namespace
