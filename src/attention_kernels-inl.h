@@ -9,16 +9,30 @@
 //   key tile    64 keys x head_dim     value tile 64 keys x value_dim   (widened, padded)
 //   scores       4 x 64                output accumulator 32 x value_dim, running max m, sum l
 //
-// A key and value tile is widened once and then used by the whole query tile, four rows at a
+// A key and value tile is made ready once and then used by the whole query tile, four rows at a
 // time (a row block: four score accumulators, then four output accumulators, in registers).
+// Value rows are always packed (widened, padded) into the tile; key rows too, except float32
+// rows of whole vectors, which are scored where they lie while the next tile's rows are
+// prefetched (rows one token apart are pages apart, where the hardware prefetchers stop).
 // Each key tile goes through three passes, for every row block:
-//   (1) scores: s_j = (scale q) . k_j (MulAdd over head_dim, then a sum of lanes), plus the ALiBi
-//       bias slope (kpos_j - anchor), and -inf where the causal mask hides key j;
+//   (1) scores: s_j = (scale q) . k_j (MulAdd over head_dim, then the four rows' sums of lanes
+//       reduced together), plus the ALiBi bias slope (kpos_j - anchor), and -inf where the
+//       causal mask hides key j;
 //   (2) online max and sum: m' = max(m, max_j s_j), p_j = exp(s_j - m'),
 //       l' = l exp(m - m') + sum_j p_j;
 //   (3) weighted values: o' = o exp(m - m') + sum_j p_j v_j.
 // After the last tile, out = o / l, or zeros when no key was visible. Memory beyond the inputs
-// is one set of tiles per thread.
+// is one set of tiles per thread (a query tile per KV head in decode) and the split-K partials.
+//
+// Decode (a single query tile per KV head): a work item takes every KV head of its keys, key
+// tile by key tile, so that it reads a KV cache front to back (one token's heads are adjacent)
+// rather than one row per page, and keeps a query tile per head.
+//
+// Split-K (Flash-Decoding, Dao et al. 2023): when there are few (KV head, query tile) items, as
+// in decode, the keys are cut into chunks that run as separate work items, each with its own
+// m, l and o; a second pass merges the chunks of each row by the log-sum-exp rule,
+// out = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c with M = max_c m_c. Its partials take
+// chunks x rows x value_dim floats, which only few items allow.
 //
 // ALiBi: -slope (qpos - kpos_j) = slope (kpos_j - anchor) - slope (qpos - anchor). The second
 // term is the same for every key of a row, and softmax ignores it. The anchor is qpos clamped to
@@ -41,8 +55,11 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "attention_kernels.h"
+#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernel_threads.h"
@@ -61,6 +78,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr size_t kRowBlock = 4;
 constexpr size_t kQueryTile = 32;
 constexpr size_t kKeyTile = 64;
+
+// Split-K: decode has one query tile per KV head, so 8 KV heads make 8 work items, too few to
+// balance over threads (and one KV head would leave all but one thread idle). Key chunks of at
+// least kMinChunkKeys keys keep the merge negligible; the count does not depend on the number of
+// threads, so neither do the results.
+constexpr int64_t kMinItems = 16;
+constexpr int64_t kMinChunkKeys = 256;
+constexpr int64_t kMaxKeyChunks = 64;  // bounds MergePartials' stack arrays
 
 // Writes `dim` elements of `in`, widened to float32 and multiplied by `mul`, to `out`, zero-padded
 // to whole vectors so that the dot products and the value loop need no tail. The row's last
@@ -82,16 +107,48 @@ HWY_INLINE void PackRow(DF df, const T* HWY_RESTRICT in, size_t dim, float mul,
 
 // The per-thread tiles, float32, each row padded to whole vectors.
 struct Tiles {
+  bool direct;          // float32 key rows of whole vectors: scored in place, not packed
   size_t dim;           // head_dim rounded up to whole vectors
   size_t value_dim;     // value_dim rounded up to whole vectors
   size_t score_stride;  // kKeyTile rounded up to whole vectors
-  float* q;             // [kQueryTile, dim], times scale
-  float* k;             // [kKeyTile, dim]
+  float* k;             // [kKeyTile, dim], unused when direct
   float* v;             // [kKeyTile, value_dim]
   float* scores;        // [kRowBlock, score_stride]: scores, then weights p
   float* key_offset;    // [score_stride]: key position - the tile's smallest key position
-  float* out;           // [kQueryTile, value_dim]: the unnormalised output o
 };
+
+// The float32 rows of the current key and value tile: in the packed tiles, or (direct keys)
+// straight in the input, `stride` floats apart.
+struct KeyTile {
+  const float* k;
+  size_t k_stride;
+  const float* v;
+  size_t v_stride;
+};
+
+// The input rows of the next key and value tile, prefetched while the current one is scored:
+// consecutive tokens of one head lie token_stride apart (4 KiB for 8 KV heads of 128 floats), a
+// new page per key, where the hardware prefetchers stop, so a decode step without this waits on
+// memory latency key by key rather than streaming. No rows: nothing to prefetch.
+struct NextRows {
+  const char* k = nullptr;
+  size_t k_stride = 0;  // bytes
+  size_t k_bytes = 0;   // of one row
+  const char* v = nullptr;
+  size_t v_stride = 0;
+  size_t v_bytes = 0;
+  size_t rows = 0;
+};
+
+// Prefetches row j of the next tile, one cache line at a time.
+HWY_INLINE void PrefetchRow(const NextRows& next, size_t j) {
+  if (j >= next.rows) return;
+  constexpr size_t kLine = 64;
+  const char* k = next.k + j * next.k_stride;
+  const char* v = next.v + j * next.v_stride;
+  for (size_t i = 0; i < next.k_bytes; i += kLine) hwy::Prefetch(k + i);
+  for (size_t i = 0; i < next.v_bytes; i += kLine) hwy::Prefetch(v + i);
+}
 
 // The running state of one query row.
 struct RowState {
@@ -103,19 +160,58 @@ struct RowState {
   float correction = 1.0f;  // exp(old max - new max) of the current key tile
 };
 
+// Writes the lane sums of a0..a3 to s[0], s[stride], s[2 stride] and s[3 stride]. Two rounds of
+// interleaves and adds leave every 128-bit block holding partial sums of a0..a3 in its lanes
+// 0..3, and the blocks are then added: about a third of the shuffles of four SumOfLanes, which
+// on AVX-512 cost as much as the score's eight FMAs.
+template <class DF, class V>
+HWY_INLINE void SumOfLanes4(DF df, V a0, V a1, V a2, V a3, float* HWY_RESTRICT s,
+                            size_t stride) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)df;
+  s[0] = hn::GetLane(a0);
+  s[stride] = hn::GetLane(a1);
+  s[2 * stride] = hn::GetLane(a2);
+  s[3 * stride] = hn::GetLane(a3);
+#else
+  const hn::Repartition<uint64_t, DF> du64;
+  // Per block: [a0 0+2, a1 0+2, a0 1+3, a1 1+3], and the same for a2, a3.
+  const auto t01 = hn::BitCast(
+      du64, hn::Add(hn::InterleaveLower(df, a0, a1), hn::InterleaveUpper(df, a0, a1)));
+  const auto t23 = hn::BitCast(
+      du64, hn::Add(hn::InterleaveLower(df, a2, a3), hn::InterleaveUpper(df, a2, a3)));
+  // Per block: [a0, a1, a2, a3], each the sum of its four lanes of the block.
+  const auto sum = hn::Add(hn::BitCast(df, hn::InterleaveLower(du64, t01, t23)),
+                           hn::BitCast(df, hn::InterleaveUpper(du64, t01, t23)));
+  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+  float lanes[kMaxLanes];
+  hn::StoreU(sum, df, lanes);
+  const hn::CappedTag<float, 4> d4;
+  auto total = hn::LoadU(d4, lanes);
+  for (size_t i = 4; i < hn::Lanes(df); i += 4) total = hn::Add(total, hn::LoadU(d4, lanes + i));
+  float out[4];
+  hn::StoreU(total, d4, out);
+  s[0] = out[0];
+  s[stride] = out[1];
+  s[2 * stride] = out[2];
+  s[3 * stride] = out[3];
+#endif
+}
+
 // Pass (1), the dot products: scores[r][j] = q_r . k_j for the four rows of the block at q and
 // `keys` keys.
 template <class DF>
-HWY_INLINE void DotProducts(DF df, const Tiles& t, const float* HWY_RESTRICT q, size_t keys) {
+HWY_INLINE void DotProducts(DF df, const Tiles& t, const KeyTile& kt, const float* HWY_RESTRICT q,
+                            size_t keys, const NextRows& next) {
   static_assert(kRowBlock == 4, "one named accumulator per row");
   const size_t n = hn::Lanes(df);
   const float* HWY_RESTRICT q0 = q;
   const float* HWY_RESTRICT q1 = q0 + t.dim;
   const float* HWY_RESTRICT q2 = q1 + t.dim;
   const float* HWY_RESTRICT q3 = q2 + t.dim;
-  float* HWY_RESTRICT s = t.scores;
   for (size_t j = 0; j < keys; ++j) {
-    const float* HWY_RESTRICT k = t.k + j * t.dim;
+    const float* HWY_RESTRICT k = kt.k + j * kt.k_stride;
+    PrefetchRow(next, j);
     auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
     for (size_t d = 0; d < t.dim; d += n) {
       const auto kd = hn::LoadU(df, k + d);
@@ -124,10 +220,7 @@ HWY_INLINE void DotProducts(DF df, const Tiles& t, const float* HWY_RESTRICT q, 
       a2 = hn::MulAdd(hn::LoadU(df, q2 + d), kd, a2);
       a3 = hn::MulAdd(hn::LoadU(df, q3 + d), kd, a3);
     }
-    s[j] = hn::GetLane(hn::SumOfLanes(df, a0));
-    s[t.score_stride + j] = hn::GetLane(hn::SumOfLanes(df, a1));
-    s[2 * t.score_stride + j] = hn::GetLane(hn::SumOfLanes(df, a2));
-    s[3 * t.score_stride + j] = hn::GetLane(hn::SumOfLanes(df, a3));
+    SumOfLanes4(df, a0, a1, a2, a3, t.scores + j, t.score_stride);
   }
 }
 
@@ -178,8 +271,8 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const Tiles& t, float* HWY_RESTRICT s,
 // vector of value_dim at a time so that the four accumulators stay in registers across the whole
 // key tile.
 template <class DF>
-HWY_INLINE void WeightedValues(DF df, const Tiles& t, size_t keys, const RowState* rows,
-                               float* HWY_RESTRICT out) {
+HWY_INLINE void WeightedValues(DF df, const Tiles& t, const KeyTile& kt, size_t keys,
+                               const RowState* rows, float* HWY_RESTRICT out) {
   static_assert(kRowBlock == 4, "one named accumulator per row");
   const size_t n = hn::Lanes(df);
   const float* HWY_RESTRICT p0 = t.scores;
@@ -196,7 +289,7 @@ HWY_INLINE void WeightedValues(DF df, const Tiles& t, size_t keys, const RowStat
     auto a0 = hn::Mul(hn::LoadU(df, o0 + e), c0), a1 = hn::Mul(hn::LoadU(df, o1 + e), c1);
     auto a2 = hn::Mul(hn::LoadU(df, o2 + e), c2), a3 = hn::Mul(hn::LoadU(df, o3 + e), c3);
     for (size_t j = 0; j < keys; ++j) {
-      const auto v = hn::LoadU(df, t.v + j * t.value_dim + e);
+      const auto v = hn::LoadU(df, kt.v + j * kt.v_stride + e);
       a0 = hn::MulAdd(hn::Set(df, p0[j]), v, a0);
       a1 = hn::MulAdd(hn::Set(df, p1[j]), v, a1);
       a2 = hn::MulAdd(hn::Set(df, p2[j]), v, a2);
@@ -209,85 +302,202 @@ HWY_INLINE void WeightedValues(DF df, const Tiles& t, size_t keys, const RowStat
   }
 }
 
-// One work item: key/value head g, query rows [first_row, first_row + kQueryTile) of g, where
-// row m is query token m / group and query head g * group + m % group. A short last row block
-// repeats its last row (computed, not stored) so that the passes never branch on the row count.
+// The last step, the log-sum-exp merge of `count` partial results of one row over disjoint key
+// ranges, partial c being (o_c, m_c, l_c) = (o + c stride, max[c stride], sum[c stride]):
+// dst = sum_c w_c o_c / sum_c w_c l_c with w_c = exp(m_c - max_c m_c). One partial is plain
+// normalisation, out = o / l. A row that saw no visible key (every l_c = 0) gets zeros, not NaN.
+// Writes value_dim floats of dst (the padding of o stays in scratch).
+template <class DF>
+HWY_INLINE void MergePartials(DF df, const float* HWY_RESTRICT o, const float* HWY_RESTRICT max,
+                              const float* HWY_RESTRICT sum, size_t stride, size_t count,
+                              size_t value_dim, float* HWY_RESTRICT dst) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  HWY_DASSERT(count <= static_cast<size_t>(kMaxKeyChunks));
+  float global_max = kNegInf;
+  for (size_t c = 0; c < count; ++c) global_max = std::max(global_max, max[c * stride]);
+  float weight[kMaxKeyChunks];
+  float total = 0.0f;
+  for (size_t c = 0; c < count; ++c) {
+    // exp(-inf) = 0 for a chunk that saw nothing; global_max = -inf only when none saw anything.
+    weight[c] = global_max == kNegInf ? 0.0f : std::exp(max[c * stride] - global_max);
+    total += weight[c] * sum[c * stride];
+  }
+  const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+  for (size_t c = 0; c < count; ++c) weight[c] *= inv_total;
+
+  const size_t n = hn::Lanes(df);
+  for (size_t e = 0; e < value_dim; e += n) {
+    auto acc = hn::Zero(df);
+    for (size_t c = 0; c < count; ++c) {
+      acc = hn::MulAdd(hn::Set(df, weight[c]), hn::LoadU(df, o + c * stride + e), acc);
+    }
+    if (e + n <= value_dim) {
+      hn::StoreU(acc, df, dst + e);
+    } else {  // the row's last partial vector: dst may be followed by other rows
+      constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+      float stage[kMaxLanes];
+      hn::StoreU(acc, df, stage);
+      std::memcpy(dst + e, stage, (value_dim - e) * sizeof(float));
+    }
+  }
+}
+
+// A partial result of one work item with a key range (split-K): the rows' running max and sum,
+// then their unnormalised outputs, [kQueryTile, padded value_dim].
+inline size_t PartialFloats(size_t value_dim) { return 2 * kQueryTile + kQueryTile * value_dim; }
+
+// One (KV head g, query tile) between key tiles: query rows [first_row, first_row + kQueryTile)
+// of g, where row m is query token m / group and query head g * group + m % group. A short last
+// row block repeats its last row (computed, not stored) so that the passes never branch on the
+// row count.
+struct QueryTile {
+  int64_t g = 0;
+  int64_t first_row = 0;
+  size_t valid_rows = 0;
+  size_t blocks = 0;
+  int64_t max_query_pos = 0;
+  int64_t block_max_pos[kQueryTile / kRowBlock] = {};
+  RowState rows[kQueryTile];
+  float* q = nullptr;    // [kQueryTile, dim], times scale
+  float* out = nullptr;  // [kQueryTile, value_dim]: the unnormalised output o
+};
+
+// Packs the query rows of qt (g, first_row, q and out set) and resets their state.
 template <typename T>
-void AttendQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64_t g,
-                     int64_t first_row, int64_t key_min_all, int64_t key_max_all) {
+void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64_t key_min_all,
+                    int64_t key_max_all, QueryTile& qt) {
   const hn::ScalableTag<float> df;
   const int64_t group = a.num_heads / a.num_kv_heads;
-  const int64_t rows_total = a.q_tokens * group;
-  const size_t valid_rows = static_cast<size_t>(
-      std::min<int64_t>(static_cast<int64_t>(kQueryTile), rows_total - first_row));
-  const size_t blocks = hwy::DivCeil(valid_rows, kRowBlock);
+  qt.valid_rows = static_cast<size_t>(
+      std::min<int64_t>(static_cast<int64_t>(kQueryTile), a.q_tokens * group - qt.first_row));
+  qt.blocks = hwy::DivCeil(qt.valid_rows, kRowBlock);
+  std::fill(qt.block_max_pos, qt.block_max_pos + kQueryTile / kRowBlock, int64_t{0});
+  for (size_t r = 0; r < qt.blocks * kRowBlock; ++r) {
+    const int64_t m = qt.first_row + static_cast<int64_t>(std::min(r, qt.valid_rows - 1));
+    const int64_t token = m / group, head = qt.g * group + m % group;
+    const T* q = static_cast<const T*>(a.q.data) + token * a.q.token_stride +
+                 head * a.q.head_stride;
+    PackRow(df, q, static_cast<size_t>(a.head_dim), a.scale, qt.q + r * t.dim);
+    std::fill(qt.out + r * t.value_dim, qt.out + (r + 1) * t.value_dim, 0.0f);
+    RowState& row = qt.rows[r];
+    row = RowState();
+    row.pos = a.query_pos[token];
+    row.anchor = std::clamp(row.pos, key_min_all, key_max_all);
+    row.slope = a.alibi_slopes != nullptr ? a.alibi_slopes[head] : 0.0f;
+    qt.block_max_pos[r / kRowBlock] = std::max(qt.block_max_pos[r / kRowBlock], row.pos);
+  }
+  qt.max_query_pos = *std::max_element(qt.block_max_pos, qt.block_max_pos + qt.blocks);
+}
+
+// The input rows of head g's keys and values [key0, key_end) for NextRows (empty past the end).
+template <typename T>
+NextRows RowsAt(const internal::AttentionKernelArgs& a, int64_t g, int64_t key0,
+                int64_t key_end) {
+  NextRows next;
+  if (key0 >= key_end) return next;
+  next.k = reinterpret_cast<const char*>(static_cast<const T*>(a.k.data) + g * a.k.head_stride +
+                                         key0 * a.k.token_stride);
+  next.k_stride = static_cast<size_t>(a.k.token_stride) * sizeof(T);
+  next.k_bytes = static_cast<size_t>(a.head_dim) * sizeof(T);
+  next.v = reinterpret_cast<const char*>(static_cast<const T*>(a.v.data) + g * a.v.head_stride +
+                                         key0 * a.v.token_stride);
+  next.v_stride = static_cast<size_t>(a.v.token_stride) * sizeof(T);
+  next.v_bytes = static_cast<size_t>(a.value_dim) * sizeof(T);
+  next.rows = static_cast<size_t>(
+      std::min<int64_t>(static_cast<int64_t>(kKeyTile), key_end - key0));
+  return next;
+}
+
+// Passes (1) to (3) of keys [key0, key0 + keys) for the query tile qt. `next` names the rows the
+// caller will attend next, prefetched during the first row block's dot products (spread over
+// its keys, so that the loads overlap the arithmetic) when keys are read in place.
+template <typename T>
+void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64_t key0,
+                   size_t keys, NextRows next, QueryTile& qt) {
+  const hn::ScalableTag<float> df;
   const size_t head_dim = static_cast<size_t>(a.head_dim);
   const size_t value_dim = static_cast<size_t>(a.value_dim);
   const bool alibi = a.alibi_slopes != nullptr;
+  const int64_t* key_pos = a.key_pos + key0;
+  const auto [min_it, max_it] = std::minmax_element(key_pos, key_pos + keys);
+  const int64_t key_min = *min_it, key_max = *max_it;
+  // Causal: a tile whose every key lies after every query of the tile (or row block) adds
+  // nothing; with ordered positions, the upper triangle is skipped tile by tile.
+  if (a.causal && key_min > qt.max_query_pos) return;
 
-  RowState rows[kQueryTile];
-  int64_t block_max_pos[kQueryTile / kRowBlock] = {};
-  for (size_t r = 0; r < blocks * kRowBlock; ++r) {
-    const int64_t m = first_row + static_cast<int64_t>(std::min(r, valid_rows - 1));
-    const int64_t token = m / group, head = g * group + m % group;
-    const T* q = static_cast<const T*>(a.q.data) + token * a.q.token_stride +
-                 head * a.q.head_stride;
-    PackRow(df, q, head_dim, a.scale, t.q + r * t.dim);
-    std::fill(t.out + r * t.value_dim, t.out + (r + 1) * t.value_dim, 0.0f);
-    rows[r].pos = a.query_pos[token];
-    rows[r].anchor = std::clamp(rows[r].pos, key_min_all, key_max_all);
-    rows[r].slope = alibi ? a.alibi_slopes[head] : 0.0f;
-    block_max_pos[r / kRowBlock] = std::max(block_max_pos[r / kRowBlock], rows[r].pos);
+  // Keys: float32 rows of whole vectors are scored where they lie (each row is read once per
+  // row block, front to back). Values are always packed: pass (3) walks all keys of the tile
+  // for each vector of value_dim, and rows a power-of-two stride apart in the input would all
+  // fall into the same few L1 sets and evict each other on every walk.
+  const T* k_head = static_cast<const T*>(a.k.data) + qt.g * a.k.head_stride;
+  const T* v_head = static_cast<const T*>(a.v.data) + qt.g * a.v.head_stride;
+  KeyTile kt{t.k, t.dim, t.v, t.value_dim};
+  bool pack_keys = true;
+  if constexpr (std::is_same_v<T, float>) {
+    if (t.direct) {
+      kt.k = k_head + key0 * a.k.token_stride;
+      kt.k_stride = static_cast<size_t>(a.k.token_stride);
+      pack_keys = false;
+    }
   }
-  const int64_t max_query_pos = *std::max_element(block_max_pos, block_max_pos + blocks);
-
-  const T* k_head = static_cast<const T*>(a.k.data) + g * a.k.head_stride;
-  const T* v_head = static_cast<const T*>(a.v.data) + g * a.v.head_stride;
-  for (int64_t key0 = 0; key0 < a.kv_tokens; key0 += static_cast<int64_t>(kKeyTile)) {
-    const size_t keys =
-        static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kKeyTile), a.kv_tokens - key0));
-    const int64_t* key_pos = a.key_pos + key0;
-    const auto [min_it, max_it] = std::minmax_element(key_pos, key_pos + keys);
-    const int64_t key_min = *min_it, key_max = *max_it;
-    // Causal: a tile whose every key lies after every query of the tile (or row block) adds
-    // nothing; with ordered positions, the upper triangle is skipped tile by tile.
-    if (a.causal && key_min > max_query_pos) continue;
-
-    for (size_t j = 0; j < keys; ++j) {
-      const int64_t token = key0 + static_cast<int64_t>(j);
+  if (pack_keys) next = NextRows();
+  for (size_t j = 0; j < keys; ++j) {
+    const int64_t token = key0 + static_cast<int64_t>(j);
+    if (pack_keys) {
       PackRow(df, k_head + token * a.k.token_stride, head_dim, 1.0f, t.k + j * t.dim);
-      PackRow(df, v_head + token * a.v.token_stride, value_dim, 1.0f, t.v + j * t.value_dim);
-      t.key_offset[j] = static_cast<float>(key_pos[j] - key_min);
     }
-    std::fill(t.key_offset + keys, t.key_offset + t.score_stride, 0.0f);
-
-    for (size_t b = 0; b < blocks; ++b) {
-      if (a.causal && key_min > block_max_pos[b]) continue;
-      RowState* block = rows + b * kRowBlock;
-      // (1) scores, then (1) bias and mask and (2) online max and sum, row by row.
-      DotProducts(df, t, t.q + b * kRowBlock * t.dim, keys);
-      for (size_t r = 0; r < kRowBlock; ++r) {
-        OnlineSoftmaxRow(df, t, t.scores + r * t.score_stride, key_pos, keys, key_min, key_max,
-                         a.causal, alibi, block[r]);
-      }
-      // (3) weighted values.
-      WeightedValues(df, t, keys, block, t.out + b * kRowBlock * t.value_dim);
-    }
+    PackRow(df, v_head + token * a.v.token_stride, value_dim, 1.0f, t.v + j * t.value_dim);
+    t.key_offset[j] = static_cast<float>(key_pos[j] - key_min);
   }
+  std::fill(t.key_offset + keys, t.key_offset + t.score_stride, 0.0f);
 
-  // out = o / l; a row that saw no visible key (l = 0) gets zeros, not NaN.
-  const size_t n = hn::Lanes(df);
-  for (size_t r = 0; r < valid_rows; ++r) {
-    const int64_t m = first_row + static_cast<int64_t>(r);
-    const int64_t token = m / group, head = g * group + m % group;
-    float* o = t.out + r * t.value_dim;
-    const auto inv_sum = hn::Set(df, rows[r].sum > 0.0f ? 1.0f / rows[r].sum : 0.0f);
-    for (size_t e = 0; e < t.value_dim; e += n) {
-      hn::StoreU(hn::Mul(hn::LoadU(df, o + e), inv_sum), df, o + e);
+  for (size_t b = 0; b < qt.blocks; ++b) {
+    if (a.causal && key_min > qt.block_max_pos[b]) continue;
+    RowState* block = qt.rows + b * kRowBlock;
+    // (1) scores, then (1) bias and mask and (2) online max and sum, row by row.
+    DotProducts(df, t, kt, qt.q + b * kRowBlock * t.dim, keys, next);
+    next = NextRows();
+    for (size_t r = 0; r < kRowBlock; ++r) {
+      OnlineSoftmaxRow(df, t, t.scores + r * t.score_stride, key_pos, keys, key_min, key_max,
+                       a.causal, alibi, block[r]);
     }
-    std::memcpy(a.out + token * a.out_token_stride + head * a.out_head_stride, o,
-                value_dim * sizeof(float));
+    // (3) weighted values.
+    WeightedValues(df, t, kt, keys, block, qt.out + b * kRowBlock * t.value_dim);
   }
+}
+
+// Without `partial`, writes the rows' outputs; with it (one key chunk of several), leaves their
+// state there for MergePartials.
+inline void FinishQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t,
+                            const QueryTile& qt, float* HWY_RESTRICT partial) {
+  const hn::ScalableTag<float> df;
+  if (partial != nullptr) {
+    for (size_t r = 0; r < qt.valid_rows; ++r) {
+      partial[r] = qt.rows[r].max;
+      partial[kQueryTile + r] = qt.rows[r].sum;
+    }
+    std::memcpy(partial + 2 * kQueryTile, qt.out, qt.valid_rows * t.value_dim * sizeof(float));
+    return;
+  }
+  const int64_t group = a.num_heads / a.num_kv_heads;
+  for (size_t r = 0; r < qt.valid_rows; ++r) {
+    const int64_t m = qt.first_row + static_cast<int64_t>(r);
+    const int64_t token = m / group, head = qt.g * group + m % group;
+    MergePartials(df, qt.out + r * t.value_dim, &qt.rows[r].max, &qt.rows[r].sum, 0, 1,
+                  static_cast<size_t>(a.value_dim),
+                  a.out + token * a.out_token_stride + head * a.out_head_stride);
+  }
+}
+
+// Split-K (flash-decoding): the keys of each (KV head, query tile) are cut into chunks of
+// whole key tiles, at least kMinChunkKeys each, so that every call makes at least kMinItems work
+// items (see the top of the file).
+inline int64_t KeyChunkKeys(int64_t items, int64_t kv_tokens) {
+  const int64_t wanted = std::min(hwy::DivCeil(kMinItems, items), kMaxKeyChunks);
+  const int64_t chunks = std::max<int64_t>(1, std::min(wanted, kv_tokens / kMinChunkKeys));
+  const int64_t keys = hwy::DivCeil(kv_tokens, chunks);
+  return static_cast<int64_t>(
+      hwy::RoundUpTo(static_cast<size_t>(std::max<int64_t>(keys, 1)), kKeyTile));
 }
 
 template <typename T>
@@ -297,10 +507,18 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
   const int64_t group = a.num_heads / a.num_kv_heads;
   const int64_t rows_total = a.q_tokens * group;
   const int64_t tiles = hwy::DivCeil(rows_total, static_cast<int64_t>(kQueryTile));
-  const int64_t items = tiles * a.num_kv_heads;
+  // With a single query tile per KV head (decode), an item takes every KV head of its key chunk,
+  // key tile by key tile: one token's rows of all heads are adjacent in a KV cache, so the item
+  // walks memory front to back, where one head alone would touch a new page for every key.
+  const int64_t heads_per_item = tiles == 1 ? a.num_kv_heads : 1;
+  const int64_t head_groups = a.num_kv_heads / heads_per_item;
+  const int64_t chunk_keys = KeyChunkKeys(tiles * head_groups, a.kv_tokens);
+  const int64_t chunks = std::max<int64_t>(1, hwy::DivCeil(a.kv_tokens, chunk_keys));
+  const int64_t tile_items = tiles * a.num_kv_heads;  // (KV head, query tile) pairs
+  const int64_t items = tiles * head_groups * chunks;
 
   int64_t key_min_all = 0, key_max_all = 0;
-  if (a.alibi_slopes != nullptr) {
+  if (a.alibi_slopes != nullptr && a.kv_tokens > 0) {
     const auto [min_it, max_it] = std::minmax_element(a.key_pos, a.key_pos + a.kv_tokens);
     key_min_all = *min_it;
     key_max_all = *max_it;
@@ -309,33 +527,96 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
   const size_t dim = hwy::RoundUpTo(static_cast<size_t>(a.head_dim), n);
   const size_t value_dim = hwy::RoundUpTo(static_cast<size_t>(a.value_dim), n);
   const size_t score_stride = hwy::RoundUpTo(kKeyTile, n);
-  const size_t tile_floats = kQueryTile * dim + kKeyTile * dim + kKeyTile * value_dim +
-                             kRowBlock * score_stride + score_stride + kQueryTile * value_dim;
+  const size_t query_floats = kQueryTile * (dim + value_dim);  // q and o of one QueryTile
+  const size_t tile_floats = static_cast<size_t>(heads_per_item) * query_floats +
+                             kKeyTile * dim + kKeyTile * value_dim + kRowBlock * score_stride +
+                             score_stride;
   const int64_t work = a.q_tokens * a.num_heads * a.kv_tokens * (a.head_dim + a.value_dim);
   const bool threaded = work >= internal::kMinElementsForThreads && omp_get_max_threads() > 1;
+  // Split-K partials: one slot per (KV head, query tile, key chunk); nothing without chunks.
+  const size_t partial_floats = PartialFloats(value_dim);
+  hwy::AlignedFreeUniquePtr<float[]> partials;
+  if (chunks > 1) {
+    partials = hwy::AllocateAligned<float>(static_cast<size_t>(tile_items * chunks) *
+                                           partial_floats);
+  }
 
 #pragma omp parallel if (threaded)
   {
     internal::Scratch<float> scratch(tile_floats);
     Tiles t;
+    t.direct = std::is_same_v<T, float> && static_cast<size_t>(a.head_dim) == dim &&
+               static_cast<size_t>(a.value_dim) == value_dim;
     t.dim = dim;
     t.value_dim = value_dim;
     t.score_stride = score_stride;
-    t.q = scratch.get();
-    t.k = t.q + kQueryTile * dim;
+    t.k = scratch.get() + static_cast<size_t>(heads_per_item) * query_floats;
     t.v = t.k + kKeyTile * dim;
     t.scores = t.v + kKeyTile * value_dim;
     t.key_offset = t.scores + kRowBlock * score_stride;
-    t.out = t.key_offset + score_stride;
+    std::vector<QueryTile> query_tiles(static_cast<size_t>(heads_per_item));
+    for (size_t h = 0; h < query_tiles.size(); ++h) {
+      query_tiles[h].q = scratch.get() + h * query_floats;
+      query_tiles[h].out = query_tiles[h].q + kQueryTile * dim;
+    }
 
     // Dynamic: causal work grows with the query tile, so the largest tiles are handed out first
-    // and the small ones fill the gaps at the end.
+    // and the small ones fill the gaps at the end. Item i is key chunk i % chunks of heads
+    // [g0, g0 + heads_per_item) and one query tile; (KV head g, tile) is tile item
+    // (tiles - 1 - tile) num_kv_heads + g, and its chunk c has partial slot
+    // tile_item chunks + c.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
-      const int64_t tile = tiles - 1 - item / a.num_kv_heads;
-      const int64_t g = item % a.num_kv_heads;
-      AttendQueryTile<T>(a, t, g, tile * static_cast<int64_t>(kQueryTile), key_min_all,
-                         key_max_all);
+      const int64_t chunk = item % chunks, group_item = item / chunks;
+      const int64_t tile = tiles - 1 - group_item / head_groups;
+      const int64_t g0 = group_item % head_groups * heads_per_item;
+      const int64_t key_begin = chunk * chunk_keys;
+      const int64_t key_end = std::min(a.kv_tokens, key_begin + chunk_keys);
+      for (int64_t h = 0; h < heads_per_item; ++h) {
+        query_tiles[h].g = g0 + h;
+        query_tiles[h].first_row = tile * static_cast<int64_t>(kQueryTile);
+        BeginQueryTile<T>(a, t, key_min_all, key_max_all, query_tiles[h]);
+      }
+      for (int64_t key0 = key_begin; key0 < key_end; key0 += static_cast<int64_t>(kKeyTile)) {
+        const size_t keys = static_cast<size_t>(
+            std::min<int64_t>(static_cast<int64_t>(kKeyTile), key_end - key0));
+        for (int64_t h = 0; h < heads_per_item; ++h) {
+          // What comes next: the next head's rows of this key tile, or the first head's of
+          // the next key tile.
+          const NextRows next =
+              h + 1 < heads_per_item
+                  ? RowsAt<T>(a, g0 + h + 1, key0, key_end)
+                  : RowsAt<T>(a, g0, key0 + static_cast<int64_t>(kKeyTile), key_end);
+          AttendKeyTile<T>(a, t, key0, keys, next, query_tiles[h]);
+        }
+      }
+      for (int64_t h = 0; h < heads_per_item; ++h) {
+        const int64_t tile_item = (tiles - 1 - tile) * a.num_kv_heads + g0 + h;
+        FinishQueryTile(a, t, query_tiles[h],
+                        chunks > 1 ? partials.get() + (tile_item * chunks + chunk) * partial_floats
+                                   : nullptr);
+      }
+    }
+
+    // Split-K's second pass (after the loop's barrier): merge each row's chunks.
+    if (chunks > 1) {
+#pragma omp for schedule(static)
+      for (int64_t tile_item = 0; tile_item < tile_items; ++tile_item) {
+        const int64_t tile = tiles - 1 - tile_item / a.num_kv_heads;
+        const int64_t g = tile_item % a.num_kv_heads;
+        const int64_t first_row = tile * static_cast<int64_t>(kQueryTile);
+        const float* slot = partials.get() + tile_item * chunks * partial_floats;
+        const int64_t valid_rows =
+            std::min<int64_t>(static_cast<int64_t>(kQueryTile), rows_total - first_row);
+        for (int64_t r = 0; r < valid_rows; ++r) {
+          const int64_t m = first_row + r;
+          const int64_t token = m / group, head = g * group + m % group;
+          MergePartials(df, slot + 2 * kQueryTile + r * value_dim, slot + r,
+                        slot + kQueryTile + r, partial_floats, static_cast<size_t>(chunks),
+                        static_cast<size_t>(a.value_dim),
+                        a.out + token * a.out_token_stride + head * a.out_head_stride);
+        }
+      }
     }
   }
 }

@@ -193,6 +193,53 @@ TEST(AttentionKernel, DecodeStepEqualsLastRowsOfPrefillBFloat16) {
   CheckDecodeEqualsPrefill<BFloat16>();
 }
 
+// Long decode: few query rows per KV head make few work items, so the kernel splits the keys
+// into chunks (split-K, at least 256 keys each) and merges the partial results by the
+// log-sum-exp rule. 1000 and 8192 keys, GQA ratios 1, 2, 4 and 8, head_dim a multiple of every
+// vector width (keys read in place) or not (packed), causal and full, with ALiBi and RoPE. One
+// case puts the queries a third of the way in, so that causal hides whole chunks (their
+// partials carry no weight).
+template <typename T>
+void CheckSplitKeyDecode() {
+  struct DecodeShape {
+    int64_t q_tokens, kv_tokens, num_heads, num_kv_heads, head_dim;
+    bool early_queries;
+  };
+  constexpr DecodeShape kDecodeShapes[] = {
+      {1, 1000, 8, 8, 64, false},  {1, 1000, 8, 4, 40, false}, {3, 1000, 8, 1, 64, true},
+      {1, 8192, 8, 1, 64, false},  {2, 8192, 8, 2, 72, false}, {1, 8192, 4, 4, 128, true},
+  };
+  uint32_t seed = 100;
+  for (const DecodeShape& s : kDecodeShapes) {
+    const Tensor<T> q(s.q_tokens, s.num_heads, s.head_dim, seed++, 2.0f);
+    const Tensor<T> k(s.kv_tokens, s.num_kv_heads, s.head_dim, seed++, 2.0f, 1);
+    const Tensor<T> v(s.kv_tokens, s.num_kv_heads, s.head_dim, seed++);
+    const std::vector<int64_t> key_pos = PositionRange(0, s.kv_tokens);
+    const int64_t first_query = s.early_queries ? s.kv_tokens / 3 : s.kv_tokens - s.q_tokens;
+    const std::vector<int64_t> query_pos = PositionRange(first_query, s.q_tokens);
+    for (const bool causal : {false, true}) {
+      AttentionOptions options;
+      options.causal = causal;
+      options.alibi = Alibi{.num_heads = s.num_heads};
+      options.rope = Rope::Default(s.head_dim);
+      const std::string what =
+          Describe({s.q_tokens, s.kv_tokens, s.num_heads, s.num_kv_heads, s.head_dim,
+                    s.head_dim},
+                   options) +
+          (s.early_queries ? " early queries" : "");
+      const Output want = Reference(options, q, k, v, query_pos, key_pos);
+      ForEachSimdTarget([&](int64_t) {
+        ExpectNear(Run(options, q, k, v, query_pos, key_pos), want, kTolerance<T>, what);
+      });
+    }
+  }
+}
+
+TEST(AttentionKernel, SplitKeyDecodeMatchesReferenceFloat32) { CheckSplitKeyDecode<float>(); }
+TEST(AttentionKernel, SplitKeyDecodeMatchesReferenceBFloat16) {
+  CheckSplitKeyDecode<BFloat16>();
+}
+
 // Positions in the millions: the kernel still matches the reference there, and since RoPE scores
 // and ALiBi biases depend only on position differences, shifting every position by 10^6 leaves
 // the output as it was at 0.
