@@ -84,6 +84,7 @@ void FusedAttention(const AttentionOptions& options, Heads<const T> q, Heads<con
   args.query_pos = query_pos.data();
   args.key_pos = key_pos.data();
   args.causal = options.causal;
+  args.window = options.window;
   args.alibi_slopes = options.alibi ? slopes.data() : nullptr;
   args.scale = static_cast<float>(
       options.scale > 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.head_dim)));
@@ -135,8 +136,10 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
         double s = scale * dot;
         // (3) ALiBi: s_ij += -slope_h * (query_pos_i - key_pos_j).
         if (options.alibi) s += AlibiBias(slopes[h], query_pos[i], key_pos[j]);
-        // (4) causal mask: key j is visible iff key_pos_j <= query_pos_i.
-        visible[j] = !options.causal || key_pos[j] <= query_pos[i];
+        // (4) masks: with causal, key j is visible iff key_pos_j <= query_pos_i; with a window,
+        // iff query_pos_i - key_pos_j < window (positions are >= 0, so no overflow).
+        visible[j] = (!options.causal || key_pos[j] <= query_pos[i]) &&
+                     (options.window == 0 || query_pos[i] - key_pos[j] < options.window);
         scores[j] = s;
         if (visible[j]) {
           max_score = std::max(max_score, s);
@@ -212,6 +215,8 @@ void ValidatedAttention(const AttentionOptions& options, Heads<const T> q, Heads
   }
   Require(std::isfinite(options.scale) && options.scale >= 0.0, kFunction, "scale",
           "be finite and >= 0 (0 means 1 / sqrt(head_dim))", options.scale);
+  Require(options.window >= 0, kFunction, "window", "be >= 0 (0 means no window)",
+          options.window);
 
   const std::string_view overlap_rule = "not share memory with q, k or v";
   Require(!Overlaps(out, q), kFunction, "out", overlap_rule, "a view overlapping q");

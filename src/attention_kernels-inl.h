@@ -17,11 +17,14 @@
 // Each key tile goes through three passes, for every row block:
 //   (1) scores: s_j = (scale q) . k_j (MulAdd over head_dim, then the four rows' sums of lanes
 //       reduced together), plus the ALiBi bias slope (kpos_j - anchor), and -inf where the
-//       causal mask hides key j;
+//       causal mask or the sliding window hides key j;
 //   (2) online max and sum: m' = max(m, max_j s_j), p_j = exp(s_j - m'),
 //       l' = l exp(m - m') + sum_j p_j;
 //   (3) weighted values: o' = o exp(m - m') + sum_j p_j v_j.
-// After the last tile, out = o / l, or zeros when no key was visible. Memory beyond the inputs
+// Tiles whose keys are all hidden from the tile's (or row block's) queries, ahead of them under
+// causal or behind them by at least the window, are skipped; only tiles that straddle a mask
+// edge pay for the per-key mask. After the last tile, out = o / l, or zeros when no key was
+// visible. Memory beyond the inputs
 // is one set of tiles per thread (a query tile per KV head in decode) and the split-K partials.
 //
 // Decode (a single query tile per KV head): a work item takes every KV head of its keys, key
@@ -229,7 +232,8 @@ HWY_INLINE void DotProducts(DF df, const Tiles& t, const KeyTile& kt, const floa
 template <class DF>
 HWY_INLINE void OnlineSoftmaxRow(DF df, const Tiles& t, float* HWY_RESTRICT s,
                                  const int64_t* key_pos, size_t keys, int64_t key_min,
-                                 int64_t key_max, bool causal, bool alibi, RowState& row) {
+                                 int64_t key_max, bool causal, int64_t window, bool alibi,
+                                 RowState& row) {
   const size_t n = hn::Lanes(df);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   std::fill(s + keys, s + t.score_stride, kNegInf);  // keys past the end of a short last tile
@@ -244,6 +248,13 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const Tiles& t, float* HWY_RESTRICT s,
   if (causal && key_max > row.pos) {  // only tiles that straddle the diagonal pay for this
     for (size_t j = 0; j < keys; ++j) {
       if (key_pos[j] > row.pos) s[j] = kNegInf;
+    }
+  }
+  // Sliding window: only tiles reaching back past the window's far edge pay for this (positions
+  // are >= 0, so the differences cannot overflow).
+  if (window > 0 && row.pos - key_min >= window) {
+    for (size_t j = 0; j < keys; ++j) {
+      if (row.pos - key_pos[j] >= window) s[j] = kNegInf;
     }
   }
 
@@ -356,7 +367,9 @@ struct QueryTile {
   size_t valid_rows = 0;
   size_t blocks = 0;
   int64_t max_query_pos = 0;
+  int64_t min_query_pos = 0;  // with block_min_pos, what the sliding window skips by
   int64_t block_max_pos[kQueryTile / kRowBlock] = {};
+  int64_t block_min_pos[kQueryTile / kRowBlock] = {};
   RowState rows[kQueryTile];
   float* q = nullptr;    // [kQueryTile, dim], times scale
   float* out = nullptr;  // [kQueryTile, value_dim]: the unnormalised output o
@@ -372,6 +385,8 @@ void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int6
       std::min<int64_t>(static_cast<int64_t>(kQueryTile), a.q_tokens * group - qt.first_row));
   qt.blocks = hwy::DivCeil(qt.valid_rows, kRowBlock);
   std::fill(qt.block_max_pos, qt.block_max_pos + kQueryTile / kRowBlock, int64_t{0});
+  std::fill(qt.block_min_pos, qt.block_min_pos + kQueryTile / kRowBlock,
+            std::numeric_limits<int64_t>::max());
   for (size_t r = 0; r < qt.blocks * kRowBlock; ++r) {
     const int64_t m = qt.first_row + static_cast<int64_t>(std::min(r, qt.valid_rows - 1));
     const int64_t token = m / group, head = qt.g * group + m % group;
@@ -385,8 +400,10 @@ void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int6
     row.anchor = std::clamp(row.pos, key_min_all, key_max_all);
     row.slope = a.alibi_slopes != nullptr ? a.alibi_slopes[head] : 0.0f;
     qt.block_max_pos[r / kRowBlock] = std::max(qt.block_max_pos[r / kRowBlock], row.pos);
+    qt.block_min_pos[r / kRowBlock] = std::min(qt.block_min_pos[r / kRowBlock], row.pos);
   }
   qt.max_query_pos = *std::max_element(qt.block_max_pos, qt.block_max_pos + qt.blocks);
+  qt.min_query_pos = *std::min_element(qt.block_min_pos, qt.block_min_pos + qt.blocks);
 }
 
 // The input rows of head g's keys and values [key0, key_end) for NextRows (empty past the end).
@@ -424,6 +441,11 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
   // Causal: a tile whose every key lies after every query of the tile (or row block) adds
   // nothing; with ordered positions, the upper triangle is skipped tile by tile.
   if (a.causal && key_min > qt.max_query_pos) return;
+  // Sliding window: a tile whose every key lies at least the window behind every query of the
+  // tile (or row block) adds nothing either; with ordered positions, only the tiles of the band
+  // along the diagonal do work, which grows with T x window rather than T^2.
+  const bool windowed = a.window > 0;
+  if (windowed && qt.min_query_pos - key_max >= a.window) return;
 
   // Keys: float32 rows of whole vectors are scored where they lie (each row is read once per
   // row block, front to back). Values are always packed: pass (3) walks all keys of the tile
@@ -453,13 +475,14 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
 
   for (size_t b = 0; b < qt.blocks; ++b) {
     if (a.causal && key_min > qt.block_max_pos[b]) continue;
+    if (windowed && qt.block_min_pos[b] - key_max >= a.window) continue;
     RowState* block = qt.rows + b * kRowBlock;
     // (1) scores, then (1) bias and mask and (2) online max and sum, row by row.
     DotProducts(df, t, kt, qt.q + b * kRowBlock * t.dim, keys, next);
     next = NextRows();
     for (size_t r = 0; r < kRowBlock; ++r) {
       OnlineSoftmaxRow(df, t, t.scores + r * t.score_stride, key_pos, keys, key_min, key_max,
-                       a.causal, alibi, block[r]);
+                       a.causal, a.window, alibi, block[r]);
     }
     // (3) weighted values.
     WeightedValues(df, t, kt, keys, block, qt.out + b * kRowBlock * t.value_dim);

@@ -36,6 +36,7 @@ struct AttentionKernelArgs {
   const int64_t* query_pos = nullptr;  // q_tokens entries, >= 0
   const int64_t* key_pos = nullptr;    // kv_tokens entries, >= 0
   bool causal = false;
+  int64_t window = 0;  // sliding window: visible iff query_pos - key_pos < window; 0 = none
   const float* alibi_slopes = nullptr;  // num_heads entries, or nullptr without ALiBi
   float scale = 1.0f;                   // score scale, > 0
 };

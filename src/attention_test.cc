@@ -464,6 +464,92 @@ TEST(Attention, StridedHeadsOuterViewsEqualDense) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Sliding window.
+
+// Runs AttentionReference into a fresh dense out, like RunAttention.
+Tensor RunReference(const AttentionOptions& options, const Tensor& q, const Tensor& k,
+                    const Tensor& v, const std::vector<int64_t>& query_pos,
+                    const std::vector<int64_t>& key_pos) {
+  Tensor out(q.tokens, q.heads, v.dim, std::numeric_limits<float>::quiet_NaN());
+  AttentionReference(options, q.view(), k.view(), v.view(), query_pos, key_pos, out.view());
+  return out;
+}
+
+TEST(Attention, SlidingWindowWorkedByHand) {
+  // 1 head, head_dim 1, 4 tokens at positions 0..3, scale ln 3, q = 1 everywhere,
+  // k = [0, 1, 0, 1] (scores 0, ln 3, 0, ln 3, so weights go 1 : 3 : 1 : 3), v = [4, 8, 16, 32].
+  // Causal, window 2: each query sees itself and the key before it.
+  //   query 0: key 0 only                  out = 4
+  //   query 1: keys 0, 1, weights 1/4, 3/4  out = 1 + 6 = 7
+  //   query 2: keys 1, 2, weights 3/4, 1/4  out = 6 + 4 = 10
+  //   query 3: keys 2, 3, weights 1/4, 3/4  out = 4 + 24 = 28
+  // (without the window, query 3 would see all four: (4 + 24 + 16 + 96) / 8 = 17.5).
+  // Without causal, window 2 still hides keys 2 or more behind, but keys ahead stay visible:
+  //   query 0: all four keys                out = 17.5
+  //   query 3: keys 2, 3                    out = 28
+  Tensor q(4, 1, 1, 1.0f), k(4, 1, 1), v(4, 1, 1);
+  k.data = {0.0f, 1.0f, 0.0f, 1.0f};
+  v.data = {4.0f, 8.0f, 16.0f, 32.0f};
+  const std::vector<int64_t> positions = PositionRange(0, 4);
+  AttentionOptions options;
+  options.causal = true;
+  options.scale = std::log(3.0);
+  options.window = 2;
+  for (const auto& run : {RunAttention, RunReference}) {
+    const Tensor causal = run(options, q, k, v, positions, positions);
+    EXPECT_FLOAT_EQ(causal.at(0, 0, 0), 4.0f);
+    EXPECT_FLOAT_EQ(causal.at(1, 0, 0), 7.0f);
+    EXPECT_FLOAT_EQ(causal.at(2, 0, 0), 10.0f);
+    EXPECT_FLOAT_EQ(causal.at(3, 0, 0), 28.0f);
+
+    AttentionOptions full = options;
+    full.causal = false;
+    const Tensor windowed = run(full, q, k, v, positions, positions);
+    EXPECT_FLOAT_EQ(windowed.at(0, 0, 0), 17.5f);
+    EXPECT_FLOAT_EQ(windowed.at(3, 0, 0), 28.0f);
+  }
+}
+
+TEST(Attention, WindowCoveringEveryKeyEqualsNoWindow) {
+  // Positions 0..6: no query is 7 or more ahead of a key, so windows >= 7 hide nothing.
+  const Tensor q = RandomTensor(7, 4, 8, 1), k = RandomTensor(7, 2, 8, 2),
+               v = RandomTensor(7, 2, 5, 3);
+  const std::vector<int64_t> positions = PositionRange(0, 7);
+  for (const bool causal : {false, true}) {
+    AttentionOptions plain = Everything(4, 8);
+    plain.causal = causal;
+    const Tensor want_kernel = RunAttention(plain, q, k, v, positions, positions);
+    const Tensor want_reference = RunReference(plain, q, k, v, positions, positions);
+    for (const int64_t window : {7, 8, 1000000}) {
+      AttentionOptions windowed = plain;
+      windowed.window = window;
+      EXPECT_EQ(MaxAbsDiff(RunAttention(windowed, q, k, v, positions, positions), want_kernel),
+                0.0f);
+      EXPECT_EQ(MaxAbsDiff(RunReference(windowed, q, k, v, positions, positions),
+                           want_reference),
+                0.0f);
+    }
+  }
+}
+
+TEST(Attention, WindowOfOneWithCausalReturnsTheOwnValue) {
+  // Each query sees only the key at its own position: weight 1, out[i, h] = v[i, g].
+  const Tensor q = RandomTensor(9, 4, 8, 1), k = RandomTensor(9, 2, 8, 2),
+               v = RandomTensor(9, 2, 5, 3);
+  AttentionOptions options = Everything(4, 8);
+  options.window = 1;
+  const std::vector<int64_t> positions = PositionRange(3, 9);
+  for (const auto& run : {RunAttention, RunReference}) {
+    const Tensor out = run(options, q, k, v, positions, positions);
+    for (int64_t i = 0; i < 9; ++i) {
+      for (int64_t h = 0; h < 4; ++h) {
+        for (int64_t e = 0; e < 5; ++e) EXPECT_FLOAT_EQ(out.at(i, h, e), v.at(i, h / 2, e));
+      }
+    }
+  }
+}
+
 TEST(Attention, PublicEntryMatchesReference) {
   // Attention may dispatch to a fused kernel; it must agree with the reference.
   const Tensor q = RandomTensor(9, 8, 16, 101), k = RandomTensor(9, 2, 16, 102),
@@ -673,6 +759,12 @@ TEST(AttentionErrors, Scale) {
     EXPECT_NE(call.Error(), "no error");
     EXPECT_TRUE(call.OutUntouched());
   }
+}
+
+TEST(AttentionErrors, Window) {
+  Call call;
+  call.options.window = -3;
+  ExpectError(call, "[attention] window must be >= 0 (0 means no window), got -3");
 }
 
 TEST(AttentionErrors, OutMustNotOverlapInputs) {

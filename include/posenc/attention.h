@@ -6,12 +6,17 @@
 // ALiBi bias -slope[h] * (qpos_i - kpos_j) (when alibi is given), and g = h / (num_heads /
 // num_kv_heads) is the key/value head that query head h reads (grouped-query attention; g = h for
 // plain multi-head attention). With causal, key j is visible to query i only when
-// key_pos[j] <= query_pos[i]. Queries and keys carry their own positions, so one decode step
-// against a KV cache is a single query at position T attending to keys 0 .. T.
+// key_pos[j] <= query_pos[i]. With a sliding window W > 0, key j is visible to query i only when
+// query_pos[i] - key_pos[j] < W: with causal, the query sees itself and the W - 1 keys before it
+// (Mistral's sliding window; Hugging Face's and FlashAttention's window_size_left = W - 1).
+// Without causal the window only limits how far back a key may lie; keys ahead stay visible.
+// Queries and keys carry their own positions, so one decode step against a KV cache is a single
+// query at position T attending to keys 0 .. T.
 //
 // Shapes: q [q_tokens, num_heads, head_dim], k [kv_tokens, num_kv_heads, head_dim],
 // v [kv_tokens, num_kv_heads, value_dim], out [q_tokens, num_heads, value_dim].
-// A query with no visible key (possible only with causal and unusual positions) gets zeros.
+// A query with no visible key (possible only with causal or a window and unusual positions) gets
+// zeros.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +35,14 @@ struct AttentionOptions {
   std::optional<Alibi> alibi;  // its LocalHeads() must equal num_heads
   std::optional<Rope> rope;    // its head_dim must equal q's and k's head_dim
   double scale = 0.0;          // score scale; 0 means 1 / sqrt(head_dim)
+  // Sliding window: key j is visible to query i only when query_pos[i] - key_pos[j] < window.
+  // 0 means no window; must be >= 0.
+  int64_t window = 0;
 };
 
-// Validates everything (views, shapes, grouping, positions >= 0, rope, alibi, scale, and that out
-// shares no memory with q, k or v), throwing posenc::Error before out is touched, then runs the
-// kernel.
+// Validates everything (views, shapes, grouping, positions >= 0, rope, alibi, scale, window, and
+// that out shares no memory with q, k or v), throwing posenc::Error before out is touched, then
+// runs the kernel.
 void Attention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
                Heads<const float> v, std::span<const int64_t> query_pos,
                std::span<const int64_t> key_pos, Heads<float> out);

@@ -27,7 +27,7 @@ void BindAttention(py::module_& m) {
       "attention",
       [](const py::object& q_arg, const py::object& k_arg, const py::object& v_arg,
          const py::object& query_positions, const py::object& key_positions, bool causal,
-         std::optional<Alibi> alibi, std::optional<Rope> rope, double scale,
+         std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
          const py::object& out_arg) {
         const auto q = ViewHeads<const float>(q_arg, kFn, "q");
         const auto k = ViewHeads<const float>(k_arg, kFn, "k");
@@ -46,7 +46,7 @@ void BindAttention(py::module_& m) {
                                  "query_positions");
         BatchPositions key_pos(key_positions.is_none() ? query_positions : key_positions,
                                k.batch_shape, k.first.tokens, kFn, "key_positions");
-        const AttentionOptions options{causal, std::move(alibi), std::move(rope), scale};
+        const AttentionOptions options{causal, std::move(alibi), std::move(rope), scale, window};
         // Batch elements share their geometry, so the first call validates every element's views;
         // positions differ per element and are all checked here, before anything is written.
         ValidatePositions(kFn, query_pos.All(), static_cast<int64_t>(query_pos.All().size()),
@@ -65,7 +65,7 @@ void BindAttention(py::module_& m) {
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("causal") = false,
       py::arg("alibi") = py::none(), py::arg("rope") = py::none(), py::arg("scale") = 0.0,
-      py::arg("out") = py::none(),
+      py::arg("window") = 0, py::arg("out") = py::none(),
       R"(Multi-head scaled dot-product attention on float32 arrays:
 
   out[i, h] = sum_j softmax_j(scale * q'[i, h] . k'[j, g] + bias_h(i, j)) v[j, g]
@@ -75,7 +75,9 @@ v [..., kv_tokens, num_kv_heads, value_dim] -> out [..., q_tokens, num_heads, va
 (batch dims equal; last dims contiguous; other strides free). q' and k' are rotated by `rope`
 when given; bias_h is the ALiBi bias of `alibi` when given; g = h / (num_heads / num_kv_heads)
 (grouped-query attention). With causal, key j is visible to query i when
-key_positions[j] <= query_positions[i]. Positions are int64 [tokens] or [..., tokens];
+key_positions[j] <= query_positions[i]. With window > 0 (a sliding window), key j is visible only
+when query_positions[i] - key_positions[j] < window: with causal, each query sees itself and the
+window - 1 keys before it; 0 means no window. Positions are int64 [tokens] or [..., tokens];
 key_positions defaults to query_positions. scale 0 means 1 / sqrt(head_dim).)");
 }
 
