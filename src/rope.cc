@@ -76,8 +76,27 @@ struct InOut {
 // The single dispatch point every ApplyRope overload reaches after validation: one call of the
 // SIMD kernel for q and k together, so that the angles of a token are formed once for both.
 template <typename T>
+void RopeReference(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
+                   Heads<T> x_out, RopeDirection direction);
+template <typename T>
+void RotateWithKernel(const Rope& rope, std::span<const int64_t> positions,
+                      RopeDirection direction, std::initializer_list<InOut<T>> views);
+
+template <typename T>
 void RotateInto(const Rope& rope, std::span<const int64_t> positions, RopeDirection direction,
                 std::initializer_list<InOut<T>> views) {
+  if constexpr (std::is_same_v<T, double>) {
+    // float64 storage has no SIMD kernel: it is the reference itself, unrounded (gradient
+    // checks in double need exactly that).
+    for (const InOut<T>& v : views) RopeReference(rope, positions, v.in, v.out, direction);
+  } else {
+    RotateWithKernel(rope, positions, direction, views);
+  }
+}
+
+template <typename T>
+void RotateWithKernel(const Rope& rope, std::span<const int64_t> positions,
+                      RopeDirection direction, std::initializer_list<InOut<T>> views) {
   internal::RopeKernelArgs args;
   args.storage = StorageTypeOf<T>();
   args.layout = rope.layout;
@@ -331,6 +350,24 @@ void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const
 }
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const Float16> q_in,
                Heads<Float16> q_out, Heads<const Float16> k_in, Heads<Float16> k_out,
+               RopeDirection direction) {
+  RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
+}
+
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> x,
+               RopeDirection direction) {
+  RopeInPlace(rope, positions, x, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> q,
+               Heads<double> k, RopeDirection direction) {
+  RopeInPlace(rope, positions, q, k, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const double> x_in,
+               Heads<double> x_out, RopeDirection direction) {
+  RopeOutOfPlace(rope, positions, x_in, x_out, direction);
+}
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const double> q_in,
+               Heads<double> q_out, Heads<const double> k_in, Heads<double> k_out,
                RopeDirection direction) {
   RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
 }

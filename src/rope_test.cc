@@ -846,5 +846,18 @@ TEST(RopeReferenceDouble, Float64StorageKeepsTheDoubleResult) {
   EXPECT_NEAR(y[1], 1.0, 1e-15);
 }
 
+TEST(RopeReferenceDouble, ApplyRopeOnFloat64IsValidatedAndUnrounded) {
+  Rope rope{.head_dim = 3, .rotary_dim = 2, .inv_freq = {1.0}};
+  std::vector<double> x = {2.0, 1.0, 7.0};
+  const std::vector<int64_t> positions = {1};
+  ApplyRope(rope, positions, Heads<double>::Dense(x.data(), 1, 1, 3));
+  EXPECT_NEAR(x[0], 2 * 0.54030230586813977 - 0.84147098480789651, 1e-15);
+  EXPECT_NEAR(x[1], 2 * 0.84147098480789651 + 0.54030230586813977, 1e-15);
+  const std::vector<double> before = x;
+  const std::vector<int64_t> negative = {-1};
+  EXPECT_THROW(ApplyRope(rope, negative, Heads<double>::Dense(x.data(), 1, 1, 3)), Error);
+  EXPECT_EQ(x, before);
+}
+
 }  // namespace
 }  // namespace posenc

@@ -114,6 +114,18 @@ void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const
                Heads<Float16> q_out, Heads<const Float16> k_in, Heads<Float16> k_out,
                RopeDirection direction = RopeDirection::kForward);
 
+// The same four operations on float64 storage: the double-precision reference (no SIMD, no
+// rounding), for gradient checks in double. Validated like the others.
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> x,
+               RopeDirection direction = RopeDirection::kForward);
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> q,
+               Heads<double> k, RopeDirection direction = RopeDirection::kForward);
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const double> x_in,
+               Heads<double> x_out, RopeDirection direction = RopeDirection::kForward);
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const double> q_in,
+               Heads<double> q_out, Heads<const double> k_in, Heads<double> k_out,
+               RopeDirection direction = RopeDirection::kForward);
+
 // cos and sin of the angle pos * inv_freq, in double: the accurate angle every kernel must match.
 // The angle is one double product (error <= half an ulp: <= 2^-30 rad below 2^24), never
 // a float32 product as in Hugging Face (~pos * 2^-24 rad); not scaled by attention_factor.

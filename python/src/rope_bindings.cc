@@ -15,25 +15,9 @@ namespace {
 
 constexpr std::string_view kFn = "rope";
 
-// float64 views go to the library's double-precision reference (ApplyRopeReference), which,
-// like every reference, assumes validated input: these are the checks ApplyRope makes.
-template <typename T>
-void ValidateDoubleView(const Rope& rope, const Heads<T>& view, std::string_view name) {
-  view.Validate(kFn, name);
-  Require(view.head_dim == rope.head_dim, kFn, std::string(name) + ".head_dim",
-          "equal rope.head_dim (" + std::to_string(rope.head_dim) + ")", view.head_dim);
-}
-
-template <typename A, typename B>
-void RequireDisjointDouble(const Heads<A>& a, const Heads<B>& b, std::string_view a_name,
-                           std::string_view b_name) {
-  Require(!RowsOverlap(a, b), kFn, a_name, "not share memory with " + std::string(b_name),
-          "overlapping arrays");
-}
-
 // Calls f(T{}) with T the element type of x: float, double, Float16, or BFloat16 when the caller
 // says that x holds bfloat16 bits. float32, bfloat16 and float16 run the library's kernels;
-// float64 runs the library's double-precision reference.
+// float64 runs its double-precision reference (ApplyRope on float64 storage).
 template <typename F>
 auto DispatchElement(const py::object& x, bool bfloat16, std::string_view name, const F& f) {
   if (bfloat16) return f(BFloat16{});
@@ -75,14 +59,7 @@ void RotateInPlace(const Rope& rope, const py::object& positions, const py::obje
   RunBatched(
       kFn, pos,
       [&](std::span<const int64_t> p, Heads<T> v) {
-        if constexpr (!std::is_same_v<T, double>) {
-          ApplyRope(rope, p, v, direction);
-        } else {
-          rope.Validate();
-          ValidateDoubleView(rope, v, "x");
-          ValidatePositions(kFn, p, v.tokens);
-          ApplyRopeReference(rope, p, v, v, direction);
-        }
+        ApplyRope(rope, p, v, direction);
       },
       view);
 }
@@ -98,16 +75,7 @@ py::object RotateInto(const Rope& rope, const py::object& positions, const py::o
   RunBatched(
       kFn, pos,
       [&](std::span<const int64_t> p, Heads<const T> i, Heads<T> o) {
-        if constexpr (!std::is_same_v<T, double>) {
-          ApplyRope(rope, p, i, o, direction);
-        } else {
-          rope.Validate();
-          ValidateDoubleView(rope, i, "x");
-          ValidatePositions(kFn, p, i.tokens);
-          ValidateDoubleView(rope, o, "out");
-          RequireDisjointDouble(o, i, "out", "x");
-          ApplyRopeReference(rope, p, i, o, direction);
-        }
+        ApplyRope(rope, p, i, o, direction);
       },
       in, dst);
   return out;
@@ -123,19 +91,7 @@ void RotateQkInPlace(const Rope& rope, const py::object& positions, const py::ob
   RunBatched(
       kFn, pos,
       [&](std::span<const int64_t> p, Heads<T> qh, Heads<T> kh) {
-        if constexpr (!std::is_same_v<T, double>) {
-          ApplyRope(rope, p, qh, kh, direction);
-        } else {
-          rope.Validate();
-          ValidateDoubleView(rope, qh, "q");
-          ValidatePositions(kFn, p, qh.tokens);
-          ValidateDoubleView(rope, kh, "k");
-          Require(kh.tokens == qh.tokens, kFn, "k.tokens",
-                  "equal q.tokens (" + std::to_string(qh.tokens) + ")", kh.tokens);
-          RequireDisjointDouble(kh, qh, "k", "q");
-          ApplyRopeReference(rope, p, qh, qh, direction);
-          ApplyRopeReference(rope, p, kh, kh, direction);
-        }
+        ApplyRope(rope, p, qh, kh, direction);
       },
       qv, kv);
 }
@@ -158,25 +114,7 @@ py::tuple RotateQkInto(const Rope& rope, const py::object& positions, const py::
       kFn, pos,
       [&](std::span<const int64_t> p, Heads<const T> qh, Heads<const T> kh, Heads<T> qoh,
           Heads<T> koh) {
-        if constexpr (!std::is_same_v<T, double>) {
-          ApplyRope(rope, p, qh, qoh, kh, koh, direction);
-        } else {
-          rope.Validate();
-          ValidateDoubleView(rope, qh, "q");
-          ValidatePositions(kFn, p, qh.tokens);
-          ValidateDoubleView(rope, kh, "k");
-          ValidateDoubleView(rope, qoh, "q_out");
-          ValidateDoubleView(rope, koh, "k_out");
-          Require(kh.tokens == qh.tokens, kFn, "k.tokens",
-                  "equal q.tokens (" + std::to_string(qh.tokens) + ")", kh.tokens);
-          RequireDisjointDouble(qoh, qh, "q_out", "q");
-          RequireDisjointDouble(qoh, kh, "q_out", "k");
-          RequireDisjointDouble(koh, kh, "k_out", "k");
-          RequireDisjointDouble(koh, qh, "k_out", "q");
-          RequireDisjointDouble(koh, qoh, "k_out", "q_out");
-          ApplyRopeReference(rope, p, qh, qoh, direction);
-          ApplyRopeReference(rope, p, kh, koh, direction);
-        }
+        ApplyRope(rope, p, qh, qoh, kh, koh, direction);
       },
       qi, ki, qo, ko);
   return py::make_tuple(q_out, k_out);
