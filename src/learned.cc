@@ -26,6 +26,13 @@ void CheckPosition(std::string_view function, int64_t index, int64_t pos, int64_
           "be < max_positions (" + std::to_string(max_positions) + ")", pos);
 }
 
+void CheckAllPositions(std::string_view function, std::span<const int64_t> positions,
+                       int64_t max_positions) {
+  for (size_t t = 0; t < positions.size(); ++t) {
+    CheckPosition(function, static_cast<int64_t>(t), positions[t], max_positions);
+  }
+}
+
 // A span of [rows, width] floats; compared by division so that no product can wrap around.
 void CheckRows(std::string_view function, std::string_view name, size_t size, size_t rows,
                int64_t width) {
@@ -33,6 +40,15 @@ void CheckRows(std::string_view function, std::string_view name, size_t size, si
   Require(size % w == 0 && size / w == rows, function, name,
           "equal tokens (" + std::to_string(rows) + ") * d_model (" + std::to_string(w) + ")",
           size);
+}
+
+// The rows of a caller-owned [max_positions, d_model] table: d_model > 0 and divides its size.
+int64_t TableRows(std::string_view function, std::string_view name, size_t size,
+                  int64_t d_model) {
+  Require(d_model > 0, function, "d_model", "be > 0", d_model);
+  Require(size > 0 && size % static_cast<size_t>(d_model) == 0, function, name,
+          "be a positive multiple of d_model (" + std::to_string(d_model) + ")", size);
+  return static_cast<int64_t>(size / static_cast<size_t>(d_model));
 }
 
 }  // namespace
@@ -89,29 +105,40 @@ std::span<const float> LearnedPositions::Row(int64_t pos) const {
 
 void LearnedPositions::CheckPositions(std::string_view function,
                                       std::span<const int64_t> positions) const {
-  for (size_t t = 0; t < positions.size(); ++t) {
-    CheckPosition(function, static_cast<int64_t>(t), positions[t], max_positions_);
-  }
+  CheckAllPositions(function, positions, max_positions_);
 }
 
 void LearnedPositions::Lookup(std::span<const int64_t> positions, std::span<float> out) const {
-  CheckPositions("learned.lookup", positions);
-  CheckRows("learned.lookup", "out.size()", out.size(), positions.size(), d_model_);
-  internal::GatherRows(table_.data(), positions.data(), static_cast<int64_t>(positions.size()),
-                       d_model_, out.data());
+  LookupLearnedRows(table_, d_model_, positions, out);
 }
 
 void LearnedPositions::AccumulateGradient(std::span<const int64_t> positions,
                                           std::span<const float> grad_out) {
-  CheckPositions("learned.accumulate_gradient", positions);
-  CheckRows("learned.accumulate_gradient", "grad_out.size()", grad_out.size(), positions.size(),
-            d_model_);
-  // The transpose of Lookup: a row read by several tokens receives the sum of their gradients,
-  // in token order, as torch.nn.Embedding's backward does.
-  internal::ScatterAdd(grad_out.data(), positions.data(), static_cast<int64_t>(positions.size()),
-                       d_model_, grad_.data());
+  AccumulateLearnedGradient(grad_, d_model_, positions, grad_out);
 }
 
 void LearnedPositions::ZeroGradient() { std::ranges::fill(grad_, 0.0f); }
+
+void LookupLearnedRows(std::span<const float> table, int64_t d_model,
+                       std::span<const int64_t> positions, std::span<float> out) {
+  const int64_t rows = TableRows("learned.lookup", "table.size()", table.size(), d_model);
+  CheckAllPositions("learned.lookup", positions, rows);
+  CheckRows("learned.lookup", "out.size()", out.size(), positions.size(), d_model);
+  internal::GatherRows(table.data(), positions.data(), static_cast<int64_t>(positions.size()),
+                       d_model, out.data());
+}
+
+void AccumulateLearnedGradient(std::span<float> grad, int64_t d_model,
+                               std::span<const int64_t> positions,
+                               std::span<const float> grad_out) {
+  constexpr std::string_view kFunction = "learned.accumulate_gradient";
+  const int64_t rows = TableRows(kFunction, "grad.size()", grad.size(), d_model);
+  CheckAllPositions(kFunction, positions, rows);
+  CheckRows(kFunction, "grad_out.size()", grad_out.size(), positions.size(), d_model);
+  // The transpose of the lookup: a row read by several tokens receives the sum of their
+  // gradients, in token order, as torch.nn.Embedding's backward does.
+  internal::ScatterAdd(grad_out.data(), positions.data(), static_cast<int64_t>(positions.size()),
+                       d_model, grad.data());
+}
 
 }  // namespace posenc

@@ -17,6 +17,7 @@
 namespace posenc {
 namespace {
 
+using testing_support::ExpectError;
 using testing_support::TempFile;
 
 // A 4 x 3 table whose row r is {10r, 10r + 1, 10r + 2}.
@@ -216,6 +217,39 @@ TEST(Learned, BadGradientLeavesGradUntouched) {
   const std::vector<int64_t> good{1, 2};
   EXPECT_THROW(table.AccumulateGradient(good, grad_out), Error);  // 6 values for 2 tokens
   EXPECT_EQ(std::vector<float>(table.grad().begin(), table.grad().end()), before);
+}
+
+TEST(Learned, FreeFunctionsWorkOnACallerOwnedTable) {
+  // The counting table again, held in the caller's own buffer: row r is {10r, 10r + 1, 10r + 2}.
+  std::vector<float> table(12);
+  for (int64_t i = 0; i < 12; ++i) table[i] = static_cast<float>(10 * (i / 3) + i % 3);
+  const int64_t positions[] = {3, 0, 3};
+  std::vector<float> out(9);
+  LookupLearnedRows(table, 3, positions, out);
+  EXPECT_EQ(out, (std::vector<float>{30, 31, 32, 0, 1, 2, 30, 31, 32}));
+
+  std::vector<float> grad(12, 0.0f);
+  const std::vector<float> grad_out = {1, 2, 3, 4, 5, 6, 0.5f, 0.25f, 0.125f};
+  AccumulateLearnedGradient(grad, 3, positions, grad_out);
+  EXPECT_EQ(grad, (std::vector<float>{4, 5, 6, 0, 0, 0, 0, 0, 0, 1.5f, 2.25f, 3.125f}));
+}
+
+TEST(Learned, FreeFunctionsRejectBadTablesBeforeWriting) {
+  std::vector<float> table(12, 1.0f), out(3, -1.0f);
+  const int64_t past_end[] = {4};
+  ExpectError([&] { LookupLearnedRows(table, 3, past_end, out); },
+              "[learned.lookup] positions[0] must be < max_positions (4), got 4");
+  ExpectError([&] { LookupLearnedRows(table, 5, past_end, out); },
+              "[learned.lookup] table.size() must be a positive multiple of d_model (5), got 12");
+  ExpectError([&] { LookupLearnedRows(table, 0, past_end, out); },
+              "[learned.lookup] d_model must be > 0, got 0");
+  EXPECT_EQ(out, std::vector<float>(3, -1.0f));
+  const int64_t ok[] = {1};
+  const std::vector<float> short_grad(2, 1.0f);
+  ExpectError([&] { AccumulateLearnedGradient(table, 3, ok, short_grad); },
+              "[learned.accumulate_gradient] grad_out.size() must equal tokens (1) * d_model "
+              "(3), got 2");
+  EXPECT_EQ(table, std::vector<float>(12, 1.0f));
 }
 
 TEST(Learned, SaveThenLoadRoundTrips) {

@@ -56,4 +56,13 @@ class LearnedPositions {
   std::vector<float> grad_;
 };
 
+// The same forward and backward on a table the caller owns (a torch Parameter, a mapped file):
+// table and grad are row-major [max_positions, d_model] with max_positions = size / d_model.
+// Validated as the methods are (d_model > 0, sizes, every position in range) before any write.
+void LookupLearnedRows(std::span<const float> table, int64_t d_model,
+                       std::span<const int64_t> positions, std::span<float> out);
+void AccumulateLearnedGradient(std::span<float> grad, int64_t d_model,
+                               std::span<const int64_t> positions,
+                               std::span<const float> grad_out);
+
 }  // namespace posenc
