@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 DEMO_DIR ?= posenc-demo
 
-.PHONY: all setup configure build demo test test-sanitizers test-fuzz install clean
+.PHONY: all setup configure build demo study test test-sanitizers test-fuzz install clean
 
 all: build
 
@@ -24,6 +24,12 @@ build: configure
 # The lesson, reproduced: a report on stdout, figures and report.html in $(DEMO_DIR)/.
 demo: build
 	@./$(BUILD)/tools/posenc demo --out $(DEMO_DIR)
+
+# The length-extrapolation study: trains and evaluates every arm (about 45 minutes on 2 cores),
+# writes docs/STUDY.md and docs/study/*.png. Resumable: checkpoints and results stay in
+# study-runs/. QUICK=1: the same pipeline on tiny settings in seconds, into study-runs-quick/.
+study: build
+	@./$(BUILD)/study/posenc_study $(if $(QUICK),--quick)
 
 # All tests: unit, CLI and Python tests and the installed-package consumers, the config loader
 # under libFuzzer, then the unit tests once more under AddressSanitizer + UndefinedBehaviorSanitizer
@@ -57,4 +63,4 @@ install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(DEMO_DIR)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(DEMO_DIR) study-runs-quick

@@ -19,6 +19,9 @@ packages=(
   python3-pytest               # the Python tests, run through CTest
   clang libclang-rt-14-dev     # libFuzzer (clang's -fsanitize=fuzzer) for fuzz/hf_config_fuzzer
   libomp-dev                   # OpenMP for the library when clang builds it for the fuzzer
+  libtorch-dev                 # libtorch (C++): trains the models of the study (study/)
+  libopenblas0-pthread         # OpenBLAS behind libtorch (the reference BLAS is several times slower)
+  bible-kjv bible-kjv-text     # the study's text: the King James Bible and the `bible` reader
 )
 
 missing=()

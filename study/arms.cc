@@ -1,0 +1,119 @@
+#include "arms.h"
+
+#include <cmath>
+
+namespace posenc::study {
+
+Settings Settings::Full() { return Settings{}; }
+
+Settings Settings::Quick() {
+  Settings s;
+  s.quick = true;
+  s.shape.d_model = 32;
+  s.shape.heads = 2;
+  s.train_length = 32;
+  s.shape.learned_rows = 16 * 32;
+  s.batch = 8;
+  s.steps = 30;
+  s.finetune_steps = 10;
+  s.eval_chars = 1024;
+  s.eval_batch_tokens = 2048;
+  s.log_every = 10;
+  s.checkpoint_every = 20;
+  return s;
+}
+
+std::string StretchName(Stretch stretch) {
+  switch (stretch) {
+    case Stretch::kNone: return "none";
+    case Stretch::kPi: return "pi";
+    case Stretch::kNtk: return "ntk";
+    case Stretch::kDynamicNtk: return "dynamic";
+    case Stretch::kYarn: return "yarn";
+  }
+  return "?";
+}
+
+std::vector<Run> Runs(const Settings& s) {
+  std::vector<Run> runs;
+  const PositionMethod base_methods[] = {PositionMethod::kRope, PositionMethod::kAlibi,
+                                         PositionMethod::kSinusoidal, PositionMethod::kLearned,
+                                         PositionMethod::kNone};
+  for (uint64_t seed : s.seeds) {
+    for (PositionMethod m : base_methods) {
+      runs.push_back({.name = MethodName(m) + "-s" + std::to_string(seed), .method = m,
+                      .seed = seed, .length = s.train_length, .batch = s.batch,
+                      .steps = s.steps, .learning_rate = s.learning_rate});
+    }
+  }
+  // Fine-tunes at finetune_factor x the training length, as many tokens per step as the base.
+  const int64_t ft_length = s.finetune_factor * s.train_length;
+  const int64_t ft_batch = std::max<int64_t>(1, s.batch / s.finetune_factor);
+  for (uint64_t seed : s.seeds) {
+    for (Stretch st : {Stretch::kPi, Stretch::kYarn}) {
+      runs.push_back({.name = "rope-" + StretchName(st) + "-ft-s" + std::to_string(seed),
+                      .method = PositionMethod::kRope, .seed = seed, .stretch = st,
+                      .init_from = "rope-s" + std::to_string(seed), .length = ft_length,
+                      .batch = ft_batch, .steps = s.finetune_steps,
+                      .learning_rate = s.finetune_learning_rate, .warmup_and_decay = false});
+    }
+  }
+  return runs;
+}
+
+std::vector<Arm> Arms() {
+  using M = PositionMethod;
+  using S = Stretch;
+  return {
+      {"Learned absolute", "learned", M::kLearned, S::kNone, "learned", true},
+      {"Sinusoidal", "sinusoidal", M::kSinusoidal, S::kNone, "sinusoidal", true},
+      {"RoPE", "rope", M::kRope, S::kNone, "rope", true},
+      {"ALiBi", "alibi", M::kAlibi, S::kNone, "alibi", true},
+      {"NoPE (causal mask only)", "nope", M::kNone, S::kNone, "nope", true},
+      {"RoPE + PI x4 (zero-shot)", "rope-pi", M::kRope, S::kPi, "rope"},
+      {"RoPE + NTK-aware x4 (zero-shot)", "rope-ntk", M::kRope, S::kNtk, "rope"},
+      {"RoPE + dynamic NTK (zero-shot)", "rope-dynamic", M::kRope, S::kDynamicNtk, "rope"},
+      {"RoPE + YaRN x4 (zero-shot)", "rope-yarn", M::kRope, S::kYarn, "rope"},
+      {"RoPE + PI x4, fine-tuned at 4x", "rope-pi-ft", M::kRope, S::kPi, "rope-pi-ft"},
+      {"RoPE + YaRN x4, fine-tuned at 4x", "rope-yarn-ft", M::kRope, S::kYarn, "rope-yarn-ft"},
+  };
+}
+
+YarnScaling YarnScalingFor(const Settings& s) {
+  YarnScaling yarn;
+  yarn.factor = static_cast<double>(s.finetune_factor);
+  yarn.original_max_positions = s.train_length;
+  yarn.beta_fast = s.yarn_beta_fast;
+  yarn.beta_slow = s.yarn_beta_slow;
+  return yarn;
+}
+
+Rope RopeFor(const Settings& s, Stretch stretch, int64_t length) {
+  const int64_t dim = s.head_dim();
+  const double factor = static_cast<double>(s.finetune_factor);
+  double base = s.rope_base;
+  RopeScaling scaling = NoScaling{};
+  switch (stretch) {
+    case Stretch::kNone: break;
+    case Stretch::kPi: scaling = LinearScaling{.factor = factor}; break;
+    // NTK-aware (bloc97): the base grows by s^(d / (d - 2)), so the slowest pair is divided by
+    // exactly s while the fastest is left almost alone.
+    case Stretch::kNtk:
+      base *= std::pow(factor, static_cast<double>(dim) / static_cast<double>(dim - 2));
+      break;
+    // Hugging Face's dynamic rule with factor 1: at a window of L > L0 positions it is NTK-aware
+    // with s = L / L0, and the plain frequencies up to L0.
+    case Stretch::kDynamicNtk:
+      scaling = DynamicNtkScaling{.factor = 1.0, .max_positions = s.train_length};
+      break;
+    case Stretch::kYarn: scaling = YarnScalingFor(s); break;
+  }
+  const RopeFrequencies f = ComputeRopeFrequencies(
+      base, dim, scaling, {.precision = RopePrecision::kExact, .seq_len = length});
+  Rope rope = Rope::Default(dim, base);
+  rope.inv_freq = f.inv_freq;
+  rope.attention_factor = f.attention_factor;
+  return rope;
+}
+
+}  // namespace posenc::study

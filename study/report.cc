@@ -1,0 +1,452 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <numbers>
+#include <sstream>
+
+#include "blas_info.h"
+#include "demo/plot.h"
+#include "evaluate.h"
+#include "results.h"
+
+namespace posenc::study {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Format(const char* format, double a, double b = 0.0, double c = 0.0) {
+  char text[128];
+  std::snprintf(text, sizeof text, format, a, b, c);
+  return text;
+}
+
+// Mean and spread (half the range: max - min over 2) of one cell across seeds.
+struct Cell {
+  double mean = NAN, spread = NAN, lo = NAN, hi = NAN;
+  bool ok() const { return std::isfinite(mean); }
+};
+
+class Table {
+ public:
+  Table(const fs::path& results_dir, const std::vector<Arm>& arms, const Settings& s)
+      : settings_(s) {
+    for (const Arm& arm : arms) {
+      for (uint64_t seed : s.seeds) {
+        if (auto r = LoadResult(results_dir, arm.key, seed)) results_[arm.key].push_back(*r);
+      }
+    }
+  }
+  Cell Get(const std::string& key, Protocol p, int64_t multiple) const {
+    Cell c;
+    const auto it = results_.find(key);
+    if (it == results_.end()) return c;
+    std::vector<double> v;
+    for (const ArmResult& r : it->second) {
+      const auto by_protocol = r.nats.find(ProtocolName(p));
+      if (by_protocol == r.nats.end()) continue;
+      const auto cell = by_protocol->second.find(multiple * settings_.train_length);
+      if (cell != by_protocol->second.end()) v.push_back(cell->second);
+    }
+    if (v.empty()) return c;
+    c.lo = *std::ranges::min_element(v);
+    c.hi = *std::ranges::max_element(v);
+    c.mean = 0.0;
+    for (double x : v) c.mean += x / static_cast<double>(v.size());
+    c.spread = (c.hi - c.lo) / 2.0;
+    return c;
+  }
+  double EvalSeconds() const {
+    double t = 0.0;
+    for (const auto& [key, list] : results_) {
+      for (const ArmResult& r : list) t += r.seconds;
+    }
+    return t;
+  }
+
+ private:
+  const Settings& settings_;
+  std::map<std::string, std::vector<ArmResult>> results_;
+};
+
+std::string Duration(double seconds) {
+  return seconds < 90 ? Format("%.0f s", seconds) : Format("%.1f min", seconds / 60);
+}
+
+std::string CellText(const Cell& c) {
+  return c.ok() ? Format("%.3f ± %.3f", c.mean, c.spread) : "—";
+}
+
+std::string ResultsTable(const Table& table, const std::vector<Arm>& arms, const Settings& s,
+                         Protocol p) {
+  std::ostringstream md;
+  md << "| arm |";
+  for (int64_t m : s.multiples) md << " " << m * s.train_length << " (" << m << "x) |";
+  md << "\n|---|";
+  for (size_t i = 0; i < s.multiples.size(); ++i) md << "---:|";
+  md << "\n";
+  for (const Arm& arm : arms) {
+    md << "| " << arm.label << " |";
+    for (int64_t m : s.multiples) md << " " << CellText(table.Get(arm.key, p, m)) << " |";
+    md << "\n";
+  }
+  return md.str();
+}
+
+// exp of a nats-per-character difference: the per-character perplexity ratio, the measure the
+// papers' perplexity ratios are comparable to in shape.
+double PplRatio(const Cell& a, const Cell& b) { return std::exp(a.mean - b.mean); }
+
+struct Claim {
+  std::string claim, published, here;
+  bool holds;
+};
+
+std::string ClaimsTable(const Table& t, const Settings& s) {
+  using P = Protocol;
+  const int64_t top = s.multiples.back();
+  const auto get = [&](const std::string& k, P p, int64_t m) { return t.Get(k, p, m); };
+  const auto ratio = [&](const std::string& k, P p, int64_t m) {
+    return PplRatio(get(k, p, m), get(k, p, 1));
+  };
+  const std::string top_x = std::to_string(top) + "x";
+  std::vector<Claim> claims;
+  const auto add = [&](std::string claim, std::string published, std::string here, bool holds) {
+    claims.push_back({std::move(claim), std::move(published), std::move(here), holds});
+  };
+  const P n = P::kNonOverlapping, w = P::kSliding;
+  add("Sinusoidal breaks as soon as the window passes the training length",
+      "ppl x2.17 at 2x (20.05 to 43.54)",
+      Format("ppl x%.2f at 2x, x%.2f at ", ratio("sinusoidal", n, 2), ratio("sinusoidal", n, top)) + top_x,
+      ratio("sinusoidal", n, 2) > 1.10);
+  add("RoPE degrades mildly at 2x, badly far out", "x1.06 at 2x, x3.95 at 30x",
+      Format("x%.2f at 2x, x%.2f at ", ratio("rope", n, 2), ratio("rope", n, top)) + top_x,
+      ratio("rope", n, top) > ratio("rope", n, 2) && ratio("rope", n, top) > 1.10);
+  add("ALiBi stays flat (or improves) out to long windows", "x0.95 at 2x, x0.93 at 30x",
+      Format("x%.2f at 2x, x%.2f at ", ratio("alibi", n, 2), ratio("alibi", n, top)) + top_x,
+      ratio("alibi", n, top) < 1.05);
+  add("With a sliding window ALiBi stays flat", "17.98 to 18.3 (x1.02)",
+      Format("x%.2f at ", ratio("alibi", w, top)) + top_x, ratio("alibi", w, top) < 1.05);
+  add("With a sliding window sinusoidal still breaks", "18.35 to 204 at 2x (x11)",
+      Format("x%.2f at 2x", ratio("sinusoidal", w, 2)), ratio("sinusoidal", w, 2) > 1.10);
+  const int64_t f = s.finetune_factor;
+  const std::string fx = std::to_string(f) + "x";
+  const Cell pi_zero = get("rope-pi", n, f), pi_ft = get("rope-pi-ft", n, f), rope1 = get("rope", n, 1);
+  add("PI without fine-tuning is worse at " + fx + " than the base model at 1x",
+      "16.1 vs 7.2 at 4x (x2.24)", Format("x%.2f", PplRatio(pi_zero, rope1)),
+      PplRatio(pi_zero, rope1) > 1.0);
+  add("A short fine-tune recovers PI", "200 steps recover it",
+      Format("x%.2f after %.0f steps (from x%.2f)", PplRatio(pi_ft, rope1),
+             static_cast<double>(s.finetune_steps), PplRatio(pi_zero, rope1)),
+      PplRatio(pi_ft, rope1) < PplRatio(pi_zero, rope1));
+  const Cell ntk = get("rope-ntk", n, f);
+  add("NTK-aware beats PI zero-shot", "NTK-aware is the better zero-shot method",
+      "at " + fx + Format(": NTK-aware %.3f vs PI %.3f nats", ntk.mean, pi_zero.mean),
+      ntk.mean < pi_zero.mean);
+  const Cell yarn_ft = get("rope-yarn-ft", n, f);
+  add("Fine-tuned YaRN is at least as good as fine-tuned PI", "YaRN matches PI with 2.5x fewer steps",
+      "at " + fx + Format(": YaRN %.3f vs PI %.3f nats after the same steps", yarn_ft.mean,
+                          pi_ft.mean),
+      yarn_ft.mean <= pi_ft.mean + std::max(yarn_ft.spread, pi_ft.spread));
+  const std::string past = std::to_string(top) + "x";
+  bool all_blow_up = true;
+  std::string blow;
+  for (const char* key : {"rope-pi", "rope-yarn", "rope-pi-ft", "rope-yarn-ft"}) {
+    const double r = PplRatio(get(key, n, top), get(key, n, f));
+    all_blow_up = all_blow_up && r > 1.05;
+    blow += (blow.empty() ? "" : ", ") + std::string(key) + Format(" x%.2f", r);
+  }
+  add("Past their extended window (" + fx + ") the stretched models blow up",
+      "all blow up past their window", past + " vs " + fx + ": " + blow, all_blow_up);
+
+  std::ostringstream md;
+  md << "| published claim | published numbers | here (non-overlapping unless noted; per-character "
+        "perplexity ratios vs 1x) | same shape? |\n|---|---|---|---|\n";
+  for (const Claim& c : claims) {
+    md << "| " << c.claim << " | " << c.published << " | " << c.here << " | "
+       << (c.holds ? "yes" : "**no**") << " |\n";
+  }
+  return md.str();
+}
+
+// Which RoPE pairs YaRN keeps, ramps and divides, read off the frequencies posenc computes.
+std::string YarnTable(const Settings& s) {
+  const Rope plain = RopeFor(s, Stretch::kNone, s.train_length);
+  const Rope yarn = RopeFor(s, Stretch::kYarn, s.train_length);
+  std::ostringstream md;
+  md << "| pair i | wavelength (chars) | turns in " << s.train_length
+     << " chars | YaRN frequency / plain | treatment |\n|---:|---:|---:|---:|---|\n";
+  for (size_t i = 0; i < plain.inv_freq.size(); ++i) {
+    const double wavelength = 2.0 * std::numbers::pi / plain.inv_freq[i];
+    const double turns = static_cast<double>(s.train_length) / wavelength;
+    const double ratio = yarn.inv_freq[i] / plain.inv_freq[i];
+    const char* treatment = ratio > 1.0 - 1e-9 ? "kept"
+                            : ratio < 1.0 / s.finetune_factor + 1e-9 ? "divided by s"
+                                                                     : "blended";
+    md << "| " << i << " | " << Format("%.1f", wavelength) << " | " << Format("%.2f", turns)
+       << " | " << Format("%.3f", ratio) << " | " << treatment << " |\n";
+  }
+  md << "\nAttention factor (YaRN's mscale, 0.1 ln s + 1): " << Format("%.4f", yarn.attention_factor)
+     << ".\n";
+  return md.str();
+}
+
+// Entropy of the training text's character frequencies: what a model with no context scores.
+double UnigramNats(const Corpus& corpus, int64_t vocab) {
+  const torch::Tensor counts = torch::bincount(corpus.train, {}, vocab).to(torch::kFloat64);
+  const torch::Tensor p = counts / counts.sum();
+  return -(p * torch::log(p.clamp_min(1e-300))).sum().item<double>();
+}
+
+std::string LossRows(const Table& t, const std::string& key, Protocol p, const Settings& s) {
+  std::ostringstream rows;
+  for (int64_t m : s.multiples) {
+    const Cell c = t.Get(key, p, m);
+    if (c.ok()) rows << m << " " << c.mean << " " << c.lo << " " << c.hi << "\n";
+  }
+  return rows.str();
+}
+
+void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s, Protocol p,
+                 const fs::path& dir) {
+  demo::Figure fig;
+  fig.file_stem = "loss_vs_length_" + ProtocolName(p);
+  fig.width = 1000;
+  fig.height = 600;
+  std::ostringstream plot;
+  plot << "set title 'Held-out loss against evaluation length ("
+       << (p == Protocol::kNonOverlapping ? "non-overlapping windows" : "sliding window, last quarter scored")
+       << "; trained at " << s.train_length << ")'\n"
+       << "set xlabel 'evaluation length / training length'\nset ylabel 'nats per character'\n"
+       << "set logscale x 2\nset xrange [0.8:" << s.multiples.back() * 1.25 << "]\n"
+       << "set key outside right\nset yrange [*:*]\n"
+       << "plot ";
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+                          "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000"};
+  for (size_t i = 0; i < arms.size(); ++i) {
+    const std::string rows = LossRows(t, arms[i].key, p, s);
+    if (rows.empty()) continue;
+    std::string name = "a";
+    name += std::to_string(i);  // (not "a" + ...: GCC 12 warns falsely of overlapping copies)
+    fig.data.push_back({name, rows});
+    plot << (i ? ", " : "") << "$" << name << " using 1:2:3:4 with yerrorlines lw 2 dt "
+         << (arms[i].base ? 1 : 2) << " pt 7 ps 0.6 lc rgb '" << colors[i % 11] << "' title '"
+         << arms[i].label << "'";
+  }
+  fig.script = plot.str();
+  demo::Render(fig, dir);
+}
+
+void TrainingChart(const std::vector<Run>& runs, const fs::path& runs_dir, const fs::path& dir,
+                   bool fine_tunes) {
+  demo::Figure fig;
+  fig.file_stem = fine_tunes ? "fine_tuning" : "training";
+  fig.width = 1000;
+  fig.height = 550;
+  std::ostringstream plot;
+  plot << (fine_tunes ? "set title 'Fine-tuning at 4x: held-out loss at the fine-tune length'\n"
+                      : "set title 'Training loss (mean over each logging interval)'\n")
+       << "set xlabel 'step'\nset ylabel 'nats per character'\nset key outside right\n"
+       << "plot ";
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
+  int drawn = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const Run& run = runs[i];
+    if (run.init_from.has_value() != fine_tunes) continue;
+    std::ostringstream rows;
+    for (const auto& row : ReadLossLog(runs_dir / run.name)) {
+      if (fine_tunes && row.size() < 4) continue;
+      rows << row[0] << " " << (fine_tunes ? row[3] : row[1]) << "\n";
+    }
+    if (rows.str().empty()) continue;
+    const std::string name = "r" + std::to_string(i);
+    fig.data.push_back({name, rows.str()});
+    const int color = fine_tunes ? (run.stretch == Stretch::kPi ? 0 : 1)
+                                 : static_cast<int>(run.method);
+    plot << (drawn++ ? ", " : "") << "$" << name << " using 1:2 with lines lw 2 dt "
+         << (run.seed == runs.front().seed ? 1 : 2) << " lc rgb '" << colors[color % 5]
+         << "' title '" << run.name << "'";
+  }
+  fig.script = plot.str();
+  if (drawn > 0) demo::Render(fig, dir);
+}
+
+// The fine-tune log as a table: held-out loss at the fine-tune length per logged step.
+std::string FineTuneTable(const std::vector<Run>& runs, const fs::path& runs_dir) {
+  std::map<std::string, std::map<int64_t, std::vector<double>>> by_stretch;  // stretch -> step -> losses
+  for (const Run& run : runs) {
+    if (!run.init_from) continue;
+    for (const auto& row : ReadLossLog(runs_dir / run.name)) {
+      if (row.size() >= 4) by_stretch[StretchName(run.stretch)][static_cast<int64_t>(row[0])].push_back(row[3]);
+    }
+  }
+  std::ostringstream md;
+  md << "| step | PI (mean of seeds) | YaRN (mean of seeds) |\n|---:|---:|---:|\n";
+  for (const auto& [step, pi] : by_stretch["pi"]) {
+    const auto mean = [](const std::vector<double>& v) {
+      double m = 0;
+      for (double x : v) m += x / static_cast<double>(v.size());
+      return m;
+    };
+    const auto& yarn = by_stretch["yarn"][step];
+    md << "| " << step << " | " << Format("%.3f", mean(pi)) << " | "
+       << (yarn.empty() ? std::string("—") : Format("%.3f", mean(yarn))) << " |\n";
+  }
+  return md.str();
+}
+
+double TrainingSeconds(const std::vector<Run>& runs, const fs::path& runs_dir) {
+  double t = 0.0;
+  for (const Run& run : runs) {
+    const auto rows = ReadLossLog(runs_dir / run.name);
+    if (!rows.empty() && rows.back().size() >= 3) t += rows.back()[2];
+  }
+  return t;
+}
+
+}  // namespace
+
+void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>& runs,
+                 const std::vector<Arm>& arms, const StudyPaths& paths, int threads) {
+  const fs::path runs_dir = paths.out / "runs", results_dir = paths.out / "results";
+  const fs::path chart_dir = paths.docs / "study";
+  fs::create_directories(chart_dir);
+  const Table table(results_dir, arms, s);
+  LengthChart(table, arms, s, Protocol::kNonOverlapping, chart_dir);
+  LengthChart(table, arms, s, Protocol::kSliding, chart_dir);
+  TrainingChart(runs, runs_dir, chart_dir, false);
+  TrainingChart(runs, runs_dir, chart_dir, true);
+
+  const int64_t L = s.train_length;
+  const double unigram = UnigramNats(corpus, s.shape.vocab);
+  const Cell nope1 = table.Get("nope", Protocol::kNonOverlapping, 1);
+  const Cell rope1 = table.Get("rope", Protocol::kNonOverlapping, 1);
+  std::ostringstream md;
+  md << "# Train short, test long: length extrapolation on posenc\n\n"
+     << "Written by `make study" << (s.quick ? " QUICK=1" : "") << "` (`posenc_study`)"
+     << (s.quick ? ", **quick settings: a smoke test of the pipeline, not a result**" : "")
+     << ". Tiny character-level models are trained on the King James Bible at " << L
+     << " characters, each with one position method from posenc, and their held-out loss is "
+     << "measured at 1x to " << s.multiples.back() << "x the training length. The published "
+     << "shapes are beside ours at the end.\n\n"
+     << "Machine: " << threads << " threads, libtorch " << TORCH_VERSION << ", BLAS: "
+     << DescribeBlas() << ". Training took " << Duration(TrainingSeconds(runs, runs_dir))
+     << " and evaluation " << Duration(table.EvalSeconds()) << ".\n\n";
+
+  md << "## Set-up\n\n"
+     << "- **Text**: `bible -l80 Gen1:1-Rev22:21` (Debian's bible-kjv-text), "
+     << corpus.train.numel() + corpus.held_out.numel() << " characters, " << s.shape.vocab
+     << " symbols. The last 10% (" << corpus.held_out.numel()
+     << " characters, from the middle of the New Testament on) is held out; the first "
+     << s.eval_chars << " held-out characters are scored.\n"
+     << "- **Model**: pre-norm causal transformer, " << s.shape.layers << " layers, d_model "
+     << s.shape.d_model << ", " << s.shape.heads << " heads of " << s.head_dim()
+     << ", MLP 4x with GELU, no dropout; token vectors start at unit scale.\n"
+     << "- **Training**: " << s.steps << " steps of " << s.batch << " windows of " << L
+     << " characters (random starts, a function of seed and step), AdamW (betas 0.9/0.95, "
+     << "weight decay 0.01), peak learning rate " << s.learning_rate
+     << ", 5% warm-up then cosine to 10%, gradient clipping at 1. Seeds: ";
+  for (size_t i = 0; i < s.seeds.size(); ++i) md << (i ? ", " : "") << s.seeds[i];
+  md << " (each seed changes the initialisation and the batches).\n"
+     << "- **Fine-tunes** (PI and YaRN, s = " << s.finetune_factor << "): from each RoPE "
+     << "seed's final weights, " << s.finetune_steps << " steps of "
+     << std::max<int64_t>(1, s.batch / s.finetune_factor) << " windows of "
+     << s.finetune_factor * L << " characters at a constant learning rate "
+     << s.finetune_learning_rate << ", the frequencies stretched during training.\n"
+     << "- **Position methods, all through posenc** (torch autograd functions whose forward "
+     << "and backward call posenc): learned absolute (`LookupLearnedRows` / "
+     << "`AccumulateLearnedGradient`; the table has " << s.shape.learned_rows << " rows and "
+     << "only the first " << L << " are ever trained, so longer windows read rows still at "
+     << "their initialisation), sinusoidal (`FillSinusoidal`), RoPE (`ApplyRope`, half-split; "
+     << "the backward pass is the inverse rotation), ALiBi (`AlibiSlopes` / `AlibiBias` on the "
+     << "scores), NoPE (nothing: the causal mask only). The stretched RoPE variants get their "
+     << "frequencies from `ComputeRopeFrequencies` in exact (double) mode: PI = linear s = "
+     << s.finetune_factor << "; NTK-aware = base x s^(d/(d-2)); dynamic NTK = Hugging Face's "
+     << "`dynamic` with factor 1 and max_position_embeddings " << L
+     << " (NTK-aware with s = window / " << L << " for windows past " << L
+     << "); YaRN s = " << s.finetune_factor << ", beta_fast " << s.yarn_beta_fast
+     << ", beta_slow " << s.yarn_beta_slow << " (below).\n\n";
+
+  md << "## Protocols\n\n"
+     << "- **Non-overlapping**: the scored text is cut into windows of the evaluation length and "
+     << "every character is scored, so the average character sees half a window of context.\n"
+     << "- **Sliding window**: windows advance by a quarter of their length and score only "
+     << "their last quarter (the first window scores all of its characters), so every scored "
+     << "character after the first window sees at least three quarters of a window. (Press et al. "
+     << "slide by one token; a quarter costs a quarter as much and keeps the same property: "
+     << "long contexts for every scored character.)\n\n"
+     << "Numbers are nats per character, mean over " << s.seeds.size()
+     << " seeds ± half the range between them (the seed spread). Lower is better.\n\n";
+
+  md << "## Results\n\n### Non-overlapping windows\n\n"
+     << ResultsTable(table, arms, s, Protocol::kNonOverlapping)
+     << "\n![loss against length, non-overlapping](study/loss_vs_length_nonoverlapping.png)\n\n"
+     << "### Sliding window\n\n" << ResultsTable(table, arms, s, Protocol::kSliding)
+     << "\n![loss against length, sliding window](study/loss_vs_length_sliding.png)\n\n";
+
+  md << "## Beside the published shapes\n\n"
+     << "Press et al. 2022 (WikiText-103, trained at 512 tokens), Chen et al. 2023 (PI, "
+     << "LLaMA-7B) and Peng et al. 2023 (YaRN). Their numbers are word-level perplexities of "
+     << "large models; ours are per-character perplexities (e^nats) of tiny ones, so only the "
+     << "shape carries over: how each method's loss moves as the window grows. The verdicts "
+     << "below are computed from the tables above.\n\n"
+     << ClaimsTable(table, s) << "\n";
+
+  md << "## YaRN's beta for this model\n\n"
+     << "YaRN splits RoPE's pairs by how many full turns r = L0 / wavelength they make over the "
+     << "training length L0: pairs with r > beta_fast have seen every angle many times and are "
+     << "kept; pairs with r < beta_slow never completed a turn, so their larger angles are "
+     << "unseen and they are divided by s (PI); those between are blended. The published "
+     << "defaults (beta_fast 32, beta_slow 1) were chosen for LLaMA (head 128, L0 2048-4096), "
+     << "where the fastest pair turns hundreds of times. Here the head has "
+     << s.head_dim() / 2 << " pairs and L0 = " << L << ", so the fastest pair turns only "
+     << Format("%.1f", static_cast<double>(L) / (2.0 * std::numbers::pi))
+     << " times: with beta_fast 32 no pair at all would be kept, and even the pairs that carry "
+     << "the local, character-to-character signal would be squeezed. beta_fast = "
+     << s.yarn_beta_fast << " keeps the pairs that turn more than " << s.yarn_beta_fast
+     << " times in " << L << " characters (wavelength under " << L / s.yarn_beta_fast
+     << " characters); beta_slow = " << s.yarn_beta_slow
+     << " keeps its meaning (a pair that never completed one turn is interpolated).\n\n"
+     << YarnTable(s) << "\n";
+
+  md << "## NoPE\n\n"
+     << "A model with no position signal can still tell positions apart through the causal mask "
+     << "(a token's attention is spread over exactly the tokens before it). With " << s.shape.layers
+     << " layers: at 1x NoPE reaches " << Format("%.3f", nope1.mean) << " nats per character, "
+     << "against " << Format("%.3f", rope1.mean) << " for RoPE and "
+     << Format("%.3f", unigram) << " for a model that ignores context (the entropy of the "
+     << "character frequencies); "
+     << (nope1.mean < unigram - 0.5 && nope1.mean < rope1.mean + 0.25
+             ? "so it does learn: it uses context almost as well as the position methods."
+             : nope1.mean < unigram - 0.5
+                   ? "so it learns to use context, but clearly less well than the position methods."
+                   : "so it does not learn to use context at this size.")
+     << "\n\n";
+
+  md << "## Training and fine-tuning\n\n![training curves](study/training.png)\n\n"
+     << "Fine-tuning at " << s.finetune_factor << "x, held-out loss at " << s.finetune_factor * L
+     << " characters (non-overlapping, the first " << s.eval_chars / 2
+     << " held-out characters) as it goes:\n\n"
+     << FineTuneTable(runs, runs_dir) << "\n![fine-tuning](study/fine_tuning.png)\n\n";
+
+  md << "## Reproducing\n\n"
+     << "`make study` builds `posenc_study` and runs the whole study (under an hour on 2 "
+     << "cores). It prints the arm, step, loss and the time left as it goes, checkpoints every "
+     << s.checkpoint_every << " steps and saves each arm's results as soon as they are measured "
+     << "(in `study-runs/`), so an interrupted study resumes where it stopped; delete "
+     << "`study-runs/` to start afresh. `make study QUICK=1` runs the same pipeline on tiny "
+     << "settings in seconds (into `study-runs-quick/`). Results are per-arm JSON files in "
+     << "`study-runs/results/`, loss logs in `study-runs/runs/*/loss.tsv`, and the charts' "
+     << "gnuplot scripts sit beside the PNGs.\n\n"
+     << "Caveats: models this small, trained this briefly, are far from converged, and a "
+     << "character model needs less long-range context than a word model; " << s.seeds.size()
+     << " seeds give a spread, not a confidence interval. The study shows the shape of each "
+     << "method's curve, not what it would score at scale.\n";
+
+  std::ofstream(paths.docs / "STUDY.md") << md.str();
+}
+
+}  // namespace posenc::study

@@ -1,0 +1,19 @@
+// The whole study, in order: train every run (resuming any that was interrupted), measure every
+// arm at every length with both protocols, then write the report. Each stage skips what an
+// earlier invocation already finished, so running it again after an interruption resumes it.
+#pragma once
+
+#include <filesystem>
+
+#include "arms.h"
+
+namespace posenc::study {
+
+struct StudyPaths {
+  std::filesystem::path out;   // runs/ (checkpoints, loss logs) and results/ (per-arm JSON)
+  std::filesystem::path docs;  // STUDY.md and study/*.png
+};
+
+void RunStudy(Settings settings, const StudyPaths& paths, int threads);
+
+}  // namespace posenc::study
