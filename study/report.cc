@@ -210,32 +210,41 @@ std::string LossRows(const Table& t, const std::string& key, Protocol p, const S
   return rows.str();
 }
 
+// Two panels per protocol: the base methods, and RoPE with its stretches (plain RoPE in both).
 void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s, Protocol p,
                  const fs::path& dir) {
   demo::Figure fig;
   fig.file_stem = "loss_vs_length_" + ProtocolName(p);
-  fig.width = 1000;
-  fig.height = 600;
-  std::ostringstream plot;
-  plot << "set title 'Held-out loss against evaluation length ("
-       << (p == Protocol::kNonOverlapping ? "non-overlapping windows" : "sliding window, last quarter scored")
-       << "; trained at " << s.train_length << ")'\n"
-       << "set xlabel 'evaluation length / training length'\nset ylabel 'nats per character'\n"
-       << "set logscale x 2\nset xrange [0.8:" << s.multiples.back() * 1.25 << "]\n"
-       << "set key outside right\nset yrange [*:*]\n"
-       << "plot ";
+  fig.width = 1300;
+  fig.height = 560;
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
                           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000"};
-  for (size_t i = 0; i < arms.size(); ++i) {
-    const std::string rows = LossRows(t, arms[i].key, p, s);
-    if (rows.empty()) continue;
-    std::string name = "a";
-    name += std::to_string(i);  // (not "a" + ...: GCC 12 warns falsely of overlapping copies)
-    fig.data.push_back({name, rows});
-    plot << (i ? ", " : "") << "$" << name << " using 1:2:3:4 with yerrorlines lw 2 dt "
-         << (arms[i].base ? 1 : 2) << " pt 7 ps 0.6 lc rgb '" << colors[i % 11] << "' title '"
-         << arms[i].label << "'";
+  std::ostringstream plot;
+  plot << "set multiplot layout 1,2 title 'Held-out loss against evaluation length ("
+       << (p == Protocol::kNonOverlapping ? "non-overlapping windows"
+                                          : "sliding window, last quarter scored")
+       << "; trained at " << s.train_length << " characters, mean of seeds, bars: seed range)'\n"
+       << "set xlabel 'evaluation length / training length'\nset ylabel 'nats per character'\n"
+       << "set logscale x 2\nset xrange [0.8:" << s.multiples.back() * 1.25 << "]\n"
+       << "set key top left\n";
+  for (int panel = 0; panel < 2; ++panel) {
+    plot << "set title '" << (panel == 0 ? "Position methods" : "RoPE stretched without and with fine-tuning")
+         << "'\nplot ";
+    int drawn = 0;
+    for (size_t i = 0; i < arms.size(); ++i) {
+      const bool in_panel = panel == 0 ? arms[i].base : arms[i].method == PositionMethod::kRope;
+      const std::string rows = LossRows(t, arms[i].key, p, s);
+      if (!in_panel || rows.empty()) continue;
+      std::string name = "a";
+      name += std::to_string(i);  // (not "a" + ...: GCC 12 warns falsely of overlapping copies)
+      if (panel == 0 || !arms[i].base) fig.data.push_back({name, rows});
+      plot << (drawn++ ? ", " : "") << "$" << name << " using 1:2:3:4 with yerrorlines lw 2 dt "
+           << (arms[i].key.ends_with("-ft") ? 2 : 1) << " pt 7 ps 0.6 lc rgb '" << colors[i % 11]
+           << "' title '" << arms[i].label << "'";
+    }
+    plot << "\n";
   }
+  plot << "unset multiplot";
   fig.script = plot.str();
   demo::Render(fig, dir);
 }

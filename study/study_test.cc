@@ -1,0 +1,143 @@
+// The study's autograd functions against plain torch formulas (forward and gradient), the
+// model's causality, and the stretched frequencies against their definitions.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "arms.h"
+#include "model.h"
+#include "positions_autograd.h"
+
+namespace posenc::study {
+namespace {
+
+// Half-split RoPE in torch ops (the rotate_half form of Hugging Face's Llama), in double.
+torch::Tensor RotateHalfReference(const torch::Tensor& x, const torch::Tensor& positions,
+                                  const Rope& rope) {
+  const torch::Tensor inv_freq = torch::tensor(rope.inv_freq, torch::kFloat64);
+  const torch::Tensor angles = positions.to(torch::kFloat64).unsqueeze(1) * inv_freq.unsqueeze(0);
+  const torch::Tensor emb = torch::cat({angles, angles}, -1);  // [tokens, head_dim]
+  const torch::Tensor cos = (emb.cos() * rope.attention_factor).unsqueeze(1);
+  const torch::Tensor sin = (emb.sin() * rope.attention_factor).unsqueeze(1);
+  const int64_t half = x.size(3) / 2;
+  const torch::Tensor rotated = torch::cat({-x.slice(3, half), x.slice(3, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+TEST(StudyAutograd, RopeMatchesRotateHalfForwardAndBackward) {
+  torch::manual_seed(0);
+  Rope rope = Rope::Default(16);
+  rope.attention_factor = 1.25;
+  const torch::Tensor positions = torch::tensor({0, 1, 7, 1000, 123456}, torch::kInt64);
+  const torch::Tensor x = torch::randn({3, 5, 2, 16}, torch::kFloat32).requires_grad_();
+  const torch::Tensor x64 = x.detach().to(torch::kFloat64).requires_grad_();
+  const torch::Tensor weights = torch::randn({3, 5, 2, 16}, torch::kFloat64);
+
+  const torch::Tensor out = ApplyRopeAutograd(x, positions, rope);
+  const torch::Tensor expected = RotateHalfReference(x64, positions, rope);
+  EXPECT_LT((out.to(torch::kFloat64) - expected).abs().max().item<double>(), 2e-6);
+
+  (out.to(torch::kFloat64) * weights).sum().backward();
+  (expected * weights).sum().backward();
+  EXPECT_LT((x.grad().to(torch::kFloat64) - x64.grad()).abs().max().item<double>(), 2e-6);
+}
+
+TEST(StudyAutograd, RopeKeepsNormsAndScoresDependOnDistanceOnly) {
+  torch::manual_seed(1);
+  const Rope rope = Rope::Default(32);
+  const torch::Tensor q = torch::randn({1, 1, 1, 32}), k = torch::randn({1, 1, 1, 32});
+  const auto score = [&](int64_t m, int64_t n) {
+    const torch::Tensor qm = ApplyRopeAutograd(q, torch::tensor({m}, torch::kInt64), rope);
+    const torch::Tensor kn = ApplyRopeAutograd(k, torch::tensor({n}, torch::kInt64), rope);
+    EXPECT_NEAR(qm.norm().item<double>(), q.norm().item<double>(), 1e-5);
+    return (qm * kn).sum().item<double>();
+  };
+  EXPECT_NEAR(score(10, 3), score(1007, 1000), 1e-4);
+  EXPECT_NEAR(score(3, 10), score(2000003, 2000010), 1e-4);
+}
+
+TEST(StudyAutograd, LearnedLookupGathersRowsAndSumsRepeatedGradients) {
+  const torch::Tensor table = torch::arange(12, torch::kFloat32).view({4, 3}).requires_grad_();
+  const torch::Tensor positions = torch::tensor({3, 0, 3}, torch::kInt64);
+  const torch::Tensor out = LookupLearnedAutograd(table, positions);
+  EXPECT_TRUE(torch::equal(out, torch::tensor({9.f, 10.f, 11.f, 0.f, 1.f, 2.f, 9.f, 10.f, 11.f}).view({3, 3})));
+  (out * torch::tensor({1.f, 2.f, 3.f}).view({3, 1})).sum().backward();
+  // Row 3 is read by tokens 0 and 2 (weights 1 and 3), row 0 by token 1 (weight 2).
+  const torch::Tensor expected =
+      torch::tensor({2.f, 2.f, 2.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 4.f, 4.f, 4.f}).view({4, 3});
+  EXPECT_TRUE(torch::equal(table.grad(), expected));
+}
+
+TEST(StudyAutograd, AlibiAddsThePaperBiasAndPassesTheGradient) {
+  const torch::Tensor scores = torch::zeros({1, 8, 4, 4}).requires_grad_();
+  const torch::Tensor out = AddAlibiAutograd(scores, torch::arange(4, torch::kInt64));
+  // 8 heads: slopes 1/2, 1/4, ..., 1/256; bias(i, j) = -slope * (i - j).
+  EXPECT_FLOAT_EQ(out[0][0][3][1].item<float>(), -0.5f * 2);
+  EXPECT_FLOAT_EQ(out[0][7][3][0].item<float>(), -3.0f / 256);
+  EXPECT_FLOAT_EQ(out[0][2][2][2].item<float>(), 0.0f);
+  out.sum().backward();
+  EXPECT_TRUE(torch::equal(scores.grad(), torch::ones({1, 8, 4, 4})));
+}
+
+TEST(StudyAutograd, SinusoidalTableIsTheTransformerFormula) {
+  const torch::Tensor table = SinusoidalTable(torch::tensor({0, 1, 5}, torch::kInt64), 4);
+  EXPECT_FLOAT_EQ(table[1][0].item<float>(), static_cast<float>(std::sin(1.0)));
+  EXPECT_FLOAT_EQ(table[1][1].item<float>(), static_cast<float>(std::cos(1.0)));
+  EXPECT_FLOAT_EQ(table[2][2].item<float>(), static_cast<float>(std::sin(5.0 / 100.0)));
+  EXPECT_FLOAT_EQ(table[0][3].item<float>(), 1.0f);
+}
+
+TEST(StudyModel, EveryMethodIsCausal) {
+  for (PositionMethod method : {PositionMethod::kLearned, PositionMethod::kSinusoidal,
+                                PositionMethod::kRope, PositionMethod::kAlibi,
+                                PositionMethod::kNone}) {
+    torch::manual_seed(2);
+    CharModel model(ModelShape{.vocab = 11, .d_model = 32, .heads = 2, .layers = 2,
+                               .learned_rows = 64},
+                    method);
+    torch::NoGradGuard no_grad;
+    const Rope rope = Rope::Default(16);
+    torch::Tensor ids = torch::randint(0, 11, {1, 20}, torch::kInt64);
+    const torch::Tensor before = model->forward(ids, rope);
+    ids[0][15] = (ids[0][15].item<int64_t>() + 1) % 11;  // change a later token
+    const torch::Tensor after = model->forward(ids, rope);
+    EXPECT_TRUE(torch::allclose(before.slice(1, 0, 15), after.slice(1, 0, 15)))
+        << MethodName(method) << ": an earlier position saw a later token";
+    EXPECT_FALSE(torch::allclose(before.slice(1, 15), after.slice(1, 15))) << MethodName(method);
+  }
+}
+
+TEST(StudyArms, StretchedFrequenciesFollowTheirDefinitions) {
+  const Settings s = Settings::Full();  // head_dim 32, trained at 128, s = 4
+  const Rope plain = RopeFor(s, Stretch::kNone, 128);
+  const Rope pi = RopeFor(s, Stretch::kPi, 512);
+  const Rope ntk = RopeFor(s, Stretch::kNtk, 512);
+  const Rope dynamic_at_1x = RopeFor(s, Stretch::kDynamicNtk, 128);
+  const Rope dynamic_at_4x = RopeFor(s, Stretch::kDynamicNtk, 512);
+  const Rope yarn = RopeFor(s, Stretch::kYarn, 512);
+  ASSERT_EQ(plain.inv_freq.size(), 16u);
+  for (size_t i = 0; i < 16; ++i) {
+    const double theta = std::pow(10000.0, -2.0 * static_cast<double>(i) / 32.0);
+    EXPECT_NEAR(plain.inv_freq[i], theta, 1e-15 * theta);
+    EXPECT_NEAR(pi.inv_freq[i], theta / 4, 1e-15 * theta);
+    // NTK-aware: base 10000 * 4^(32/30).
+    const double ntk_theta =
+        std::pow(10000.0 * std::pow(4.0, 32.0 / 30.0), -2.0 * static_cast<double>(i) / 32.0);
+    EXPECT_NEAR(ntk.inv_freq[i], ntk_theta, 1e-12 * ntk_theta);
+    EXPECT_NEAR(dynamic_at_1x.inv_freq[i], theta, 1e-15 * theta);
+    EXPECT_NEAR(dynamic_at_4x.inv_freq[i], ntk_theta, 1e-12 * ntk_theta);
+  }
+  // NTK-aware divides the slowest pair by exactly s: (b s^(d/(d-2)))^(-(d-2)/d) = b^(..) / s.
+  EXPECT_NEAR(ntk.inv_freq[15], plain.inv_freq[15] / 4, 1e-12 * plain.inv_freq[15]);
+  // YaRN with beta_fast 8: pairs 0 and 1 turn more than 8 times in 128 characters and are kept;
+  // the slow pairs are divided by s; the attention factor is 0.1 ln 4 + 1.
+  EXPECT_DOUBLE_EQ(yarn.inv_freq[0], plain.inv_freq[0]);
+  EXPECT_DOUBLE_EQ(yarn.inv_freq[1], plain.inv_freq[1]);
+  EXPECT_NEAR(yarn.inv_freq[15], plain.inv_freq[15] / 4, 1e-18);
+  EXPECT_NEAR(yarn.attention_factor, 0.1 * std::log(4.0) + 1.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace posenc::study
