@@ -100,12 +100,15 @@ std::string ResultsTable(const Table& table, const std::vector<Arm>& arms, const
 // papers' perplexity ratios are comparable to in shape.
 double PplRatio(const Cell& a, const Cell& b) { return std::exp(a.mean - b.mean); }
 
+// Held-out loss at the fine-tune length per logged step, mean over seeds: stretch -> step -> loss.
+using FineTuneCurves = std::map<std::string, std::map<int64_t, double>>;
+
 struct Claim {
   std::string claim, published, here;
   bool holds;
 };
 
-std::string ClaimsTable(const Table& t, const Settings& s) {
+std::string ClaimsTable(const Table& t, const Settings& s, const FineTuneCurves& curves) {
   using P = Protocol;
   const int64_t top = s.multiples.back();
   const auto get = [&](const std::string& k, P p, int64_t m) { return t.Get(k, p, m); };
@@ -151,6 +154,26 @@ std::string ClaimsTable(const Table& t, const Settings& s) {
       "at " + fx + Format(": YaRN %.3f vs PI %.3f nats after the same steps", yarn_ft.mean,
                           pi_ft.mean),
       yarn_ft.mean <= pi_ft.mean + std::max(yarn_ft.spread, pi_ft.spread));
+  // Steps: the first logged fine-tune step at which YaRN's held-out loss reaches PI's last.
+  if (curves.contains("pi") && curves.contains("yarn") && !curves.at("pi").empty()) {
+    const auto [pi_steps, pi_final] = *curves.at("pi").rbegin();
+    int64_t yarn_steps = -1;
+    for (const auto& [step, loss] : curves.at("yarn")) {
+      if (loss <= pi_final) {
+        yarn_steps = step;
+        break;
+      }
+    }
+    add("YaRN needs fewer fine-tuning steps than PI", "2.5x fewer steps for the same loss",
+        yarn_steps > 0
+            ? Format("YaRN reaches PI's loss after %.0f steps (%.3f nats) by step %.0f (the first "
+                     "logged)",
+                     static_cast<double>(pi_steps), pi_final, static_cast<double>(yarn_steps)) +
+                  Format(": %.1fx fewer or better", static_cast<double>(pi_steps) / yarn_steps)
+            : Format("YaRN does not reach PI's %.3f nats within %.0f steps", pi_final,
+                     static_cast<double>(pi_steps)),
+        yarn_steps > 0 && yarn_steps * 2 <= pi_steps);
+  }
   const std::string past = std::to_string(top) + "x";
   bool all_blow_up = true;
   std::string blow;
@@ -216,7 +239,7 @@ void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s
   demo::Figure fig;
   fig.file_stem = "loss_vs_length_" + ProtocolName(p);
   fig.width = 1300;
-  fig.height = 560;
+  fig.height = 580;
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
                           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000"};
   std::ostringstream plot;
@@ -226,10 +249,11 @@ void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s
        << "; trained at " << s.train_length << " characters, mean of seeds, bars: seed range)'\n"
        << "set xlabel 'evaluation length / training length'\nset ylabel 'nats per character'\n"
        << "set logscale x 2\nset xrange [0.8:" << s.multiples.back() * 1.25 << "]\n"
-       << "set key top left\n";
+       << "set key top left reverse Left samplen 3\n";
   for (int panel = 0; panel < 2; ++panel) {
+    // Head room above the curves for the key (one line per arm).
     plot << "set title '" << (panel == 0 ? "Position methods" : "RoPE stretched without and with fine-tuning")
-         << "'\nplot ";
+         << "'\nset offsets 0, 0, " << (panel == 0 ? 1.0 : 1.6) << ", 0\nplot ";
     int drawn = 0;
     for (size_t i = 0; i < arms.size(); ++i) {
       const bool in_panel = panel == 0 ? arms[i].base : arms[i].method == PositionMethod::kRope;
@@ -283,26 +307,34 @@ void TrainingChart(const std::vector<Run>& runs, const fs::path& runs_dir, const
   if (drawn > 0) demo::Render(fig, dir);
 }
 
-// The fine-tune log as a table: held-out loss at the fine-tune length per logged step.
-std::string FineTuneTable(const std::vector<Run>& runs, const fs::path& runs_dir) {
-  std::map<std::string, std::map<int64_t, std::vector<double>>> by_stretch;  // stretch -> step -> losses
+FineTuneCurves ReadFineTuneCurves(const std::vector<Run>& runs, const fs::path& runs_dir) {
+  std::map<std::string, std::map<int64_t, std::vector<double>>> losses;
   for (const Run& run : runs) {
     if (!run.init_from) continue;
     for (const auto& row : ReadLossLog(runs_dir / run.name)) {
-      if (row.size() >= 4) by_stretch[StretchName(run.stretch)][static_cast<int64_t>(row[0])].push_back(row[3]);
+      if (row.size() >= 4) losses[StretchName(run.stretch)][static_cast<int64_t>(row[0])].push_back(row[3]);
     }
   }
+  FineTuneCurves curves;
+  for (const auto& [stretch, by_step] : losses) {
+    for (const auto& [step, v] : by_step) {
+      double mean = 0.0;
+      for (double x : v) mean += x / static_cast<double>(v.size());
+      curves[stretch][step] = mean;
+    }
+  }
+  return curves;
+}
+
+std::string FineTuneTable(const FineTuneCurves& curves) {
   std::ostringstream md;
   md << "| step | PI (mean of seeds) | YaRN (mean of seeds) |\n|---:|---:|---:|\n";
-  for (const auto& [step, pi] : by_stretch["pi"]) {
-    const auto mean = [](const std::vector<double>& v) {
-      double m = 0;
-      for (double x : v) m += x / static_cast<double>(v.size());
-      return m;
-    };
-    const auto& yarn = by_stretch["yarn"][step];
-    md << "| " << step << " | " << Format("%.3f", mean(pi)) << " | "
-       << (yarn.empty() ? std::string("—") : Format("%.3f", mean(yarn))) << " |\n";
+  const auto pi = curves.find("pi"), yarn = curves.find("yarn");
+  if (pi == curves.end()) return md.str();
+  for (const auto& [step, loss] : pi->second) {
+    md << "| " << step << " | " << Format("%.3f", loss) << " | ";
+    const bool has_yarn = yarn != curves.end() && yarn->second.contains(step);
+    md << (has_yarn ? Format("%.3f", yarn->second.at(step)) : std::string("—")) << " |\n";
   }
   return md.str();
 }
@@ -324,6 +356,7 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
   const fs::path chart_dir = paths.docs / "study";
   fs::create_directories(chart_dir);
   const Table table(results_dir, arms, s);
+  const FineTuneCurves curves = ReadFineTuneCurves(runs, runs_dir);
   LengthChart(table, arms, s, Protocol::kNonOverlapping, chart_dir);
   LengthChart(table, arms, s, Protocol::kSliding, chart_dir);
   TrainingChart(runs, runs_dir, chart_dir, false);
@@ -402,7 +435,7 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "large models; ours are per-character perplexities (e^nats) of tiny ones, so only the "
      << "shape carries over: how each method's loss moves as the window grows. The verdicts "
      << "below are computed from the tables above.\n\n"
-     << ClaimsTable(table, s) << "\n";
+     << ClaimsTable(table, s, curves) << "\n";
 
   md << "## YaRN's beta for this model\n\n"
      << "YaRN splits RoPE's pairs by how many full turns r = L0 / wavelength they make over the "
@@ -439,7 +472,7 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "Fine-tuning at " << s.finetune_factor << "x, held-out loss at " << s.finetune_factor * L
      << " characters (non-overlapping, the first " << s.eval_chars / 2
      << " held-out characters) as it goes:\n\n"
-     << FineTuneTable(runs, runs_dir) << "\n![fine-tuning](study/fine_tuning.png)\n\n";
+     << FineTuneTable(curves) << "\n![fine-tuning](study/fine_tuning.png)\n\n";
 
   md << "## Reproducing\n\n"
      << "`make study` builds `posenc_study` and runs the whole study (under an hour on 2 "

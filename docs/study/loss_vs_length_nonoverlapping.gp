@@ -1,0 +1,208 @@
+set terminal pngcairo enhanced size 1300,580 font 'DejaVu Sans,11'
+set output 'docs/study/loss_vs_length_nonoverlapping.png'
+set encoding utf8
+set border lw 1 lc rgb '#555555'
+set grid lc rgb '#dddddd' lw 1
+set key noopaque
+set style line 1 lc rgb '#1f77b4' lw 2.5
+set style line 2 lc rgb '#d62728' lw 2.5
+set style line 3 lc rgb '#2ca02c' lw 2.5
+set style line 4 lc rgb '#9467bd' lw 2.5
+set style line 5 lc rgb '#ff7f0e' lw 2.5
+set style line 6 lc rgb '#8c564b' lw 2.5
+set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')
+$a0 << EOD
+1 1.89258 1.87826 1.9069
+2 2.47391 2.45148 2.49633
+4 2.77442 2.7531 2.79575
+8 2.90888 2.88903 2.92874
+16 2.91037 2.90287 2.91788
+EOD
+$a1 << EOD
+1 1.63401 1.61691 1.65111
+2 2.5571 2.51531 2.59888
+4 2.999 2.98903 3.00897
+8 3.21257 3.16323 3.26191
+16 3.28949 3.18967 3.3893
+EOD
+$a2 << EOD
+1 1.48381 1.47003 1.49759
+2 1.82425 1.81167 1.83683
+4 2.61514 2.53519 2.69509
+8 3.28754 3.15494 3.42014
+16 3.7278 3.5383 3.91729
+EOD
+$a3 << EOD
+1 1.57028 1.56694 1.57362
+2 1.56179 1.55746 1.56612
+4 1.55763 1.55288 1.56237
+8 1.55704 1.55144 1.56265
+16 1.5568 1.55072 1.56288
+EOD
+$a4 << EOD
+1 2.18908 2.18724 2.19093
+2 2.25623 2.25273 2.25973
+4 2.32095 2.32014 2.32176
+8 2.37033 2.36769 2.37296
+16 2.40058 2.39882 2.40234
+EOD
+$a5 << EOD
+1 3.56066 3.51503 3.6063
+2 3.58039 3.53756 3.62323
+4 3.59283 3.55065 3.63502
+8 3.67547 3.6573 3.69363
+16 3.8979 3.76686 4.02894
+EOD
+$a6 << EOD
+1 1.52802 1.51297 1.54306
+2 1.52827 1.51287 1.54367
+4 1.92819 1.89051 1.96586
+8 2.7579 2.70414 2.81165
+16 3.38866 3.27288 3.50443
+EOD
+$a7 << EOD
+1 1.48381 1.47003 1.49759
+2 1.56271 1.56042 1.56501
+4 1.92819 1.89051 1.96586
+8 2.56569 2.52112 2.61026
+16 3.06199 2.95026 3.17372
+EOD
+$a8 << EOD
+1 1.64814 1.64083 1.65545
+2 1.68007 1.67468 1.68547
+4 1.70009 1.69451 1.70566
+8 2.25097 2.21056 2.29138
+16 3.03338 2.95844 3.10832
+EOD
+$a9 << EOD
+1 1.60678 1.58108 1.63248
+2 1.59604 1.56892 1.62316
+4 1.59116 1.56283 1.6195
+8 2.24522 2.15908 2.33136
+16 2.98036 2.73159 3.22914
+EOD
+$a10 << EOD
+1 1.48831 1.47546 1.50117
+2 1.47829 1.46494 1.49163
+4 1.47348 1.4601 1.48687
+8 2.00463 1.9987 2.01056
+16 2.85876 2.72676 2.99076
+EOD
+set multiplot layout 1,2 title 'Held-out loss against evaluation length (non-overlapping windows; trained at 128 characters, mean of seeds, bars: seed range)'
+set xlabel 'evaluation length / training length'
+set ylabel 'nats per character'
+set logscale x 2
+set xrange [0.8:20]
+set key top left reverse Left samplen 3
+set title 'Position methods'
+set offsets 0, 0, 1, 0
+plot $a0 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#1f77b4' title 'Learned absolute', $a1 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#d62728' title 'Sinusoidal', $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a3 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#9467bd' title 'ALiBi', $a4 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#ff7f0e' title 'NoPE (causal mask only)'
+set title 'RoPE stretched without and with fine-tuning'
+set offsets 0, 0, 1.6, 0
+plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a5 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#8c564b' title 'RoPE + PI x4 (zero-shot)', $a6 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#e377c2' title 'RoPE + NTK-aware x4 (zero-shot)', $a7 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#7f7f7f' title 'RoPE + dynamic NTK (zero-shot)', $a8 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#bcbd22' title 'RoPE + YaRN x4 (zero-shot)', $a9 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#17becf' title 'RoPE + PI x4, fine-tuned at 4x', $a10 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#000000' title 'RoPE + YaRN x4, fine-tuned at 4x'
+unset multiplot
+unset output
+set terminal svg enhanced dynamic background rgb 'white' size 1300,580 font 'DejaVu Sans,11'
+set output 'docs/study/loss_vs_length_nonoverlapping.svg'
+set encoding utf8
+set border lw 1 lc rgb '#555555'
+set grid lc rgb '#dddddd' lw 1
+set key noopaque
+set style line 1 lc rgb '#1f77b4' lw 2.5
+set style line 2 lc rgb '#d62728' lw 2.5
+set style line 3 lc rgb '#2ca02c' lw 2.5
+set style line 4 lc rgb '#9467bd' lw 2.5
+set style line 5 lc rgb '#ff7f0e' lw 2.5
+set style line 6 lc rgb '#8c564b' lw 2.5
+set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')
+$a0 << EOD
+1 1.89258 1.87826 1.9069
+2 2.47391 2.45148 2.49633
+4 2.77442 2.7531 2.79575
+8 2.90888 2.88903 2.92874
+16 2.91037 2.90287 2.91788
+EOD
+$a1 << EOD
+1 1.63401 1.61691 1.65111
+2 2.5571 2.51531 2.59888
+4 2.999 2.98903 3.00897
+8 3.21257 3.16323 3.26191
+16 3.28949 3.18967 3.3893
+EOD
+$a2 << EOD
+1 1.48381 1.47003 1.49759
+2 1.82425 1.81167 1.83683
+4 2.61514 2.53519 2.69509
+8 3.28754 3.15494 3.42014
+16 3.7278 3.5383 3.91729
+EOD
+$a3 << EOD
+1 1.57028 1.56694 1.57362
+2 1.56179 1.55746 1.56612
+4 1.55763 1.55288 1.56237
+8 1.55704 1.55144 1.56265
+16 1.5568 1.55072 1.56288
+EOD
+$a4 << EOD
+1 2.18908 2.18724 2.19093
+2 2.25623 2.25273 2.25973
+4 2.32095 2.32014 2.32176
+8 2.37033 2.36769 2.37296
+16 2.40058 2.39882 2.40234
+EOD
+$a5 << EOD
+1 3.56066 3.51503 3.6063
+2 3.58039 3.53756 3.62323
+4 3.59283 3.55065 3.63502
+8 3.67547 3.6573 3.69363
+16 3.8979 3.76686 4.02894
+EOD
+$a6 << EOD
+1 1.52802 1.51297 1.54306
+2 1.52827 1.51287 1.54367
+4 1.92819 1.89051 1.96586
+8 2.7579 2.70414 2.81165
+16 3.38866 3.27288 3.50443
+EOD
+$a7 << EOD
+1 1.48381 1.47003 1.49759
+2 1.56271 1.56042 1.56501
+4 1.92819 1.89051 1.96586
+8 2.56569 2.52112 2.61026
+16 3.06199 2.95026 3.17372
+EOD
+$a8 << EOD
+1 1.64814 1.64083 1.65545
+2 1.68007 1.67468 1.68547
+4 1.70009 1.69451 1.70566
+8 2.25097 2.21056 2.29138
+16 3.03338 2.95844 3.10832
+EOD
+$a9 << EOD
+1 1.60678 1.58108 1.63248
+2 1.59604 1.56892 1.62316
+4 1.59116 1.56283 1.6195
+8 2.24522 2.15908 2.33136
+16 2.98036 2.73159 3.22914
+EOD
+$a10 << EOD
+1 1.48831 1.47546 1.50117
+2 1.47829 1.46494 1.49163
+4 1.47348 1.4601 1.48687
+8 2.00463 1.9987 2.01056
+16 2.85876 2.72676 2.99076
+EOD
+set multiplot layout 1,2 title 'Held-out loss against evaluation length (non-overlapping windows; trained at 128 characters, mean of seeds, bars: seed range)'
+set xlabel 'evaluation length / training length'
+set ylabel 'nats per character'
+set logscale x 2
+set xrange [0.8:20]
+set key top left reverse Left samplen 3
+set title 'Position methods'
+set offsets 0, 0, 1, 0
+plot $a0 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#1f77b4' title 'Learned absolute', $a1 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#d62728' title 'Sinusoidal', $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a3 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#9467bd' title 'ALiBi', $a4 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#ff7f0e' title 'NoPE (causal mask only)'
+set title 'RoPE stretched without and with fine-tuning'
+set offsets 0, 0, 1.6, 0
+plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a5 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#8c564b' title 'RoPE + PI x4 (zero-shot)', $a6 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#e377c2' title 'RoPE + NTK-aware x4 (zero-shot)', $a7 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#7f7f7f' title 'RoPE + dynamic NTK (zero-shot)', $a8 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#bcbd22' title 'RoPE + YaRN x4 (zero-shot)', $a9 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#17becf' title 'RoPE + PI x4, fine-tuned at 4x', $a10 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#000000' title 'RoPE + YaRN x4, fine-tuned at 4x'
+unset multiplot
+unset output

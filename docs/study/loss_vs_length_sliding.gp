@@ -1,0 +1,208 @@
+set terminal pngcairo enhanced size 1300,580 font 'DejaVu Sans,11'
+set output 'docs/study/loss_vs_length_sliding.png'
+set encoding utf8
+set border lw 1 lc rgb '#555555'
+set grid lc rgb '#dddddd' lw 1
+set key noopaque
+set style line 1 lc rgb '#1f77b4' lw 2.5
+set style line 2 lc rgb '#d62728' lw 2.5
+set style line 3 lc rgb '#2ca02c' lw 2.5
+set style line 4 lc rgb '#9467bd' lw 2.5
+set style line 5 lc rgb '#ff7f0e' lw 2.5
+set style line 6 lc rgb '#8c564b' lw 2.5
+set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')
+$a0 << EOD
+1 1.8914 1.87517 1.90762
+2 3.067 3.0557 3.0783
+4 3.08507 3.0831 3.08704
+8 3.10324 3.10208 3.1044
+16 3.07811 3.07425 3.08197
+EOD
+$a1 << EOD
+1 1.61849 1.59864 1.63834
+2 3.49191 3.41442 3.5694
+4 3.34274 3.33434 3.35114
+8 3.4239 3.31796 3.52984
+16 3.45008 3.38804 3.51213
+EOD
+$a2 << EOD
+1 1.46626 1.45218 1.48035
+2 2.63367 2.58464 2.6827
+4 3.56467 3.42707 3.70227
+8 3.97717 3.78189 4.17245
+16 4.15163 3.88952 4.41374
+EOD
+$a3 << EOD
+1 1.55271 1.54802 1.55741
+2 1.55445 1.54858 1.56032
+4 1.55583 1.54949 1.56216
+8 1.55632 1.54963 1.56301
+16 1.55643 1.54967 1.56318
+EOD
+$a4 << EOD
+1 2.26323 2.25905 2.26742
+2 2.33658 2.33047 2.34269
+4 2.39065 2.38878 2.39252
+8 2.41575 2.41226 2.41925
+16 2.43402 2.42344 2.44461
+EOD
+$a5 << EOD
+1 3.60513 3.56132 3.64894
+2 3.60283 3.56153 3.64413
+4 3.60653 3.56138 3.65168
+8 3.81311 3.80874 3.81747
+16 4.12685 3.8918 4.3619
+EOD
+$a6 << EOD
+1 1.52665 1.51246 1.54083
+2 1.53478 1.52038 1.54918
+4 2.58013 2.56851 2.59175
+8 3.66809 3.57058 3.7656
+16 3.99654 3.82557 4.16751
+EOD
+$a7 << EOD
+1 1.46626 1.45218 1.48035
+2 1.76992 1.73384 1.806
+4 2.58013 2.56851 2.59175
+8 3.688 3.4768 3.8992
+16 3.85487 3.64261 4.06713
+EOD
+$a8 << EOD
+1 1.70867 1.7083 1.70904
+2 1.71742 1.7151 1.71974
+4 1.72126 1.7187 1.72382
+8 3.22836 3.16125 3.29547
+16 3.81531 3.65978 3.97083
+EOD
+$a9 << EOD
+1 1.58847 1.56018 1.61676
+2 1.58841 1.55996 1.61687
+4 1.58891 1.55974 1.61808
+8 3.46597 3.24412 3.68783
+16 3.63798 3.23496 4.04101
+EOD
+$a10 << EOD
+1 1.46966 1.45644 1.48288
+2 1.46973 1.45615 1.48331
+4 1.47022 1.45618 1.48426
+8 2.99004 2.97258 3.00751
+16 3.73861 3.53591 3.9413
+EOD
+set multiplot layout 1,2 title 'Held-out loss against evaluation length (sliding window, last quarter scored; trained at 128 characters, mean of seeds, bars: seed range)'
+set xlabel 'evaluation length / training length'
+set ylabel 'nats per character'
+set logscale x 2
+set xrange [0.8:20]
+set key top left reverse Left samplen 3
+set title 'Position methods'
+set offsets 0, 0, 1, 0
+plot $a0 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#1f77b4' title 'Learned absolute', $a1 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#d62728' title 'Sinusoidal', $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a3 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#9467bd' title 'ALiBi', $a4 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#ff7f0e' title 'NoPE (causal mask only)'
+set title 'RoPE stretched without and with fine-tuning'
+set offsets 0, 0, 1.6, 0
+plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a5 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#8c564b' title 'RoPE + PI x4 (zero-shot)', $a6 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#e377c2' title 'RoPE + NTK-aware x4 (zero-shot)', $a7 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#7f7f7f' title 'RoPE + dynamic NTK (zero-shot)', $a8 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#bcbd22' title 'RoPE + YaRN x4 (zero-shot)', $a9 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#17becf' title 'RoPE + PI x4, fine-tuned at 4x', $a10 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#000000' title 'RoPE + YaRN x4, fine-tuned at 4x'
+unset multiplot
+unset output
+set terminal svg enhanced dynamic background rgb 'white' size 1300,580 font 'DejaVu Sans,11'
+set output 'docs/study/loss_vs_length_sliding.svg'
+set encoding utf8
+set border lw 1 lc rgb '#555555'
+set grid lc rgb '#dddddd' lw 1
+set key noopaque
+set style line 1 lc rgb '#1f77b4' lw 2.5
+set style line 2 lc rgb '#d62728' lw 2.5
+set style line 3 lc rgb '#2ca02c' lw 2.5
+set style line 4 lc rgb '#9467bd' lw 2.5
+set style line 5 lc rgb '#ff7f0e' lw 2.5
+set style line 6 lc rgb '#8c564b' lw 2.5
+set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')
+$a0 << EOD
+1 1.8914 1.87517 1.90762
+2 3.067 3.0557 3.0783
+4 3.08507 3.0831 3.08704
+8 3.10324 3.10208 3.1044
+16 3.07811 3.07425 3.08197
+EOD
+$a1 << EOD
+1 1.61849 1.59864 1.63834
+2 3.49191 3.41442 3.5694
+4 3.34274 3.33434 3.35114
+8 3.4239 3.31796 3.52984
+16 3.45008 3.38804 3.51213
+EOD
+$a2 << EOD
+1 1.46626 1.45218 1.48035
+2 2.63367 2.58464 2.6827
+4 3.56467 3.42707 3.70227
+8 3.97717 3.78189 4.17245
+16 4.15163 3.88952 4.41374
+EOD
+$a3 << EOD
+1 1.55271 1.54802 1.55741
+2 1.55445 1.54858 1.56032
+4 1.55583 1.54949 1.56216
+8 1.55632 1.54963 1.56301
+16 1.55643 1.54967 1.56318
+EOD
+$a4 << EOD
+1 2.26323 2.25905 2.26742
+2 2.33658 2.33047 2.34269
+4 2.39065 2.38878 2.39252
+8 2.41575 2.41226 2.41925
+16 2.43402 2.42344 2.44461
+EOD
+$a5 << EOD
+1 3.60513 3.56132 3.64894
+2 3.60283 3.56153 3.64413
+4 3.60653 3.56138 3.65168
+8 3.81311 3.80874 3.81747
+16 4.12685 3.8918 4.3619
+EOD
+$a6 << EOD
+1 1.52665 1.51246 1.54083
+2 1.53478 1.52038 1.54918
+4 2.58013 2.56851 2.59175
+8 3.66809 3.57058 3.7656
+16 3.99654 3.82557 4.16751
+EOD
+$a7 << EOD
+1 1.46626 1.45218 1.48035
+2 1.76992 1.73384 1.806
+4 2.58013 2.56851 2.59175
+8 3.688 3.4768 3.8992
+16 3.85487 3.64261 4.06713
+EOD
+$a8 << EOD
+1 1.70867 1.7083 1.70904
+2 1.71742 1.7151 1.71974
+4 1.72126 1.7187 1.72382
+8 3.22836 3.16125 3.29547
+16 3.81531 3.65978 3.97083
+EOD
+$a9 << EOD
+1 1.58847 1.56018 1.61676
+2 1.58841 1.55996 1.61687
+4 1.58891 1.55974 1.61808
+8 3.46597 3.24412 3.68783
+16 3.63798 3.23496 4.04101
+EOD
+$a10 << EOD
+1 1.46966 1.45644 1.48288
+2 1.46973 1.45615 1.48331
+4 1.47022 1.45618 1.48426
+8 2.99004 2.97258 3.00751
+16 3.73861 3.53591 3.9413
+EOD
+set multiplot layout 1,2 title 'Held-out loss against evaluation length (sliding window, last quarter scored; trained at 128 characters, mean of seeds, bars: seed range)'
+set xlabel 'evaluation length / training length'
+set ylabel 'nats per character'
+set logscale x 2
+set xrange [0.8:20]
+set key top left reverse Left samplen 3
+set title 'Position methods'
+set offsets 0, 0, 1, 0
+plot $a0 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#1f77b4' title 'Learned absolute', $a1 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#d62728' title 'Sinusoidal', $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a3 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#9467bd' title 'ALiBi', $a4 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#ff7f0e' title 'NoPE (causal mask only)'
+set title 'RoPE stretched without and with fine-tuning'
+set offsets 0, 0, 1.6, 0
+plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a5 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#8c564b' title 'RoPE + PI x4 (zero-shot)', $a6 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#e377c2' title 'RoPE + NTK-aware x4 (zero-shot)', $a7 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#7f7f7f' title 'RoPE + dynamic NTK (zero-shot)', $a8 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#bcbd22' title 'RoPE + YaRN x4 (zero-shot)', $a9 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#17becf' title 'RoPE + PI x4, fine-tuned at 4x', $a10 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#000000' title 'RoPE + YaRN x4, fine-tuned at 4x'
+unset multiplot
+unset output
