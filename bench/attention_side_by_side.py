@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """posenc's attention kernel beside PyTorch's float32 attention, in one process, same threads.
 
 PyTorch (Debian's python3-torch, CPU) runs attention the way a model written in torch ops does:
@@ -8,7 +8,7 @@ tile loop). Same inputs; the outputs are compared (max abs difference) before an
 Useful work counts only the causal lower triangle: 4 T(T+1)/2 head_dim heads flops for prefill,
 4 keys head_dim query_heads for decode.
 
-usage: PYTHONPATH=build/python python3 bench/attention_side_by_side.py [--threads 2] [--repeats 10]
+usage: PYTHONPATH=build/python /usr/bin/python3 bench/attention_side_by_side.py [--threads 2] [--repeats 10]
 """
 import argparse
 import time
@@ -83,8 +83,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)  # posenc's OpenMP threads: OMP_NUM_THREADS or all cores
-    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), posenc "
-          f"{posenc.__version__ if hasattr(posenc, '__version__') else ''}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print("| case | posenc | PyTorch float32 | posenc speed-up | max abs diff |")
     print("|---|---:|---:|---:|---:|")
     t, h, d = 2048, 8, 128
