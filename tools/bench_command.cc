@@ -83,7 +83,8 @@ std::string ShapeString(const std::vector<std::vector<int64_t>>& tensors,
     if (n) s += "+";
     s += names[n] + "[";
     for (size_t d = 0; d < tensors[n].size(); ++d) {
-      s += (d ? "," : "") + std::to_string(tensors[n][d]);
+      if (d) s += ",";
+      s += std::to_string(tensors[n][d]);
     }
     s += "]";
   }
