@@ -24,4 +24,12 @@ void StreamFill(float* out, size_t n, float v) {
   for (int64_t i = 0; i < count; ++i) out[i] = v;
 }
 
+float StreamRead(const float* in, size_t n) {
+  const auto count = static_cast<int64_t>(n);
+  float sum = 0.0f;
+#pragma omp parallel for simd schedule(static) reduction(+ : sum)
+  for (int64_t i = 0; i < count; ++i) sum += in[i];
+  return sum;
+}
+
 }  // namespace posenc::bench

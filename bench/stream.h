@@ -16,5 +16,8 @@ void StreamScaleInPlace(float* x, size_t n, float s);
 
 // out[i] = v: writes n floats.
 void StreamFill(float* out, size_t n, float v);
+// The sum of in[0..n): reads n floats and nothing else (the floor of a step that must read a
+// buffer once, such as a decode step reading its KV cache). The sum keeps the reads alive.
+float StreamRead(const float* in, size_t n);
 
 }  // namespace posenc::bench
