@@ -25,11 +25,16 @@ Settings Settings::Quick() {
 
 std::string StretchName(Stretch stretch) {
   switch (stretch) {
-    case Stretch::kNone: return "none";
-    case Stretch::kPi: return "pi";
-    case Stretch::kNtk: return "ntk";
-    case Stretch::kDynamicNtk: return "dynamic";
-    case Stretch::kYarn: return "yarn";
+    case Stretch::kNone:
+      return "none";
+    case Stretch::kPi:
+      return "pi";
+    case Stretch::kNtk:
+      return "ntk";
+    case Stretch::kDynamicNtk:
+      return "dynamic";
+    case Stretch::kYarn:
+      return "yarn";
   }
   return "?";
 }
@@ -41,9 +46,13 @@ std::vector<Run> Runs(const Settings& s) {
                                          PositionMethod::kNone};
   for (uint64_t seed : s.seeds) {
     for (PositionMethod m : base_methods) {
-      runs.push_back({.name = MethodName(m) + "-s" + std::to_string(seed), .method = m,
-                      .seed = seed, .length = s.train_length, .batch = s.batch,
-                      .steps = s.steps, .learning_rate = s.learning_rate});
+      runs.push_back({.name = MethodName(m) + "-s" + std::to_string(seed),
+                      .method = m,
+                      .seed = seed,
+                      .length = s.train_length,
+                      .batch = s.batch,
+                      .steps = s.steps,
+                      .learning_rate = s.learning_rate});
     }
   }
   // Fine-tunes at finetune_factor x the training length, as many tokens per step as the base.
@@ -52,10 +61,15 @@ std::vector<Run> Runs(const Settings& s) {
   for (uint64_t seed : s.seeds) {
     for (Stretch st : {Stretch::kPi, Stretch::kYarn}) {
       runs.push_back({.name = "rope-" + StretchName(st) + "-ft-s" + std::to_string(seed),
-                      .method = PositionMethod::kRope, .seed = seed, .stretch = st,
-                      .init_from = "rope-s" + std::to_string(seed), .length = ft_length,
-                      .batch = ft_batch, .steps = s.finetune_steps,
-                      .learning_rate = s.finetune_learning_rate, .warmup_and_decay = false});
+                      .method = PositionMethod::kRope,
+                      .seed = seed,
+                      .stretch = st,
+                      .init_from = "rope-s" + std::to_string(seed),
+                      .length = ft_length,
+                      .batch = ft_batch,
+                      .steps = s.finetune_steps,
+                      .learning_rate = s.finetune_learning_rate,
+                      .warmup_and_decay = false});
     }
   }
   return runs;
@@ -94,8 +108,11 @@ Rope RopeFor(const Settings& s, Stretch stretch, int64_t length) {
   double base = s.rope_base;
   RopeScaling scaling = NoScaling{};
   switch (stretch) {
-    case Stretch::kNone: break;
-    case Stretch::kPi: scaling = LinearScaling{.factor = factor}; break;
+    case Stretch::kNone:
+      break;
+    case Stretch::kPi:
+      scaling = LinearScaling{.factor = factor};
+      break;
     // NTK-aware (bloc97): the base grows by s^(d / (d - 2)), so the slowest pair is divided by
     // exactly s while the fastest is left almost alone.
     case Stretch::kNtk:
@@ -106,7 +123,9 @@ Rope RopeFor(const Settings& s, Stretch stretch, int64_t length) {
     case Stretch::kDynamicNtk:
       scaling = DynamicNtkScaling{.factor = 1.0, .max_positions = s.train_length};
       break;
-    case Stretch::kYarn: scaling = YarnScalingFor(s); break;
+    case Stretch::kYarn:
+      scaling = YarnScalingFor(s);
+      break;
   }
   const RopeFrequencies f = ComputeRopeFrequencies(
       base, dim, scaling, {.precision = RopePrecision::kExact, .seq_len = length});

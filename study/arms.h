@@ -19,12 +19,12 @@ struct Settings {
   int64_t batch = 32;
   int64_t steps = 800;
   double learning_rate = 2e-3;
-  int64_t finetune_factor = 4;    // fine-tunes train at finetune_factor * train_length
+  int64_t finetune_factor = 4;  // fine-tunes train at finetune_factor * train_length
   int64_t finetune_steps = 100;
   double finetune_learning_rate = 5e-4;
   std::vector<uint64_t> seeds = {1, 2};
   std::vector<int64_t> multiples = {1, 2, 4, 8, 16};  // evaluation lengths / train_length
-  int64_t eval_chars = 16384;     // held-out characters scored per (length, protocol)
+  int64_t eval_chars = 16384;  // held-out characters scored per (length, protocol)
   int64_t eval_batch_tokens = 8192;
   int64_t log_every = 25;
   int64_t checkpoint_every = 100;
@@ -51,7 +51,7 @@ struct Run {
   std::string name;  // e.g. "rope-s1", "rope-yarn-ft-s2"; the folder under runs/
   PositionMethod method;
   uint64_t seed;
-  Stretch stretch = Stretch::kNone;  // the frequencies it trains with
+  Stretch stretch = Stretch::kNone;      // the frequencies it trains with
   std::optional<std::string> init_from;  // base run whose weights a fine-tune starts from
   int64_t length, batch, steps;
   double learning_rate;

@@ -17,7 +17,8 @@ std::string ReadKingJamesBible() {
   if (pipe) {
     std::array<char, 1 << 16> buffer;
     size_t n;
-    while ((n = fread(buffer.data(), 1, buffer.size(), pipe.get())) > 0) text.append(buffer.data(), n);
+    while ((n = fread(buffer.data(), 1, buffer.size(), pipe.get())) > 0)
+      text.append(buffer.data(), n);
   }
   if (text.size() < 1'000'000) {
     throw std::runtime_error(
@@ -41,7 +42,8 @@ Corpus MakeCorpus(const std::string& text, double held_out_fraction) {
   torch::Tensor ids = torch::empty({static_cast<int64_t>(text.size())}, torch::kInt64);
   int64_t* out = ids.data_ptr<int64_t>();
   for (unsigned char c : text) *out++ = id[c];
-  const auto split = static_cast<int64_t>(static_cast<double>(text.size()) * (1.0 - held_out_fraction));
+  const auto split =
+      static_cast<int64_t>(static_cast<double>(text.size()) * (1.0 - held_out_fraction));
   corpus.train = ids.slice(0, 0, split);
   corpus.held_out = ids.slice(0, split);
   return corpus;

@@ -20,7 +20,8 @@ double HeldOutLoss(CharModel& model, const Rope& rope, const torch::Tensor& held
   };
   std::vector<Window> windows;
   if (protocol == Protocol::kNonOverlapping) {
-    for (int64_t start = 0; start + length <= eval_chars; start += length) windows.push_back({start, 0});
+    for (int64_t start = 0; start + length <= eval_chars; start += length)
+      windows.push_back({start, 0});
   } else {
     const int64_t stride = std::max<int64_t>(1, length / 4);
     for (int64_t start = 0; start + length <= eval_chars; start += stride) {
@@ -33,13 +34,15 @@ double HeldOutLoss(CharModel& model, const Rope& rope, const torch::Tensor& held
   for (size_t first = 0; first < windows.size(); first += per_batch) {
     const size_t last = std::min(windows.size(), first + per_batch);
     std::vector<torch::Tensor> rows;
-    for (size_t w = first; w < last; ++w) rows.push_back(held_out.slice(0, windows[w].start, windows[w].start + length + 1));
+    for (size_t w = first; w < last; ++w)
+      rows.push_back(held_out.slice(0, windows[w].start, windows[w].start + length + 1));
     const torch::Tensor batch = torch::stack(rows);
     const torch::Tensor logits = model->forward(batch.slice(1, 0, length), rope);
-    const torch::Tensor losses = torch::nn::functional::cross_entropy(
-        logits.reshape({-1, logits.size(2)}), batch.slice(1, 1).reshape(-1),
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
-        .view({static_cast<int64_t>(last - first), length});
+    const torch::Tensor losses =
+        torch::nn::functional::cross_entropy(
+            logits.reshape({-1, logits.size(2)}), batch.slice(1, 1).reshape(-1),
+            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
+            .view({static_cast<int64_t>(last - first), length});
     for (size_t w = first; w < last; ++w) {
       const int64_t from = windows[w].first_scored;
       nats += losses[static_cast<int64_t>(w - first)].slice(0, from).sum().item<double>();

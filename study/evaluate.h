@@ -20,7 +20,6 @@ enum class Protocol { kNonOverlapping, kSliding };
 std::string ProtocolName(Protocol protocol);  // "nonoverlapping" / "sliding"
 
 double HeldOutLoss(CharModel& model, const Rope& rope, const torch::Tensor& held_out,
-                   int64_t length, Protocol protocol, int64_t eval_chars,
-                   int64_t batch_tokens);
+                   int64_t length, Protocol protocol, int64_t eval_chars, int64_t batch_tokens);
 
 }  // namespace posenc::study

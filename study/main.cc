@@ -3,9 +3,9 @@
 // changes as the evaluation window grows from 1x to 16x the training length.
 //
 //   posenc_study [--quick] [--out DIR] [--docs DIR] [--threads N]
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <thread>
@@ -18,11 +18,14 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string out, docs;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  app.add_flag("--quick", quick, "tiny settings: the whole pipeline in a few minutes");
-  app.add_option("--out", out, "checkpoints and per-arm results (default: study-runs, or "
-                               "study-runs-quick with --quick)");
-  app.add_option("--docs", docs, "where STUDY.md and its charts go (default: docs, or "
-                                 "<out>/docs with --quick)");
+  app.add_flag("--quick", quick,
+               "tiny settings: the whole pipeline in seconds (a smoke test, not a result)");
+  app.add_option("--out", out,
+                 "checkpoints and per-arm results (default: study-runs, or "
+                 "study-runs-quick with --quick)");
+  app.add_option("--docs", docs,
+                 "where STUDY.md and its charts go (default: docs, or "
+                 "<out>/docs with --quick)");
   app.add_option("--threads", threads, "threads for libtorch")->check(CLI::Range(1, 256));
   int64_t stop_after_steps = 0;
   app.add_option("--stop-after-steps", stop_after_steps,

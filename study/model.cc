@@ -8,11 +8,16 @@ namespace posenc::study {
 
 std::string MethodName(PositionMethod method) {
   switch (method) {
-    case PositionMethod::kLearned: return "learned";
-    case PositionMethod::kSinusoidal: return "sinusoidal";
-    case PositionMethod::kRope: return "rope";
-    case PositionMethod::kAlibi: return "alibi";
-    case PositionMethod::kNone: return "nope";
+    case PositionMethod::kLearned:
+      return "learned";
+    case PositionMethod::kSinusoidal:
+      return "sinusoidal";
+    case PositionMethod::kRope:
+      return "rope";
+    case PositionMethod::kAlibi:
+      return "alibi";
+    case PositionMethod::kNone:
+      return "nope";
   }
   return "?";
 }
@@ -41,7 +46,8 @@ CharModelImpl::CharModelImpl(const ModelShape& shape, PositionMethod method)
     b.down = register_module(p + "down", torch::nn::Linear(4 * d, d));
     blocks_.push_back(b);
   }
-  final_norm_ = register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  final_norm_ =
+      register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   head_ = register_module("head", torch::nn::Linear(d, shape.vocab));
 }
 
@@ -57,8 +63,8 @@ torch::Tensor CharModelImpl::Attention(Block& block, const torch::Tensor& x,
     k = ApplyRopeAutograd(k, positions, rope);
   }
   // [batch, heads, queries, keys]
-  torch::Tensor scores =
-      torch::matmul(q.transpose(1, 2), k.permute({0, 2, 3, 1})) / std::sqrt(static_cast<double>(dh));
+  torch::Tensor scores = torch::matmul(q.transpose(1, 2), k.permute({0, 2, 3, 1})) /
+                         std::sqrt(static_cast<double>(dh));
   if (method_ == PositionMethod::kAlibi) scores = AddAlibiAutograd(scores, positions);
   const torch::Tensor future = torch::ones({n, n}, torch::kBool).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());

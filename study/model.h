@@ -45,8 +45,8 @@ class CharModelImpl : public torch::nn::Module {
     torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
     torch::nn::Linear qkv{nullptr}, proj{nullptr}, up{nullptr}, down{nullptr};
   };
-  torch::Tensor Attention(Block& block, const torch::Tensor& x,
-                          const torch::Tensor& positions, const Rope& rope);
+  torch::Tensor Attention(Block& block, const torch::Tensor& x, const torch::Tensor& positions,
+                          const Rope& rope);
 
   ModelShape shape_;
   PositionMethod method_;

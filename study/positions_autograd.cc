@@ -37,12 +37,12 @@ Rope RopeFrom(const torch::Tensor& inv_freq, double attention_factor, int64_t la
 }
 
 // out = x rotated by +angle (forward) or -angle (the transpose, for the gradient).
-torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& batch_positions,
-                     const Rope& rope, RopeDirection direction) {
+torch::Tensor Rotate(const torch::Tensor& x, const torch::Tensor& batch_positions, const Rope& rope,
+                     RopeDirection direction) {
   const torch::Tensor in = x.contiguous();
   torch::Tensor out = torch::empty_like(in);
-  ApplyRope(rope, Int64Span(batch_positions), TokenHeads<const float>(in),
-            TokenHeads<float>(out), direction);
+  ApplyRope(rope, Int64Span(batch_positions), TokenHeads<const float>(in), TokenHeads<float>(out),
+            direction);
   return out;
 }
 
@@ -84,7 +84,8 @@ class LearnedLookupFunction : public torch::autograd::Function<LearnedLookupFunc
     const torch::Tensor positions = ctx->get_saved_variables()[0];
     const torch::Tensor grad_out = grad_outputs[0].contiguous();
     const int64_t d_model = grad_out.size(1);
-    torch::Tensor grad = torch::zeros({ctx->saved_data["rows"].toInt(), d_model}, grad_out.options());
+    torch::Tensor grad =
+        torch::zeros({ctx->saved_data["rows"].toInt(), d_model}, grad_out.options());
     AccumulateLearnedGradient({grad.data_ptr<float>(), static_cast<size_t>(grad.numel())}, d_model,
                               Int64Span(positions),
                               {grad_out.data_ptr<float>(), static_cast<size_t>(grad_out.numel())});

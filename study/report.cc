@@ -123,7 +123,8 @@ std::string ClaimsTable(const Table& t, const Settings& s, const FineTuneCurves&
   const P n = P::kNonOverlapping, w = P::kSliding;
   add("Sinusoidal breaks as soon as the window passes the training length",
       "ppl x2.17 at 2x (20.05 to 43.54)",
-      Format("ppl x%.2f at 2x, x%.2f at ", ratio("sinusoidal", n, 2), ratio("sinusoidal", n, top)) + top_x,
+      Format("ppl x%.2f at 2x, x%.2f at ", ratio("sinusoidal", n, 2), ratio("sinusoidal", n, top)) +
+          top_x,
       ratio("sinusoidal", n, 2) > 1.10);
   add("RoPE degrades mildly at 2x, badly far out", "x1.06 at 2x, x3.95 at 30x",
       Format("x%.2f at 2x, x%.2f at ", ratio("rope", n, 2), ratio("rope", n, top)) + top_x,
@@ -137,7 +138,8 @@ std::string ClaimsTable(const Table& t, const Settings& s, const FineTuneCurves&
       Format("x%.2f at 2x", ratio("sinusoidal", w, 2)), ratio("sinusoidal", w, 2) > 1.10);
   const int64_t f = s.finetune_factor;
   const std::string fx = std::to_string(f) + "x";
-  const Cell pi_zero = get("rope-pi", n, f), pi_ft = get("rope-pi-ft", n, f), rope1 = get("rope", n, 1);
+  const Cell pi_zero = get("rope-pi", n, f), pi_ft = get("rope-pi-ft", n, f),
+             rope1 = get("rope", n, 1);
   add("PI without fine-tuning is worse at " + fx + " than the base model at 1x",
       "16.1 vs 7.2 at 4x (x2.24)", Format("x%.2f", PplRatio(pi_zero, rope1)),
       PplRatio(pi_zero, rope1) > 1.0);
@@ -150,9 +152,10 @@ std::string ClaimsTable(const Table& t, const Settings& s, const FineTuneCurves&
       "at " + fx + Format(": NTK-aware %.3f vs PI %.3f nats", ntk.mean, pi_zero.mean),
       ntk.mean < pi_zero.mean);
   const Cell yarn_ft = get("rope-yarn-ft", n, f);
-  add("Fine-tuned YaRN is at least as good as fine-tuned PI", "YaRN matches PI with 2.5x fewer steps",
-      "at " + fx + Format(": YaRN %.3f vs PI %.3f nats after the same steps", yarn_ft.mean,
-                          pi_ft.mean),
+  add("Fine-tuned YaRN is at least as good as fine-tuned PI",
+      "YaRN matches PI with 2.5x fewer steps",
+      "at " + fx +
+          Format(": YaRN %.3f vs PI %.3f nats after the same steps", yarn_ft.mean, pi_ft.mean),
       yarn_ft.mean <= pi_ft.mean + std::max(yarn_ft.spread, pi_ft.spread));
   // Steps: the first logged fine-tune step at which YaRN's held-out loss reaches PI's last.
   if (curves.contains("pi") && curves.contains("yarn") && !curves.at("pi").empty()) {
@@ -206,14 +209,14 @@ std::string YarnTable(const Settings& s) {
     const double wavelength = 2.0 * std::numbers::pi / plain.inv_freq[i];
     const double turns = static_cast<double>(s.train_length) / wavelength;
     const double ratio = yarn.inv_freq[i] / plain.inv_freq[i];
-    const char* treatment = ratio > 1.0 - 1e-9 ? "kept"
+    const char* treatment = ratio > 1.0 - 1e-9                       ? "kept"
                             : ratio < 1.0 / s.finetune_factor + 1e-9 ? "divided by s"
                                                                      : "blended";
     md << "| " << i << " | " << Format("%.1f", wavelength) << " | " << Format("%.2f", turns)
        << " | " << Format("%.3f", ratio) << " | " << treatment << " |\n";
   }
-  md << "\nAttention factor (YaRN's mscale, 0.1 ln s + 1): " << Format("%.4f", yarn.attention_factor)
-     << ".\n";
+  md << "\nAttention factor (YaRN's mscale, 0.1 ln s + 1): "
+     << Format("%.4f", yarn.attention_factor) << ".\n";
   return md.str();
 }
 
@@ -252,7 +255,8 @@ void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s
        << "set key top left reverse Left samplen 3\n";
   for (int panel = 0; panel < 2; ++panel) {
     // Head room above the curves for the key (one line per arm).
-    plot << "set title '" << (panel == 0 ? "Position methods" : "RoPE stretched without and with fine-tuning")
+    plot << "set title '"
+         << (panel == 0 ? "Position methods" : "RoPE stretched without and with fine-tuning")
          << "'\nset offsets 0, 0, " << (panel == 0 ? 1.0 : 1.6) << ", 0\nplot ";
     int drawn = 0;
     for (size_t i = 0; i < arms.size(); ++i) {
@@ -297,8 +301,8 @@ void TrainingChart(const std::vector<Run>& runs, const fs::path& runs_dir, const
     if (rows.str().empty()) continue;
     const std::string name = "r" + std::to_string(i);
     fig.data.push_back({name, rows.str()});
-    const int color = fine_tunes ? (run.stretch == Stretch::kPi ? 0 : 1)
-                                 : static_cast<int>(run.method);
+    const int color =
+        fine_tunes ? (run.stretch == Stretch::kPi ? 0 : 1) : static_cast<int>(run.method);
     plot << (drawn++ ? ", " : "") << "$" << name << " using 1:2 with lines lw 2 dt "
          << (run.seed == runs.front().seed ? 1 : 2) << " lc rgb '" << colors[color % 5]
          << "' title '" << run.name << "'";
@@ -312,7 +316,8 @@ FineTuneCurves ReadFineTuneCurves(const std::vector<Run>& runs, const fs::path& 
   for (const Run& run : runs) {
     if (!run.init_from) continue;
     for (const auto& row : ReadLossLog(runs_dir / run.name)) {
-      if (row.size() >= 4) losses[StretchName(run.stretch)][static_cast<int64_t>(row[0])].push_back(row[3]);
+      if (row.size() >= 4)
+        losses[StretchName(run.stretch)][static_cast<int64_t>(row[0])].push_back(row[3]);
     }
   }
   FineTuneCurves curves;
@@ -374,9 +379,10 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << " characters, each with one position method from posenc, and their held-out loss is "
      << "measured at 1x to " << s.multiples.back() << "x the training length. The published "
      << "shapes are beside ours at the end.\n\n"
-     << "Machine: " << threads << " threads, libtorch " << TORCH_VERSION << ", BLAS: "
-     << DescribeBlas() << ". Training took " << Duration(TrainingSeconds(runs, runs_dir))
-     << " and evaluation " << Duration(table.EvalSeconds()) << ".\n\n";
+     << "Machine: " << threads << " threads, libtorch " << TORCH_VERSION
+     << ", BLAS: " << DescribeBlas() << ". Training took "
+     << Duration(TrainingSeconds(runs, runs_dir)) << " and evaluation "
+     << Duration(table.EvalSeconds()) << ".\n\n";
 
   md << "## Set-up\n\n"
      << "- **Text**: `bible -l80 Gen1:1-Rev22:21` (Debian's bible-kjv-text), "
@@ -395,9 +401,9 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
   md << " (each seed changes the initialisation and the batches).\n"
      << "- **Fine-tunes** (PI and YaRN, s = " << s.finetune_factor << "): from each RoPE "
      << "seed's final weights, " << s.finetune_steps << " steps of "
-     << std::max<int64_t>(1, s.batch / s.finetune_factor) << " windows of "
-     << s.finetune_factor * L << " characters at a constant learning rate "
-     << s.finetune_learning_rate << ", the frequencies stretched during training.\n"
+     << std::max<int64_t>(1, s.batch / s.finetune_factor) << " windows of " << s.finetune_factor * L
+     << " characters at a constant learning rate " << s.finetune_learning_rate
+     << ", the frequencies stretched during training.\n"
      << "- **Position methods, all through posenc** (torch autograd functions whose forward "
      << "and backward call posenc): learned absolute (`LookupLearnedRows` / "
      << "`AccumulateLearnedGradient`; the table has " << s.shape.learned_rows << " rows and "
@@ -409,8 +415,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << s.finetune_factor << "; NTK-aware = base x s^(d/(d-2)); dynamic NTK = Hugging Face's "
      << "`dynamic` with factor 1 and max_position_embeddings " << L
      << " (NTK-aware with s = window / " << L << " for windows past " << L
-     << "); YaRN s = " << s.finetune_factor << ", beta_fast " << s.yarn_beta_fast
-     << ", beta_slow " << s.yarn_beta_slow << " (below).\n\n";
+     << "); YaRN s = " << s.finetune_factor << ", beta_fast " << s.yarn_beta_fast << ", beta_slow "
+     << s.yarn_beta_slow << " (below).\n\n";
 
   md << "## Protocols\n\n"
      << "- **Non-overlapping**: the scored text is cut into windows of the evaluation length and "
@@ -426,7 +432,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
   md << "## Results\n\n### Non-overlapping windows\n\n"
      << ResultsTable(table, arms, s, Protocol::kNonOverlapping)
      << "\n![loss against length, non-overlapping](study/loss_vs_length_nonoverlapping.png)\n\n"
-     << "### Sliding window\n\n" << ResultsTable(table, arms, s, Protocol::kSliding)
+     << "### Sliding window\n\n"
+     << ResultsTable(table, arms, s, Protocol::kSliding)
      << "\n![loss against length, sliding window](study/loss_vs_length_sliding.png)\n\n";
 
   md << "## Beside the published shapes\n\n"
@@ -443,8 +450,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "kept; pairs with r < beta_slow never completed a turn, so their larger angles are "
      << "unseen and they are divided by s (PI); those between are blended. The published "
      << "defaults (beta_fast 32, beta_slow 1) were chosen for LLaMA (head 128, L0 2048-4096), "
-     << "where the fastest pair turns hundreds of times. Here the head has "
-     << s.head_dim() / 2 << " pairs and L0 = " << L << ", so the fastest pair turns only "
+     << "where the fastest pair turns hundreds of times. Here the head has " << s.head_dim() / 2
+     << " pairs and L0 = " << L << ", so the fastest pair turns only "
      << Format("%.1f", static_cast<double>(L) / (2.0 * std::numbers::pi))
      << " times: with beta_fast 32 no pair at all would be kept, and even the pairs that carry "
      << "the local, character-to-character signal would be squeezed. beta_fast = "
@@ -458,14 +465,14 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "A model with no position signal can still tell positions apart through the causal mask "
      << "(a token's attention is spread over exactly the tokens before it). With " << s.shape.layers
      << " layers: at 1x NoPE reaches " << Format("%.3f", nope1.mean) << " nats per character, "
-     << "against " << Format("%.3f", rope1.mean) << " for RoPE and "
-     << Format("%.3f", unigram) << " for a model that ignores context (the entropy of the "
+     << "against " << Format("%.3f", rope1.mean) << " for RoPE and " << Format("%.3f", unigram)
+     << " for a model that ignores context (the entropy of the "
      << "character frequencies); "
      << (nope1.mean < unigram - 0.5 && nope1.mean < rope1.mean + 0.25
              ? "so it does learn: it uses context almost as well as the position methods."
-             : nope1.mean < unigram - 0.5
-                   ? "so it learns to use context, but clearly less well than the position methods."
-                   : "so it does not learn to use context at this size.")
+         : nope1.mean < unigram - 0.5
+             ? "so it learns to use context, but clearly less well than the position methods."
+             : "so it does not learn to use context at this size.")
      << "\n\n";
 
   md << "## Training and fine-tuning\n\n![training curves](study/training.png)\n\n"

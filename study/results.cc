@@ -17,7 +17,8 @@ void SaveResult(const fs::path& results_dir, const ArmResult& result) {
   j["seed"] = result.seed;
   j["seconds"] = result.seconds;
   for (const auto& [protocol, by_length] : result.nats) {
-    for (const auto& [length, nats] : by_length) j["nats_per_char"][protocol][std::to_string(length)] = nats;
+    for (const auto& [length, nats] : by_length)
+      j["nats_per_char"][protocol][std::to_string(length)] = nats;
   }
   fs::create_directories(results_dir);
   const fs::path path = ResultPath(results_dir, result.key, result.seed);

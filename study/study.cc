@@ -58,15 +58,16 @@ const Run& FindRun(const std::vector<Run>& runs, const std::string& name) {
 void RunStudy(Settings settings, const StudyPaths& paths, int threads) {
   torch::set_num_threads(threads);
   const bool single_blas = UseSingleThreadedBlas();
-  std::printf("posenc length-extrapolation study (%s settings)\n", settings.quick ? "quick" : "full");
+  std::printf("posenc length-extrapolation study (%s settings)\n",
+              settings.quick ? "quick" : "full");
   std::printf("  libtorch %s, %d threads, BLAS: %s%s\n", TORCH_VERSION, threads,
               DescribeBlas().c_str(), single_blas ? ", one thread per call" : "");
   const Corpus corpus = MakeCorpus(ReadKingJamesBible());
   settings.shape.vocab = static_cast<int64_t>(corpus.symbols.size());
-  std::printf("  text: King James Bible, %lld training and %lld held-out characters, %lld symbols\n",
-              static_cast<long long>(corpus.train.numel()),
-              static_cast<long long>(corpus.held_out.numel()),
-              static_cast<long long>(settings.shape.vocab));
+  std::printf(
+      "  text: King James Bible, %lld training and %lld held-out characters, %lld symbols\n",
+      static_cast<long long>(corpus.train.numel()), static_cast<long long>(corpus.held_out.numel()),
+      static_cast<long long>(settings.shape.vocab));
   std::printf("  output: %s (checkpoints, results), %s (report)\n\n", paths.out.c_str(),
               paths.docs.c_str());
 
@@ -131,8 +132,10 @@ void RunStudy(Settings settings, const StudyPaths& paths, int threads) {
       result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
       SaveResult(results_dir, result);
       progress.Done(EvalUnits(settings));
-      std::printf("evaluated %-14s seed %llu:", arm.key.c_str(), static_cast<unsigned long long>(seed));
-      for (const auto& [length, nats] : result.nats["nonoverlapping"]) std::printf(" %lld:%.3f", static_cast<long long>(length), nats);
+      std::printf("evaluated %-14s seed %llu:", arm.key.c_str(),
+                  static_cast<unsigned long long>(seed));
+      for (const auto& [length, nats] : result.nats["nonoverlapping"])
+        std::printf(" %lld:%.3f", static_cast<long long>(length), nats);
       std::printf("  (%s)\n", progress.TimeLeft().c_str());
       std::fflush(stdout);
     }

@@ -62,7 +62,8 @@ TEST(StudyAutograd, LearnedLookupGathersRowsAndSumsRepeatedGradients) {
   const torch::Tensor table = torch::arange(12, torch::kFloat32).view({4, 3}).requires_grad_();
   const torch::Tensor positions = torch::tensor({3, 0, 3}, torch::kInt64);
   const torch::Tensor out = LookupLearnedAutograd(table, positions);
-  EXPECT_TRUE(torch::equal(out, torch::tensor({9.f, 10.f, 11.f, 0.f, 1.f, 2.f, 9.f, 10.f, 11.f}).view({3, 3})));
+  EXPECT_TRUE(torch::equal(
+      out, torch::tensor({9.f, 10.f, 11.f, 0.f, 1.f, 2.f, 9.f, 10.f, 11.f}).view({3, 3})));
   (out * torch::tensor({1.f, 2.f, 3.f}).view({3, 1})).sum().backward();
   // Row 3 is read by tokens 0 and 2 (weights 1 and 3), row 0 by token 1 (weight 2).
   const torch::Tensor expected =
@@ -90,13 +91,13 @@ TEST(StudyAutograd, SinusoidalTableIsTheTransformerFormula) {
 }
 
 TEST(StudyModel, EveryMethodIsCausal) {
-  for (PositionMethod method : {PositionMethod::kLearned, PositionMethod::kSinusoidal,
-                                PositionMethod::kRope, PositionMethod::kAlibi,
-                                PositionMethod::kNone}) {
+  for (PositionMethod method :
+       {PositionMethod::kLearned, PositionMethod::kSinusoidal, PositionMethod::kRope,
+        PositionMethod::kAlibi, PositionMethod::kNone}) {
     torch::manual_seed(2);
-    CharModel model(ModelShape{.vocab = 11, .d_model = 32, .heads = 2, .layers = 2,
-                               .learned_rows = 64},
-                    method);
+    CharModel model(
+        ModelShape{.vocab = 11, .d_model = 32, .heads = 2, .layers = 2, .learned_rows = 64},
+        method);
     torch::NoGradGuard no_grad;
     const Rope rope = Rope::Default(16);
     torch::Tensor ids = torch::randint(0, 11, {1, 20}, torch::kInt64);

@@ -90,10 +90,9 @@ CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpu
 
   CharModel model = NewModel(settings, run, settings.shape.vocab);
   if (run.init_from) torch::load(model, (runs_dir / *run.init_from / "model.pt").string());
-  torch::optim::AdamW optimizer(model->parameters(),
-                                torch::optim::AdamWOptions(run.learning_rate)
-                                    .betas({0.9, 0.95})
-                                    .weight_decay(0.01));
+  torch::optim::AdamW optimizer(
+      model->parameters(),
+      torch::optim::AdamWOptions(run.learning_rate).betas({0.9, 0.95}).weight_decay(0.01));
   int64_t step = 0;
   const fs::path checkpoint = dir / "checkpoint.pt", optimizer_file = dir / "optimizer.pt",
                  step_file = dir / "step.txt", log_file = dir / "loss.tsv";
@@ -126,8 +125,8 @@ CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpu
     const torch::Tensor inputs = batch.slice(1, 0, run.length);
     const torch::Tensor targets = batch.slice(1, 1);
     const torch::Tensor logits = model->forward(inputs, rope);
-    const torch::Tensor loss =
-        torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}), targets.reshape(-1));
+    const torch::Tensor loss = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, logits.size(2)}), targets.reshape(-1));
     optimizer.zero_grad();
     loss.backward();
     torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
@@ -137,7 +136,8 @@ CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpu
     ++step;
     if (step % settings.log_every == 0 || step == run.steps) {
       const double seconds =
-          seconds_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          seconds_before +
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::vector<double> row = {static_cast<double>(step), loss_sum / loss_count, seconds};
       if (fine_tune_eval) {
         model->eval();
@@ -151,7 +151,8 @@ CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpu
     }
     if (step % settings.checkpoint_every == 0 && step < run.steps) {
       WriteAtomically(checkpoint, [&](const fs::path& p) { torch::save(model, p.string()); });
-      WriteAtomically(optimizer_file, [&](const fs::path& p) { torch::save(optimizer, p.string()); });
+      WriteAtomically(optimizer_file,
+                      [&](const fs::path& p) { torch::save(optimizer, p.string()); });
       WriteAtomically(step_file, [&](const fs::path& p) { std::ofstream(p) << step << "\n"; });
     }
     static int64_t steps_in_this_process = 0;
