@@ -104,6 +104,18 @@ void ExpectNear(const Output& got, const Output& want, double tolerance, const s
   }
 }
 
+// The kernel against the reference (double, on the widened inputs) on every compiled SIMD target.
+template <typename T>
+void ExpectMatchesReference(const AttentionOptions& options, const Tensor<T>& q,
+                            const Tensor<T>& k, const Tensor<T>& v,
+                            const std::vector<int64_t>& query_pos,
+                            const std::vector<int64_t>& key_pos, const std::string& what) {
+  const Output want = Reference(options, q, k, v, query_pos, key_pos);
+  ForEachSimdTarget([&](int64_t) {
+    ExpectNear(Run(options, q, k, v, query_pos, key_pos), want, kTolerance<T>, what);
+  });
+}
+
 struct Shape {
   int64_t q_tokens, kv_tokens, num_heads, num_kv_heads, head_dim, value_dim;
 };
@@ -144,10 +156,7 @@ void CheckAgainstReference() {
         options.rope = Rope::Default(s.head_dim, 10000.0, layout, s.head_dim / 2 * 2);
       }
       const std::string what = Describe(s, options);
-      const Output want = Reference(options, q, k, v, query_pos, key_pos);
-      ForEachSimdTarget([&](int64_t) {
-        ExpectNear(Run(options, q, k, v, query_pos, key_pos), want, kTolerance<T>, what);
-      });
+      ExpectMatchesReference(options, q, k, v, query_pos, key_pos, what);
     }
   }
 }
@@ -228,10 +237,7 @@ void CheckSplitKeyDecode() {
                     s.head_dim},
                    options) +
           (s.early_queries ? " early queries" : "");
-      const Output want = Reference(options, q, k, v, query_pos, key_pos);
-      ForEachSimdTarget([&](int64_t) {
-        ExpectNear(Run(options, q, k, v, query_pos, key_pos), want, kTolerance<T>, what);
-      });
+      ExpectMatchesReference(options, q, k, v, query_pos, key_pos, what);
     }
   }
 }
@@ -328,10 +334,7 @@ void CheckWindowAgainstReference() {
                                                             RopeLayout::kHalfSplit,
                                                             s.head_dim / 2 * 2);
           const std::string what = Describe(s, options) + (reversed ? " reversed keys" : "");
-          const Output want = Reference(options, q, k, v, query_pos, key_pos);
-          ForEachSimdTarget([&](int64_t) {
-            ExpectNear(Run(options, q, k, v, query_pos, key_pos), want, kTolerance<T>, what);
-          });
+          ExpectMatchesReference(options, q, k, v, query_pos, key_pos, what);
         }
       }
     }
@@ -378,10 +381,7 @@ void CheckWindowDecode() {
                       s.head_dim},
                      options) +
             (s.early_queries ? " early queries" : "");
-        const Output want = Reference(options, q, k, v, query_pos, key_pos);
-        ForEachSimdTarget([&](int64_t) {
-          ExpectNear(Run(options, q, k, v, query_pos, key_pos), want, kTolerance<T>, what);
-        });
+        ExpectMatchesReference(options, q, k, v, query_pos, key_pos, what);
       }
     }
   }
