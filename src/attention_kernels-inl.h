@@ -90,10 +90,19 @@ constexpr int64_t kMinItems = 16;
 constexpr int64_t kMinChunkKeys = 256;
 constexpr int64_t kMaxKeyChunks = 64;  // bounds MergePartials' stack arrays
 
+// The last partial vector of an input row, `count` elements at `in`, widened to float32 and
+// zero-padded. It goes through a zeroed stack buffer: reading past the row could fault, and
+// could pick up NaN from a neighbouring row that 0 * NaN would spread.
+template <class DF, typename T>
+HWY_INLINE hn::Vec<DF> LoadPartialF32(DF df, const T* HWY_RESTRICT in, size_t count) {
+  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+  T stage[kMaxLanes] = {};
+  std::memcpy(stage, in, count * sizeof(T));
+  return LoadF32(df, stage);
+}
+
 // Writes `dim` elements of `in`, widened to float32 and multiplied by `mul`, to `out`, zero-padded
-// to whole vectors so that the dot products and the value loop need no tail. The row's last
-// partial vector goes through a zeroed stack buffer: reading past the row could fault, and could
-// pick up NaN from a neighbouring row that 0 * NaN would spread.
+// to whole vectors so that the dot products and the value loop need no tail.
 template <class DF, typename T>
 HWY_INLINE void PackRow(DF df, const T* HWY_RESTRICT in, size_t dim, float mul,
                         float* HWY_RESTRICT out) {
@@ -101,11 +110,7 @@ HWY_INLINE void PackRow(DF df, const T* HWY_RESTRICT in, size_t dim, float mul,
   const auto vmul = hn::Set(df, mul);
   size_t i = 0;
   for (; i + n <= dim; i += n) hn::StoreU(hn::Mul(LoadF32(df, in + i), vmul), df, out + i);
-  if (i == dim) return;
-  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
-  T stage[kMaxLanes] = {};
-  std::memcpy(stage, in + i, (dim - i) * sizeof(T));
-  hn::StoreU(hn::Mul(LoadF32(df, stage), vmul), df, out + i);
+  if (i < dim) hn::StoreU(hn::Mul(LoadPartialF32(df, in + i, dim - i), vmul), df, out + i);
 }
 
 // The per-thread tiles, float32, each row padded to whole vectors.
@@ -201,29 +206,39 @@ HWY_INLINE void SumOfLanes4(DF df, V a0, V a1, V a2, V a3, float* HWY_RESTRICT s
 #endif
 }
 
-// Pass (1), the dot products: scores[r][j] = q_r . k_j for the four rows of the block at q and
-// `keys` keys.
-template <class DF>
-HWY_INLINE void DotProducts(DF df, const Tiles& t, const KeyTile& kt, const float* HWY_RESTRICT q,
-                            size_t keys, const NextRows& next) {
+// Pass (1) for one key: s[r stride] = q_r . k for the four rows of the block at q (padded rows,
+// `q_stride` floats apart), k an input or tile row of `dim` elements.
+template <class DF, typename T>
+HWY_INLINE void ScoreKey(DF df, const float* HWY_RESTRICT q, size_t q_stride,
+                         const T* HWY_RESTRICT k, size_t dim, float* HWY_RESTRICT s,
+                         size_t stride) {
   static_assert(kRowBlock == 4, "one named accumulator per row");
   const size_t n = hn::Lanes(df);
   const float* HWY_RESTRICT q0 = q;
-  const float* HWY_RESTRICT q1 = q0 + t.dim;
-  const float* HWY_RESTRICT q2 = q1 + t.dim;
-  const float* HWY_RESTRICT q3 = q2 + t.dim;
+  const float* HWY_RESTRICT q1 = q0 + q_stride;
+  const float* HWY_RESTRICT q2 = q1 + q_stride;
+  const float* HWY_RESTRICT q3 = q2 + q_stride;
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  const auto add = [&](size_t d, hn::Vec<DF> kd) HWY_ATTR {
+    a0 = hn::MulAdd(hn::LoadU(df, q0 + d), kd, a0);
+    a1 = hn::MulAdd(hn::LoadU(df, q1 + d), kd, a1);
+    a2 = hn::MulAdd(hn::LoadU(df, q2 + d), kd, a2);
+    a3 = hn::MulAdd(hn::LoadU(df, q3 + d), kd, a3);
+  };
+  size_t d = 0;
+  for (; d + n <= dim; d += n) add(d, LoadF32(df, k + d));
+  if (d < dim) add(d, LoadPartialF32(df, k + d, dim - d));
+  SumOfLanes4(df, a0, a1, a2, a3, s, stride);
+}
+
+// Pass (1), the dot products: scores[r][j] = q_r . k_j for the four rows of the block at q and
+// `keys` keys of the tile.
+template <class DF>
+HWY_INLINE void DotProducts(DF df, const Tiles& t, const KeyTile& kt, const float* HWY_RESTRICT q,
+                            size_t keys, const NextRows& next) {
   for (size_t j = 0; j < keys; ++j) {
-    const float* HWY_RESTRICT k = kt.k + j * kt.k_stride;
     PrefetchRow(next, j);
-    auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
-    for (size_t d = 0; d < t.dim; d += n) {
-      const auto kd = hn::LoadU(df, k + d);
-      a0 = hn::MulAdd(hn::LoadU(df, q0 + d), kd, a0);
-      a1 = hn::MulAdd(hn::LoadU(df, q1 + d), kd, a1);
-      a2 = hn::MulAdd(hn::LoadU(df, q2 + d), kd, a2);
-      a3 = hn::MulAdd(hn::LoadU(df, q3 + d), kd, a3);
-    }
-    SumOfLanes4(df, a0, a1, a2, a3, t.scores + j, t.score_stride);
+    ScoreKey(df, q, t.dim, kt.k + j * kt.k_stride, t.dim, t.scores + j, t.score_stride);
   }
 }
 
@@ -313,6 +328,31 @@ HWY_NOINLINE void WeightedValues(DF df, const Tiles& t, const KeyTile& kt, size_
     hn::StoreU(a2, df, o2 + e);
     hn::StoreU(a3, df, o3 + e);
   }
+}
+
+// Pass (3) for one key: o_r = o_r + p[r stride] v for the four rows of the block at o (padded
+// rows, `o_stride` floats apart), v an input row of `value_dim` elements.
+template <class DF, typename T>
+HWY_INLINE void AddWeightedValue(DF df, const float* HWY_RESTRICT p, size_t stride,
+                                 const T* HWY_RESTRICT v, size_t value_dim,
+                                 float* HWY_RESTRICT o, size_t o_stride) {
+  static_assert(kRowBlock == 4, "one named weight per row");
+  const size_t n = hn::Lanes(df);
+  const auto p0 = hn::Set(df, p[0]), p1 = hn::Set(df, p[stride]);
+  const auto p2 = hn::Set(df, p[2 * stride]), p3 = hn::Set(df, p[3 * stride]);
+  float* HWY_RESTRICT o0 = o;
+  float* HWY_RESTRICT o1 = o0 + o_stride;
+  float* HWY_RESTRICT o2 = o1 + o_stride;
+  float* HWY_RESTRICT o3 = o2 + o_stride;
+  const auto add = [&](size_t e, hn::Vec<DF> ve) HWY_ATTR {
+    hn::StoreU(hn::MulAdd(p0, ve, hn::LoadU(df, o0 + e)), df, o0 + e);
+    hn::StoreU(hn::MulAdd(p1, ve, hn::LoadU(df, o1 + e)), df, o1 + e);
+    hn::StoreU(hn::MulAdd(p2, ve, hn::LoadU(df, o2 + e)), df, o2 + e);
+    hn::StoreU(hn::MulAdd(p3, ve, hn::LoadU(df, o3 + e)), df, o3 + e);
+  };
+  size_t e = 0;
+  for (; e + n <= value_dim; e += n) add(e, LoadF32(df, v + e));
+  if (e < value_dim) add(e, LoadPartialF32(df, v + e, value_dim - e));
 }
 
 // The last step, the log-sum-exp merge of `count` partial results of one row over disjoint key
@@ -491,6 +531,84 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
   }
 }
 
+// Decode (a single query tile per KV head): passes (1) to (3) of keys [key0, key0 + keys) for
+// the query tile of every KV head in `tiles`, reading the KV cache where it lies, token by
+// token: one token's rows of all heads are adjacent, so both passes walk the cache front to
+// back, which the hardware prefetchers stream while the arithmetic runs (head by head, every
+// key would start a new page). Scores are [head, row, key], `rows` rows per head.
+template <typename T>
+void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles& t, int64_t key0,
+                            size_t keys, std::vector<QueryTile>& tiles) {
+  const hn::ScalableTag<float> df;
+  const size_t head_dim = static_cast<size_t>(a.head_dim);
+  const size_t value_dim = static_cast<size_t>(a.value_dim);
+  const int64_t* key_pos = a.key_pos + key0;
+  const auto [min_it, max_it] = std::minmax_element(key_pos, key_pos + keys);
+  const int64_t key_min = *min_it, key_max = *max_it;
+  // Every head's tile holds the same query tokens, so one tile's positions decide what is
+  // hidden (see AttendKeyTile).
+  const QueryTile& first = tiles.front();
+  const bool windowed = a.window > 0;
+  size_t blocks[kQueryTile / kRowBlock];  // the row blocks that see a key of this tile
+  size_t block_count = 0;
+  for (size_t b = 0; b < first.blocks; ++b) {
+    if (a.causal && key_min > first.block_max_pos[b]) continue;
+    if (windowed && first.block_min_pos[b] - key_max >= a.window) continue;
+    blocks[block_count++] = b;
+  }
+  if (block_count == 0) return;
+  for (size_t j = 0; j < keys; ++j) t.key_offset[j] = static_cast<float>(key_pos[j] - key_min);
+  std::fill(t.key_offset + keys, t.key_offset + t.score_stride, 0.0f);
+  const size_t rows = first.blocks * kRowBlock;
+  const auto scores = [&](size_t h, size_t b) { return t.scores + (h * rows + b * kRowBlock) *
+                                                               t.score_stride; };
+  const T* k_tile = static_cast<const T*>(a.k.data) + key0 * a.k.token_stride;
+  const T* v_tile = static_cast<const T*>(a.v.data) + key0 * a.v.token_stride;
+
+  // (1) scores.
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t h = 0; h < tiles.size(); ++h) {
+      const T* k = k_tile + static_cast<int64_t>(j) * a.k.token_stride +
+                   tiles[h].g * a.k.head_stride;
+      for (size_t i = 0; i < block_count; ++i) {
+        const size_t b = blocks[i];
+        ScoreKey(df, tiles[h].q + b * kRowBlock * t.dim, t.dim, k, head_dim, scores(h, b) + j,
+                 t.score_stride);
+      }
+    }
+  }
+  // (1) bias and mask, (2) online max and sum, and the old outputs scaled by the correction.
+  const size_t n = hn::Lanes(df);
+  for (size_t h = 0; h < tiles.size(); ++h) {
+    for (size_t i = 0; i < block_count; ++i) {
+      const size_t b = blocks[i];
+      for (size_t r = 0; r < kRowBlock; ++r) {
+        RowState& row = tiles[h].rows[b * kRowBlock + r];
+        OnlineSoftmaxRow(df, t, scores(h, b) + r * t.score_stride, key_pos, keys, key_min,
+                         key_max, a.causal, a.window, a.alibi_slopes != nullptr, row);
+        if (row.correction == 1.0f) continue;
+        float* o = tiles[h].out + (b * kRowBlock + r) * t.value_dim;
+        const auto c = hn::Set(df, row.correction);
+        for (size_t e = 0; e < t.value_dim; e += n) {
+          hn::StoreU(hn::Mul(hn::LoadU(df, o + e), c), df, o + e);
+        }
+      }
+    }
+  }
+  // (3) weighted values.
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t h = 0; h < tiles.size(); ++h) {
+      const T* v = v_tile + static_cast<int64_t>(j) * a.v.token_stride +
+                   tiles[h].g * a.v.head_stride;
+      for (size_t i = 0; i < block_count; ++i) {
+        const size_t b = blocks[i];
+        AddWeightedValue(df, scores(h, b) + j, t.score_stride, v, value_dim,
+                         tiles[h].out + b * kRowBlock * t.value_dim, t.value_dim);
+      }
+    }
+  }
+}
+
 // Without `partial`, writes the rows' outputs; with it (one key chunk of several), leaves their
 // state there for MergePartials.
 inline void FinishQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t,
@@ -532,10 +650,10 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
   const int64_t group = a.num_heads / a.num_kv_heads;
   const int64_t rows_total = a.q_tokens * group;
   const int64_t tiles = hwy::DivCeil(rows_total, static_cast<int64_t>(kQueryTile));
-  // With a single query tile per KV head (decode), an item takes every KV head of its key chunk,
-  // key tile by key tile: one token's rows of all heads are adjacent in a KV cache, so the item
-  // walks memory front to back, where one head alone would touch a new page for every key.
-  const int64_t heads_per_item = tiles == 1 ? a.num_kv_heads : 1;
+  // With a single query tile per KV head (decode), an item takes every KV head of its key chunk
+  // and reads the keys and values where they lie, token by token (AttendKeyTileEveryHead).
+  const bool every_head = tiles == 1;
+  const int64_t heads_per_item = every_head ? a.num_kv_heads : 1;
   const int64_t head_groups = a.num_kv_heads / heads_per_item;
   const int64_t chunk_keys = KeyChunkKeys(tiles * head_groups, a.kv_tokens);
   const int64_t chunks = std::max<int64_t>(1, hwy::DivCeil(a.kv_tokens, chunk_keys));
@@ -552,10 +670,19 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
   const size_t dim = hwy::RoundUpTo(static_cast<size_t>(a.head_dim), n);
   const size_t value_dim = hwy::RoundUpTo(static_cast<size_t>(a.value_dim), n);
   const size_t score_stride = hwy::RoundUpTo(kKeyTile, n);
-  const size_t query_floats = kQueryTile * (dim + value_dim);  // q and o of one QueryTile
-  const size_t tile_floats = static_cast<size_t>(heads_per_item) * query_floats +
-                             kKeyTile * dim + kKeyTile * value_dim + kRowBlock * score_stride +
-                             score_stride;
+  // The query tiles' q rows, then their outputs o, each [heads_per_item, tile_rows, dim]: a
+  // single query tile per KV head has only as many rows as there are, and the heads' rows lie
+  // next to each other (tiles a power of two apart would share the same few L1 sets).
+  const size_t tile_rows =
+      every_head ? hwy::RoundUpTo(static_cast<size_t>(rows_total), kRowBlock) : kQueryTile;
+  const size_t query_floats = tile_rows * (dim + value_dim);  // q and o of one QueryTile
+  // Packed key and value tiles (not in decode, which reads the rows in place); scores of one
+  // row block, or in decode of every row of every head.
+  const size_t packed_floats = every_head ? 0 : kKeyTile * (dim + value_dim);
+  const size_t score_rows =
+      every_head ? static_cast<size_t>(heads_per_item) * tile_rows : kRowBlock;
+  const size_t tile_floats = static_cast<size_t>(heads_per_item) * query_floats + packed_floats +
+                             score_rows * score_stride + score_stride;
   const int64_t work = a.q_tokens * a.num_heads * a.kv_tokens * (a.head_dim + a.value_dim);
   const bool threaded = work >= internal::kMinElementsForThreads && omp_get_max_threads() > 1;
   // Split-K partials: one slot per (KV head, query tile, key chunk); nothing without chunks.
@@ -575,15 +702,17 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
     t.dim = dim;
     t.value_dim = value_dim;
     t.score_stride = score_stride;
-    t.k = scratch.get() + static_cast<size_t>(heads_per_item) * query_floats;
-    t.v = t.k + kKeyTile * dim;
-    t.scores = t.v + kKeyTile * value_dim;
-    t.key_offset = t.scores + kRowBlock * score_stride;
     std::vector<QueryTile> query_tiles(static_cast<size_t>(heads_per_item));
+    float* const q_rows = scratch.get();
+    float* const out_rows = q_rows + query_tiles.size() * tile_rows * dim;
     for (size_t h = 0; h < query_tiles.size(); ++h) {
-      query_tiles[h].q = scratch.get() + h * query_floats;
-      query_tiles[h].out = query_tiles[h].q + kQueryTile * dim;
+      query_tiles[h].q = q_rows + h * tile_rows * dim;
+      query_tiles[h].out = out_rows + h * tile_rows * value_dim;
     }
+    t.k = out_rows + query_tiles.size() * tile_rows * value_dim;
+    t.v = t.k + (every_head ? 0 : kKeyTile * dim);
+    t.scores = t.k + packed_floats;
+    t.key_offset = t.scores + score_rows * score_stride;
 
     // Dynamic: causal work grows with the query tile, so the largest tiles are handed out first
     // and the small ones fill the gaps at the end. Item i is key chunk i % chunks of heads
@@ -605,14 +734,11 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
       for (int64_t key0 = key_begin; key0 < key_end; key0 += static_cast<int64_t>(kKeyTile)) {
         const size_t keys = static_cast<size_t>(
             std::min<int64_t>(static_cast<int64_t>(kKeyTile), key_end - key0));
-        for (int64_t h = 0; h < heads_per_item; ++h) {
-          // What comes next: the next head's rows of this key tile, or the first head's of
-          // the next key tile.
-          const NextRows next =
-              h + 1 < heads_per_item
-                  ? RowsAt<T>(a, g0 + h + 1, key0, key_end)
-                  : RowsAt<T>(a, g0, key0 + static_cast<int64_t>(kKeyTile), key_end);
-          AttendKeyTile<T>(a, t, key0, keys, next, query_tiles[h]);
+        if (every_head) {
+          AttendKeyTileEveryHead<T>(a, t, key0, keys, query_tiles);
+        } else {
+          const NextRows next = RowsAt<T>(a, g0, key0 + static_cast<int64_t>(kKeyTile), key_end);
+          AttendKeyTile<T>(a, t, key0, keys, next, query_tiles[0]);
         }
       }
       for (int64_t h = 0; h < heads_per_item; ++h) {
