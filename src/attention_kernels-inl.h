@@ -61,6 +61,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_bf16.h"
 #include "attention_kernels.h"
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
@@ -81,6 +82,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr size_t kRowBlock = 4;
 constexpr size_t kQueryTile = 32;
 constexpr size_t kKeyTile = 64;
+
+// The targets whose vectors match attention_bf16.h's (AVX-512, 16 floats), where the bfloat16
+// kernel may hand its arithmetic to AVX512-BF16 when the CPU has it.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kBf16DotTarget = true;
+#else
+constexpr bool kBf16DotTarget = false;
+#endif
 
 // Split-K: decode has one query tile per KV head, so 8 KV heads make 8 work items, too few to
 // balance over threads (and one KV head would leave all but one thread idle). Key chunks of at
@@ -116,6 +125,8 @@ HWY_INLINE void PackRow(DF df, const T* HWY_RESTRICT in, size_t dim, float mul,
 // The per-thread tiles, float32, each row padded to whole vectors.
 struct Tiles {
   bool direct;          // float32 key rows of whole vectors: scored in place, not packed
+  bool bf16_dot;        // bfloat16 inputs multiplied by AVX512-BF16 (attention_bf16.h): q
+                        // holds bfloat16 rows, keys are read in place, v holds value pairs
   size_t dim;           // head_dim rounded up to whole vectors
   size_t value_dim;     // value_dim rounded up to whole vectors
   size_t score_stride;  // kKeyTile rounded up to whole vectors
@@ -293,6 +304,17 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const Tiles& t, float* HWY_RESTRICT s,
   row.sum = row.sum * row.correction + hn::GetLane(hn::SumOfLanes(df, vsum));
 }
 
+// Rounds p[0, count) to the nearest bfloat16 (ties to even), count a multiple of the vector.
+template <class DF>
+HWY_INLINE void RoundToBFloat16(DF df, float* HWY_RESTRICT p, size_t count) {
+  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+  hwy::bfloat16_t rounded[kMaxLanes];
+  for (size_t j = 0; j < count; j += hn::Lanes(df)) {
+    StoreF32(hn::LoadU(df, p + j), df, rounded);
+    hn::StoreU(LoadF32(df, rounded), df, p + j);
+  }
+}
+
 // Pass (3): o_r = o_r correction_r + sum_j p_rj v_j for the four rows of the block at out, one
 // vector of value_dim at a time so that the four accumulators stay in registers across the whole
 // key tile. Not inlined: inlined into the bfloat16 instantiation of the caller, its four weight
@@ -417,6 +439,15 @@ struct QueryTile {
   float* out = nullptr;  // [kQueryTile, value_dim]: the unnormalised output o
 };
 
+// The bfloat16 query rows' stride in elements when t.bf16_dot: the float32 row's bytes.
+inline size_t BFloat16RowStride(const Tiles& t) { return 2 * t.dim; }
+
+// bfloat16 rows as the bits attention_bf16.h takes (float32 rows never go there).
+inline const uint16_t* Bits(const hwy::bfloat16_t* p) {
+  return reinterpret_cast<const uint16_t*>(p);
+}
+inline const uint16_t* Bits(const float*) { return nullptr; }
+
 // Packs the query rows of qt (g, first_row, q and out set) and resets their state.
 template <typename T>
 void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64_t key_min_all,
@@ -434,7 +465,13 @@ void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int6
     const int64_t token = m / group, head = qt.g * group + m % group;
     const T* q = static_cast<const T*>(a.q.data) + token * a.q.token_stride +
                  head * a.q.head_stride;
-    PackRow(df, q, static_cast<size_t>(a.head_dim), a.scale, qt.q + r * t.dim);
+    if (t.bf16_dot) {  // unscaled bfloat16 bits, zero-padded (ScoresBf16 applies the scale)
+      uint16_t* row = reinterpret_cast<uint16_t*>(qt.q + r * t.dim);
+      std::memcpy(row, q, static_cast<size_t>(a.head_dim) * sizeof(T));
+      std::fill(row + a.head_dim, row + BFloat16RowStride(t), uint16_t{0});
+    } else {
+      PackRow(df, q, static_cast<size_t>(a.head_dim), a.scale, qt.q + r * t.dim);
+    }
     std::fill(qt.out + r * t.value_dim, qt.out + (r + 1) * t.value_dim, 0.0f);
     RowState& row = qt.rows[r];
     row = RowState();
@@ -496,7 +533,7 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
   const T* k_head = static_cast<const T*>(a.k.data) + qt.g * a.k.head_stride;
   const T* v_head = static_cast<const T*>(a.v.data) + qt.g * a.v.head_stride;
   KeyTile kt{t.k, t.dim, t.v, t.value_dim};
-  bool pack_keys = true;
+  bool pack_keys = !t.bf16_dot;  // AVX512-BF16 reads bfloat16 key rows in place
   if constexpr (std::is_same_v<T, float>) {
     if (t.direct) {
       kt.k = k_head + key0 * a.k.token_stride;
@@ -505,12 +542,19 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
     }
   }
   if (pack_keys) next = NextRows();
+  if (t.bf16_dot) {  // values as bfloat16 pairs (attention_bf16.h)
+    internal::PairValueRowsBf16(Bits(v_head + key0 * a.v.token_stride),
+                                static_cast<size_t>(a.v.token_stride), keys, value_dim,
+                                t.value_dim, reinterpret_cast<uint32_t*>(t.v));
+  }
   for (size_t j = 0; j < keys; ++j) {
     const int64_t token = key0 + static_cast<int64_t>(j);
     if (pack_keys) {
       PackRow(df, k_head + token * a.k.token_stride, head_dim, 1.0f, t.k + j * t.dim);
     }
-    PackRow(df, v_head + token * a.v.token_stride, value_dim, 1.0f, t.v + j * t.value_dim);
+    if (!t.bf16_dot) {
+      PackRow(df, v_head + token * a.v.token_stride, value_dim, 1.0f, t.v + j * t.value_dim);
+    }
     t.key_offset[j] = static_cast<float>(key_pos[j] - key_min);
   }
   std::fill(t.key_offset + keys, t.key_offset + t.score_stride, 0.0f);
@@ -519,15 +563,31 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
     if (a.causal && key_min > qt.block_max_pos[b]) continue;
     if (windowed && qt.block_min_pos[b] - key_max >= a.window) continue;
     RowState* block = qt.rows + b * kRowBlock;
+    float* out = qt.out + b * kRowBlock * t.value_dim;
     // (1) scores, then (1) bias and mask and (2) online max and sum, row by row.
-    DotProducts(df, t, kt, qt.q + b * kRowBlock * t.dim, keys, next);
-    next = NextRows();
+    if (t.bf16_dot) {
+      internal::ScoresBf16(reinterpret_cast<const uint16_t*>(qt.q + b * kRowBlock * t.dim),
+                           BFloat16RowStride(t), Bits(k_head + key0 * a.k.token_stride),
+                           static_cast<size_t>(a.k.token_stride), keys, head_dim, a.scale,
+                           t.scores, t.score_stride);
+    } else {
+      DotProducts(df, t, kt, qt.q + b * kRowBlock * t.dim, keys, next);
+      next = NextRows();
+    }
+    float correction[kRowBlock];
     for (size_t r = 0; r < kRowBlock; ++r) {
       OnlineSoftmaxRow(df, t, t.scores + r * t.score_stride, key_pos, keys, key_min, key_max,
                        a.causal, a.window, alibi, block[r]);
+      correction[r] = block[r].correction;
     }
     // (3) weighted values.
-    WeightedValues(df, t, kt, keys, block, qt.out + b * kRowBlock * t.value_dim);
+    if (t.bf16_dot) {
+      internal::WeightedValuesBf16(t.scores, t.score_stride, keys,
+                                   reinterpret_cast<const uint32_t*>(t.v), t.value_dim,
+                                   correction, out, t.value_dim);
+    } else {
+      WeightedValues(df, t, kt, keys, block, out);
+    }
   }
 }
 
@@ -572,8 +632,14 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
                    tiles[h].g * a.k.head_stride;
       for (size_t i = 0; i < block_count; ++i) {
         const size_t b = blocks[i];
-        ScoreKey(df, tiles[h].q + b * kRowBlock * t.dim, t.dim, k, head_dim, scores(h, b) + j,
-                 t.score_stride);
+        if (t.bf16_dot) {  // the same products and sums as in prefill
+          internal::ScoresBf16(reinterpret_cast<const uint16_t*>(tiles[h].q + b * kRowBlock * t.dim),
+                               BFloat16RowStride(t), Bits(k), 0, 1, head_dim, a.scale,
+                               scores(h, b) + j, t.score_stride);
+        } else {
+          ScoreKey(df, tiles[h].q + b * kRowBlock * t.dim, t.dim, k, head_dim, scores(h, b) + j,
+                   t.score_stride);
+        }
       }
     }
   }
@@ -584,8 +650,12 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
       const size_t b = blocks[i];
       for (size_t r = 0; r < kRowBlock; ++r) {
         RowState& row = tiles[h].rows[b * kRowBlock + r];
-        OnlineSoftmaxRow(df, t, scores(h, b) + r * t.score_stride, key_pos, keys, key_min,
-                         key_max, a.causal, a.window, a.alibi_slopes != nullptr, row);
+        float* p = scores(h, b) + r * t.score_stride;
+        OnlineSoftmaxRow(df, t, p, key_pos, keys, key_min, key_max, a.causal, a.window,
+                         a.alibi_slopes != nullptr, row);
+        // bfloat16 weights, as WeightedValuesBf16 rounds them in prefill: a decode step stays
+        // the last row of the prefill (the float32 products of pass 3 are then exact).
+        if (t.bf16_dot) RoundToBFloat16(df, p, t.score_stride);
         if (row.correction == 1.0f) continue;
         float* o = tiles[h].out + (b * kRowBlock + r) * t.value_dim;
         const auto c = hn::Set(df, row.correction);
@@ -653,6 +723,9 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
   // With a single query tile per KV head (decode), an item takes every KV head of its key chunk
   // and reads the keys and values where they lie, token by token (AttendKeyTileEveryHead).
   const bool every_head = tiles == 1;
+  // AVX512-BF16 for bfloat16 inputs where the CPU has it (attention_bf16.h).
+  const bool bf16_dot = std::is_same_v<T, hwy::bfloat16_t> && kBf16DotTarget &&
+                        internal::HasBf16DotProducts();
   const int64_t heads_per_item = every_head ? a.num_kv_heads : 1;
   const int64_t head_groups = a.num_kv_heads / heads_per_item;
   const int64_t chunk_keys = KeyChunkKeys(tiles * head_groups, a.kv_tokens);
@@ -699,6 +772,7 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
     Tiles t;
     t.direct = std::is_same_v<T, float> && static_cast<size_t>(a.head_dim) == dim &&
                static_cast<size_t>(a.value_dim) == value_dim;
+    t.bf16_dot = bf16_dot;
     t.dim = dim;
     t.value_dim = value_dim;
     t.score_stride = score_stride;

@@ -1,0 +1,189 @@
+#include "attention_bf16.h"
+
+#if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)
+#define POSENC_HAVE_AVX512_BF16 1
+#include <immintrin.h>
+#else
+#define POSENC_HAVE_AVX512_BF16 0
+#endif
+
+#include <algorithm>
+#include <cstring>
+
+namespace posenc::internal {
+
+#if POSENC_HAVE_AVX512_BF16
+
+#define POSENC_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// GCC 12 reports its own unpack intrinsics' _mm512_undefined_ps() pass-through operand as
+// maybe uninitialized (a false positive in avx512fintrin.h).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+bool HasBf16DotProducts() {
+  static const bool has = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+namespace {
+
+// Lanes [0, count) set, for masked loads of a row's last partial vector.
+POSENC_AVX512_BF16 inline __mmask32 FirstLanes32(size_t count) {
+  return count >= 32 ? ~__mmask32{0} : (__mmask32{1} << count) - 1;
+}
+POSENC_AVX512_BF16 inline __mmask16 FirstLanes16(size_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
+}
+
+POSENC_AVX512_BF16 inline __m512bh AsBf16(__m512i v) { return reinterpret_cast<__m512bh>(v); }
+
+// The four lane sums of a0..a3 times scale, at s[0], s[stride], s[2 stride], s[3 stride]: two
+// rounds of interleaves leave every 128-bit block holding partial sums of a0..a3, then the
+// blocks are added (the same reduction as the float32 path's SumOfLanes4).
+POSENC_AVX512_BF16 inline void StoreSums4(__m512 a0, __m512 a1, __m512 a2, __m512 a3, float scale,
+                                          float* s, size_t stride) {
+  const __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  const __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  const __m512 sum = _mm512_add_ps(
+      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))),
+      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23))));
+  const __m256 halves =
+      _mm256_add_ps(_mm512_castps512_ps256(sum),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum), 1)));
+  const __m128 total = _mm_mul_ps(
+      _mm_add_ps(_mm256_castps256_ps128(halves), _mm256_extractf128_ps(halves, 1)),
+      _mm_set1_ps(scale));
+  alignas(16) float out[4];
+  _mm_store_ps(out, total);
+  s[0] = out[0];
+  s[stride] = out[1];
+  s[2 * stride] = out[2];
+  s[3 * stride] = out[3];
+}
+
+// WeightedValuesBf16 for E consecutive vectors of the value rows, starting at float e0:
+// 4 x E accumulators stay in registers across every key pair.
+template <int E>
+POSENC_AVX512_BF16 inline void WeightedValuesGroup(const uint32_t (&weights)[4][32],
+                                                   size_t pair_count, const uint32_t* pairs,
+                                                   size_t value_stride, const float* correction,
+                                                   float* o, size_t o_stride, size_t e0) {
+  __m512 acc[4][E];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    const __m512 c = _mm512_set1_ps(correction[r]);
+#pragma GCC unroll 4
+    for (int x = 0; x < E; ++x) {
+      acc[r][x] = _mm512_mul_ps(_mm512_loadu_ps(o + r * o_stride + e0 + x * kFloatsPerVector), c);
+    }
+  }
+  for (size_t jp = 0; jp < pair_count; ++jp) {
+    __m512i v[E];
+#pragma GCC unroll 4
+    for (int x = 0; x < E; ++x) {
+      v[x] = _mm512_loadu_si512(pairs + jp * value_stride + e0 + x * kFloatsPerVector);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const __m512bh w = AsBf16(_mm512_set1_epi32(static_cast<int>(weights[r][jp])));
+#pragma GCC unroll 4
+      for (int x = 0; x < E; ++x) acc[r][x] = _mm512_dpbf16_ps(acc[r][x], w, AsBf16(v[x]));
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 4
+    for (int x = 0; x < E; ++x) {
+      _mm512_storeu_ps(o + r * o_stride + e0 + x * kFloatsPerVector, acc[r][x]);
+    }
+  }
+}
+
+}  // namespace
+
+POSENC_AVX512_BF16 void ScoresBf16(const uint16_t* q, size_t q_stride, const uint16_t* k,
+                                   size_t k_stride, size_t keys, size_t dim, float scale, float* s,
+                                   size_t s_stride) {
+  const uint16_t* q0 = q;
+  const uint16_t* q1 = q0 + q_stride;
+  const uint16_t* q2 = q1 + q_stride;
+  const uint16_t* q3 = q2 + q_stride;
+  const size_t full = dim / kBf16PerVector * kBf16PerVector;
+  const __mmask32 tail = FirstLanes32(dim - full);
+  for (size_t j = 0; j < keys; ++j) {
+    const uint16_t* kj = k + j * k_stride;
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    const auto add = [&](size_t d, __m512i kd) POSENC_AVX512_BF16 {
+      const __m512bh kb = AsBf16(kd);
+      a0 = _mm512_dpbf16_ps(a0, AsBf16(_mm512_loadu_si512(q0 + d)), kb);
+      a1 = _mm512_dpbf16_ps(a1, AsBf16(_mm512_loadu_si512(q1 + d)), kb);
+      a2 = _mm512_dpbf16_ps(a2, AsBf16(_mm512_loadu_si512(q2 + d)), kb);
+      a3 = _mm512_dpbf16_ps(a3, AsBf16(_mm512_loadu_si512(q3 + d)), kb);
+    };
+    size_t d = 0;
+    for (; d < full; d += kBf16PerVector) add(d, _mm512_loadu_si512(kj + d));
+    if (d < dim) add(d, _mm512_maskz_loadu_epi16(tail, kj + d));
+    StoreSums4(a0, a1, a2, a3, scale, s + j, s_stride);
+  }
+}
+
+POSENC_AVX512_BF16 void PairValueRowsBf16(const uint16_t* v, size_t v_stride, size_t keys,
+                                          size_t value_dim, size_t value_stride, uint32_t* out) {
+  for (size_t j = 0; j < keys; j += 2) {
+    const uint16_t* low = v + j * v_stride;
+    const uint16_t* high = j + 1 < keys ? low + v_stride : nullptr;
+    uint32_t* row = out + j / 2 * value_stride;
+    for (size_t e = 0; e < value_stride; e += kFloatsPerVector) {
+      const __mmask16 lanes = FirstLanes16(value_dim > e ? value_dim - e : 0);
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, low + e));
+      const __m512i hi = high != nullptr
+                             ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, high + e))
+                             : _mm512_setzero_si512();
+      _mm512_storeu_si512(row + e, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+
+POSENC_AVX512_BF16 void WeightedValuesBf16(const float* p, size_t p_stride, size_t keys,
+                                           const uint32_t* pairs, size_t value_stride,
+                                           const float* correction, float* o, size_t o_stride) {
+  // The weights as bfloat16 pairs (p_2jp low, p_2jp+1 high), rounded to nearest even: 32
+  // float32 weights make one vector of 16 pairs.
+  alignas(64) uint32_t weights[4][32];
+  const size_t pair_count = (keys + 1) / 2;
+  for (size_t r = 0; r < 4; ++r) {
+    const float* pr = p + r * p_stride;
+    for (size_t jp = 0; jp < pair_count; jp += kFloatsPerVector) {
+      const __m512 first = _mm512_loadu_ps(pr + 2 * jp);
+      const __m512 second = _mm512_loadu_ps(pr + 2 * jp + kFloatsPerVector);
+      _mm512_store_si512(&weights[r][jp],
+                         reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(second, first)));
+    }
+  }
+  size_t e0 = 0;
+  for (; e0 + 4 * kFloatsPerVector <= value_stride; e0 += 4 * kFloatsPerVector) {
+    WeightedValuesGroup<4>(weights, pair_count, pairs, value_stride, correction, o, o_stride, e0);
+  }
+  for (; e0 < value_stride; e0 += kFloatsPerVector) {
+    WeightedValuesGroup<1>(weights, pair_count, pairs, value_stride, correction, o, o_stride, e0);
+  }
+}
+
+#else  // no AVX512-BF16 code on this machine or compiler
+
+bool HasBf16DotProducts() { return false; }
+void ScoresBf16(const uint16_t*, size_t, const uint16_t*, size_t, size_t, size_t, float, float*,
+                size_t) {}
+void PairValueRowsBf16(const uint16_t*, size_t, size_t, size_t, size_t, uint32_t*) {}
+void WeightedValuesBf16(const float*, size_t, size_t, const uint32_t*, size_t, const float*,
+                        float*, size_t) {}
+
+#endif
+
+}  // namespace posenc::internal

@@ -1,0 +1,49 @@
+// The attention kernel's bfloat16 arithmetic on CPUs with AVX512-BF16 (vdpbf16ps: 32 bfloat16
+// products summed pairwise into 16 float32 lanes, twice the multiply-adds of a float32 FMA).
+// The Highway kernel (attention_kernels-inl.h) calls these for a row block of four query rows
+// and one key tile when its inputs are bfloat16 and HasBf16DotProducts() holds; elsewhere it
+// widens bfloat16 to float32 and runs its float32 loops. Plain pointers, no Highway types: the
+// functions carry their own target attributes, so nothing here needs a -march flag.
+//
+// Accuracy: products of two bfloat16 values are exact in float32 and sums are float32, so the
+// scores are as exact as the float32 path's. The softmax weights p (float32) are rounded to
+// bfloat16, to nearest even, for the weighted sum of values, as FlashAttention does on GPUs and
+// PyTorch's CPU flash attention does for bfloat16: each weight moves by at most 2^-9 of itself,
+// so an output moves by at most 2^-9 max|v| (the sum of weights l stays float32).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace posenc::internal {
+
+// bfloat16 elements per AVX-512 vector; q and value rows are padded to multiples of these.
+constexpr size_t kBf16PerVector = 32;
+constexpr size_t kFloatsPerVector = 16;
+
+// Whether this CPU runs the functions below (AVX512-F, BW and BF16; false on other machines
+// and compilers, where they must not be called).
+bool HasBf16DotProducts();
+
+// s[r s_stride + j] = scale (q_r . k_j) for the four rows r of the block and keys j < keys. q
+// rows are bfloat16 bits, q_stride elements apart, zero-padded to a multiple of kBf16PerVector
+// past dim; key j's dim elements start at k + j k_stride and are read where they lie (the last
+// partial vector with a masked load, which touches nothing past the row).
+void ScoresBf16(const uint16_t* q, size_t q_stride, const uint16_t* k, size_t k_stride,
+                size_t keys, size_t dim, float scale, float* s, size_t s_stride);
+
+// The value rows of a key tile as bfloat16 pairs: out[jp value_stride + e] holds v_{2jp}[e] in
+// its low and v_{2jp+1}[e] in its high 16 bits (zeros past `keys` and past value_dim), for
+// jp < ceil(keys / 2) and e < value_stride, a multiple of kFloatsPerVector >= value_dim. Row j
+// starts at v + j v_stride.
+void PairValueRowsBf16(const uint16_t* v, size_t v_stride, size_t keys, size_t value_dim,
+                       size_t value_stride, uint32_t* out);
+
+// o_r = o_r correction_r + sum_j bf16(p_rj) v_j for the four rows r of the block (keys <= 64):
+// p_r at p + r p_stride holds keys float32 weights and zeros after them up to a multiple of 32,
+// pairs are as written by PairValueRowsBf16, o rows o_stride floats apart, value_stride each.
+void WeightedValuesBf16(const float* p, size_t p_stride, size_t keys, const uint32_t* pairs,
+                        size_t value_stride, const float* correction, float* o,
+                        size_t o_stride);
+
+}  // namespace posenc::internal
