@@ -27,9 +27,16 @@
 // visible. Memory beyond the inputs
 // is one set of tiles per thread (a query tile per KV head in decode) and the split-K partials.
 //
-// Decode (a single query tile per KV head): a work item takes every KV head of its keys, key
-// tile by key tile, so that it reads a KV cache front to back (one token's heads are adjacent)
-// rather than one row per page, and keeps a query tile per head.
+// Decode (a single query tile per KV head): a work item takes every KV head of its keys and
+// reads the keys and values where they lie, token by token, every head of a token before the
+// next token (one token's heads are adjacent in a KV cache), so that it streams the cache front
+// to back instead of touching one row per page; the query rows of all heads lie side by side.
+//
+// bfloat16 inputs on CPUs with AVX512-BF16 (attention_bf16.h): the scores come from bfloat16
+// dot products (vdpbf16ps, key rows read in place), and the weighted values from the weights
+// rounded to bfloat16 times value rows paired two keys at a time, twice the multiply-adds per
+// instruction of float32; elsewhere bfloat16 tiles are widened to float32 and run the float32
+// loops.
 //
 // Split-K (Flash-Decoding, Dao et al. 2023): when there are few (KV head, query tile) items, as
 // in decode, the keys are cut into chunks that run as separate work items, each with its own

@@ -47,10 +47,14 @@ void Attention(const AttentionOptions& options, Heads<const float> q, Heads<cons
                Heads<const float> v, std::span<const int64_t> query_pos,
                std::span<const int64_t> key_pos, Heads<float> out);
 
-// The same on bfloat16 storage (posenc/storage.h): q, k and v are read as bfloat16 and widened to
-// float32, all arithmetic is float32 and out is float32. RoPE rotates q and k by the bfloat16
-// ApplyRope (float32 rotation, one rounding back to bfloat16, as a bfloat16 model would store
-// them). Its reference is AttentionReference on the widened inputs.
+// The same on bfloat16 storage (posenc/storage.h): products of q and k, and of weights and v,
+// are exact and all sums float32; out is float32. On CPUs with AVX512-BF16 the kernel multiplies
+// bfloat16 directly (twice the float32 rate), rounding the softmax weights to bfloat16 (nearest
+// even) for the weighted sum of values, as FlashAttention does on GPUs: each weight moves by at
+// most 2^-9 of itself, each output by at most 2^-9 max |v|; elsewhere the weights stay float32.
+// A decode step equals the last row of the prefill either way. RoPE rotates q and k by the
+// bfloat16 ApplyRope (float32 rotation, one rounding back to bfloat16, as a bfloat16 model would
+// store them). Its reference is AttentionReference on the widened inputs.
 void Attention(const AttentionOptions& options, Heads<const BFloat16> q,
                Heads<const BFloat16> k, Heads<const BFloat16> v,
                std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
