@@ -322,66 +322,53 @@ HWY_INLINE void RoundToBFloat16(DF df, float* HWY_RESTRICT p, size_t count) {
   }
 }
 
-// Pass (3): o_r = o_r correction_r + sum_j p_rj v_j for the four rows of the block at out, one
-// vector of value_dim at a time so that the four accumulators stay in registers across the whole
-// key tile. Not inlined: inlined into the bfloat16 instantiation of the caller, its four weight
-// pointers were spilled to the stack and reloaded on every key (bfloat16 prefill 20% slower);
-// on its own it keeps them in registers, and the call costs nothing per row block.
-template <class DF>
-HWY_NOINLINE void WeightedValues(DF df, const Tiles& t, const KeyTile& kt, size_t keys,
-                                 const RowState* rows, float* HWY_RESTRICT out) {
+// Pass (3): o_r = o_r correction_r + sum_j p_rj v_j for the four rows of the block at o (rows
+// o_stride floats apart, padded to whole vectors), the weights of row r at p + r p_stride, value
+// row j at v + j v_stride (value_dim elements, float32 or bfloat16), one vector of value_dim at
+// a time so that the four accumulators stay in registers across all `keys` keys. Not inlined:
+// inlined into the bfloat16 instantiation of the caller, its four weight pointers were spilled
+// to the stack and reloaded on every key (bfloat16 prefill 20% slower); on its own it keeps
+// them in registers, and the call costs nothing per row block.
+template <class DF, typename T>
+HWY_NOINLINE void WeightedValues(DF df, const float* HWY_RESTRICT p, size_t p_stride,
+                                 const T* HWY_RESTRICT v, size_t v_stride, size_t keys,
+                                 size_t value_dim, const float* correction,
+                                 float* HWY_RESTRICT o, size_t o_stride) {
   static_assert(kRowBlock == 4, "one named accumulator per row");
   const size_t n = hn::Lanes(df);
-  const float* HWY_RESTRICT p0 = t.scores;
-  const float* HWY_RESTRICT p1 = p0 + t.score_stride;
-  const float* HWY_RESTRICT p2 = p1 + t.score_stride;
-  const float* HWY_RESTRICT p3 = p2 + t.score_stride;
-  float* HWY_RESTRICT o0 = out;
-  float* HWY_RESTRICT o1 = o0 + t.value_dim;
-  float* HWY_RESTRICT o2 = o1 + t.value_dim;
-  float* HWY_RESTRICT o3 = o2 + t.value_dim;
-  const auto c0 = hn::Set(df, rows[0].correction), c1 = hn::Set(df, rows[1].correction);
-  const auto c2 = hn::Set(df, rows[2].correction), c3 = hn::Set(df, rows[3].correction);
-  for (size_t e = 0; e < t.value_dim; e += n) {
+  const float* HWY_RESTRICT p0 = p;
+  const float* HWY_RESTRICT p1 = p0 + p_stride;
+  const float* HWY_RESTRICT p2 = p1 + p_stride;
+  const float* HWY_RESTRICT p3 = p2 + p_stride;
+  float* HWY_RESTRICT o0 = o;
+  float* HWY_RESTRICT o1 = o0 + o_stride;
+  float* HWY_RESTRICT o2 = o1 + o_stride;
+  float* HWY_RESTRICT o3 = o2 + o_stride;
+  const auto c0 = hn::Set(df, correction[0]), c1 = hn::Set(df, correction[1]);
+  const auto c2 = hn::Set(df, correction[2]), c3 = hn::Set(df, correction[3]);
+  const auto accumulate = [&](size_t e, auto load) HWY_ATTR {
     auto a0 = hn::Mul(hn::LoadU(df, o0 + e), c0), a1 = hn::Mul(hn::LoadU(df, o1 + e), c1);
     auto a2 = hn::Mul(hn::LoadU(df, o2 + e), c2), a3 = hn::Mul(hn::LoadU(df, o3 + e), c3);
     for (size_t j = 0; j < keys; ++j) {
-      const auto v = hn::LoadU(df, kt.v + j * kt.v_stride + e);
-      a0 = hn::MulAdd(hn::Set(df, p0[j]), v, a0);
-      a1 = hn::MulAdd(hn::Set(df, p1[j]), v, a1);
-      a2 = hn::MulAdd(hn::Set(df, p2[j]), v, a2);
-      a3 = hn::MulAdd(hn::Set(df, p3[j]), v, a3);
+      const auto vj = load(v + j * v_stride + e);
+      a0 = hn::MulAdd(hn::Set(df, p0[j]), vj, a0);
+      a1 = hn::MulAdd(hn::Set(df, p1[j]), vj, a1);
+      a2 = hn::MulAdd(hn::Set(df, p2[j]), vj, a2);
+      a3 = hn::MulAdd(hn::Set(df, p3[j]), vj, a3);
     }
     hn::StoreU(a0, df, o0 + e);
     hn::StoreU(a1, df, o1 + e);
     hn::StoreU(a2, df, o2 + e);
     hn::StoreU(a3, df, o3 + e);
-  }
-}
-
-// Pass (3) for one key: o_r = o_r + p[r stride] v for the four rows of the block at o (padded
-// rows, `o_stride` floats apart), v an input row of `value_dim` elements.
-template <class DF, typename T>
-HWY_INLINE void AddWeightedValue(DF df, const float* HWY_RESTRICT p, size_t stride,
-                                 const T* HWY_RESTRICT v, size_t value_dim,
-                                 float* HWY_RESTRICT o, size_t o_stride) {
-  static_assert(kRowBlock == 4, "one named weight per row");
-  const size_t n = hn::Lanes(df);
-  const auto p0 = hn::Set(df, p[0]), p1 = hn::Set(df, p[stride]);
-  const auto p2 = hn::Set(df, p[2 * stride]), p3 = hn::Set(df, p[3 * stride]);
-  float* HWY_RESTRICT o0 = o;
-  float* HWY_RESTRICT o1 = o0 + o_stride;
-  float* HWY_RESTRICT o2 = o1 + o_stride;
-  float* HWY_RESTRICT o3 = o2 + o_stride;
-  const auto add = [&](size_t e, hn::Vec<DF> ve) HWY_ATTR {
-    hn::StoreU(hn::MulAdd(p0, ve, hn::LoadU(df, o0 + e)), df, o0 + e);
-    hn::StoreU(hn::MulAdd(p1, ve, hn::LoadU(df, o1 + e)), df, o1 + e);
-    hn::StoreU(hn::MulAdd(p2, ve, hn::LoadU(df, o2 + e)), df, o2 + e);
-    hn::StoreU(hn::MulAdd(p3, ve, hn::LoadU(df, o3 + e)), df, o3 + e);
   };
   size_t e = 0;
-  for (; e + n <= value_dim; e += n) add(e, LoadF32(df, v + e));
-  if (e < value_dim) add(e, LoadPartialF32(df, v + e, value_dim - e));
+  for (; e + n <= value_dim; e += n) {
+    accumulate(e, [df](const T* row) HWY_ATTR { return LoadF32(df, row); });
+  }
+  if (e < value_dim) {
+    const size_t count = value_dim - e;
+    accumulate(e, [df, count](const T* row) HWY_ATTR { return LoadPartialF32(df, row, count); });
+  }
 }
 
 // The last step, the log-sum-exp merge of `count` partial results of one row over disjoint key
@@ -593,7 +580,8 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
                                    reinterpret_cast<const uint32_t*>(t.v), t.value_dim,
                                    correction, out, t.value_dim);
     } else {
-      WeightedValues(df, t, kt, keys, block, out);
+      WeightedValues(df, t.scores, t.score_stride, kt.v, kt.v_stride, keys, t.value_dim,
+                     correction, out, t.value_dim);
     }
   }
 }
@@ -650,37 +638,40 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
       }
     }
   }
-  // (1) bias and mask, (2) online max and sum, and the old outputs scaled by the correction.
-  const size_t n = hn::Lanes(df);
+  // (1) bias and mask, (2) online max and sum.
   for (size_t h = 0; h < tiles.size(); ++h) {
     for (size_t i = 0; i < block_count; ++i) {
       const size_t b = blocks[i];
       for (size_t r = 0; r < kRowBlock; ++r) {
-        RowState& row = tiles[h].rows[b * kRowBlock + r];
         float* p = scores(h, b) + r * t.score_stride;
         OnlineSoftmaxRow(df, t, p, key_pos, keys, key_min, key_max, a.causal, a.window,
-                         a.alibi_slopes != nullptr, row);
+                         a.alibi_slopes != nullptr, tiles[h].rows[b * kRowBlock + r]);
         // bfloat16 weights, as WeightedValuesBf16 rounds them in prefill: a decode step stays
         // the last row of the prefill (the float32 products of pass 3 are then exact).
         if (t.bf16_dot) RoundToBFloat16(df, p, t.score_stride);
-        if (row.correction == 1.0f) continue;
-        float* o = tiles[h].out + (b * kRowBlock + r) * t.value_dim;
-        const auto c = hn::Set(df, row.correction);
-        for (size_t e = 0; e < t.value_dim; e += n) {
-          hn::StoreU(hn::Mul(hn::LoadU(df, o + e), c), df, o + e);
-        }
       }
     }
   }
-  // (3) weighted values.
-  for (size_t j = 0; j < keys; ++j) {
+  // (3) weighted values, a few tokens at a time: every head's rows of those tokens, the
+  // accumulators in registers across the tokens (the old outputs scaled by the correction with
+  // the first few).
+  constexpr size_t kTokenBlock = 8;
+  const float ones[kRowBlock] = {1.0f, 1.0f, 1.0f, 1.0f};
+  for (size_t j = 0; j < keys; j += kTokenBlock) {
+    const size_t count = std::min(kTokenBlock, keys - j);
     for (size_t h = 0; h < tiles.size(); ++h) {
       const T* v = v_tile + static_cast<int64_t>(j) * a.v.token_stride +
                    tiles[h].g * a.v.head_stride;
       for (size_t i = 0; i < block_count; ++i) {
         const size_t b = blocks[i];
-        AddWeightedValue(df, scores(h, b) + j, t.score_stride, v, value_dim,
-                         tiles[h].out + b * kRowBlock * t.value_dim, t.value_dim);
+        float correction[kRowBlock];
+        for (size_t r = 0; r < kRowBlock; ++r) {
+          correction[r] = j == 0 ? tiles[h].rows[b * kRowBlock + r].correction : 1.0f;
+        }
+        WeightedValues(df, scores(h, b) + j, t.score_stride, v,
+                       static_cast<size_t>(a.v.token_stride), count, value_dim,
+                       j == 0 ? correction : ones, tiles[h].out + b * kRowBlock * t.value_dim,
+                       t.value_dim);
       }
     }
   }
