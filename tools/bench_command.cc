@@ -420,24 +420,33 @@ void AddBenchCommand(CLI::App& app) {
                 CpuModel().c_str(), SimdTargetName().c_str(), ThreadCount(), options->repeats);
     std::printf("float32 FMA peak: %.1f GFLOP/s (%s vectors, %d threads)\n", peak / 1e9,
                 SimdTargetName().c_str(), ThreadCount());
-    std::printf("%-28s %-11s %-8s %-5s %-3s %-30s %10s %12s %12s %8s %7s\n", "operation", "layout",
-                "dtype", "place", "thr", "shape", "MB moved", "best", "median", "GB/s", "ratio");
+    // Columns as wide as their longest entry (attention's names and shapes are long).
+    int name_width = 9, shape_width = 5;
+    for (const Entry& e : entries) {
+      name_width = std::max(name_width, static_cast<int>(e.operation.size()));
+      shape_width = std::max(shape_width, static_cast<int>(e.shape.size()));
+    }
+    std::printf("%-*s %-11s %-8s %-5s %-3s %-*s %10s %12s %12s %8s %7s\n", name_width,
+                "operation", "layout", "dtype", "place", "thr", shape_width, "shape", "MB moved",
+                "best", "median", "GB/s", "ratio");
     for (const Entry& e : entries) {
       const double rate = e.bytes / e.timing.best_s;
       const bool ns = e.timing.best_s < 1e-4;
-      std::printf("%-28s %-11s %-8s %-5s %3d %-30s %10.2f %9.3f %s %9.3f %s %8.2f %7.3f\n",
-                  e.operation.c_str(), e.layout.c_str(), e.dtype.c_str(),
-                  e.in_place ? "in" : "out", e.threads, e.shape.c_str(), e.bytes / 1e6,
+      std::printf("%-*s %-11s %-8s %-5s %3d %-*s %10.2f %9.3f %s %9.3f %s %8.2f %7.3f\n",
+                  name_width, e.operation.c_str(), e.layout.c_str(), e.dtype.c_str(),
+                  e.in_place ? "in" : "out", e.threads, shape_width, e.shape.c_str(),
+                  e.bytes / 1e6,
                   e.timing.best_s * (ns ? 1e9 : 1e3), ns ? "ns" : "ms",
                   e.timing.median_s * (ns ? 1e9 : 1e3), ns ? "ns" : "ms", rate / 1e9,
                   rate / bandwidth);
     }
-    std::printf("\n%-36s %10s %10s %14s\n", "attention (useful causal work)", "GFLOP/s",
-                "of peak", "x stream time");
+    std::printf("\n%-*s %10s %10s %14s\n", name_width, "attention (useful causal work)",
+                "GFLOP/s", "of peak", "x stream time");
     for (const Entry& e : entries) {
       if (e.flops == 0) continue;
       const double gflops = e.flops / e.timing.best_s / 1e9;
-      std::printf("%-36s %10.1f %10.3f", e.operation.c_str(), gflops, gflops * 1e9 / peak);
+      std::printf("%-*s %10.1f %10.3f", name_width, e.operation.c_str(), gflops,
+                  gflops * 1e9 / peak);
       if (e.stream_bytes > 0) {
         std::printf(" %14.2f", e.timing.best_s * kv_read / e.stream_bytes);
       }
