@@ -175,17 +175,48 @@ struct AttentionBuffers {
   std::vector<int64_t> prefill_pos;
 };
 
+template <typename T>
 struct DecodeBuffers {
   explicit DecodeBuffers(const Shapes& s)
-      : q(s.decode_heads * s.head_dim, 0.125f),
-        k(s.decode_keys * s.decode_kv_heads * s.head_dim, 0.25f),
-        v(k.size(), 0.5f),
+      : q(s.decode_heads * s.head_dim, FromFloat<T>(0.125f)),
+        k(s.decode_keys * s.decode_kv_heads * s.head_dim, FromFloat<T>(0.25f)),
+        v(k.size(), FromFloat<T>(0.5f)),
         out(q.size()),
         query_pos{s.decode_keys - 1},
         key_pos(PositionRange(0, s.decode_keys)) {}
-  std::vector<float> q, k, v, out;  // a KV cache: keys and values in buffers of their own
+  std::vector<T> q, k, v;  // a KV cache: keys and values in buffers of their own
+  std::vector<float> out;
   std::vector<int64_t> query_pos, key_pos;
 };
+
+// Attention decode: one query token, grouped heads, against the whole cache of one storage type.
+// It must read every cached key and value once, so its floor is the time to read them, at the
+// bandwidth of kKvReadCase (the float32 cache read once, measured in the same run), reported
+// beside the step as ratio_to_stream_time.
+template <typename T>
+void AddDecodeCase(const Shapes& s, int threads, DecodeBuffers<T>& decode,
+                   std::vector<Case>& cases) {
+  const double kv_bytes = static_cast<double>(sizeof(T)) * (decode.k.size() + decode.v.size());
+  const std::string name = std::string("attention decode gqa ") +
+                           (StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16");
+  cases.push_back(
+      {{name, "-", StorageTypeName(StorageTypeOf<T>()), false,
+        ShapeString({{1, s.decode_heads, s.head_dim},
+                     {s.decode_keys, s.decode_kv_heads, s.head_dim},
+                     {s.decode_keys, s.decode_kv_heads, s.head_dim}},
+                    {"q", "k", "v"}),
+        threads, kv_bytes + sizeof(T) * decode.q.size() + 4.0 * decode.out.size(), {},
+        4.0 * s.decode_keys * s.head_dim * s.decode_heads, kv_bytes},
+       [&decode, &s] {
+         const auto view = [&s](const std::vector<T>& x) {
+           return Heads<const T>::Dense(x.data(), s.decode_keys, s.decode_kv_heads, s.head_dim);
+         };
+         Attention({.causal = true},
+                   Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim),
+                   view(decode.k), view(decode.v), decode.query_pos, decode.key_pos,
+                   Heads<float>::Dense(decode.out.data(), 1, s.decode_heads, s.head_dim));
+       }});
+}
 
 // Causal prefill, with and without ALiBi, on q, k and v of one storage type. Useful work is the
 // lower triangle only: T (T + 1) / 2 (query, key) pairs per head, 2 head_dim flops each for the
@@ -222,7 +253,8 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   Buffers b(s);
   AttentionBuffers<float> attention_f32(s);
   AttentionBuffers<BFloat16> attention_bf16(s);
-  DecodeBuffers decode(s);
+  DecodeBuffers<float> decode(s);
+  DecodeBuffers<BFloat16> decode_bf16(s);
   std::vector<Case> cases;
   // The compute ceiling: bytes_moved 0, reported as fma_peak_gflop_per_s, not as an entry.
   double fma_flops = 0;  // per run; it depends on the vector width of the dispatched target
@@ -286,9 +318,7 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   AddPrefillCases(s, threads, attention_f32, cases);
   AddPrefillCases(s, threads, attention_bf16, cases);
 
-  // Attention decode: one query token, grouped heads, against the whole cache. It must read
-  // every cached key and value once, so its floor is the time to read them, measured here as
-  // its own case (kKvReadCase) and reported beside the step as ratio_to_stream_time.
+  // The floor of the decode steps: the float32 cache read once.
   const double kv_bytes = 4.0 * (decode.k.size() + decode.v.size());
   const std::string kv_shape = ShapeString({{s.decode_keys, s.decode_kv_heads, s.head_dim},
                                             {s.decode_keys, s.decode_kv_heads, s.head_dim}},
@@ -299,24 +329,8 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
                                            bench::StreamRead(decode.v.data(), decode.v.size());
                      (void)sink;
                    }});
-  cases.push_back(
-      {{"attention decode gqa f32", "-", "float32", false,
-        ShapeString({{1, s.decode_heads, s.head_dim},
-                     {s.decode_keys, s.decode_kv_heads, s.head_dim},
-                     {s.decode_keys, s.decode_kv_heads, s.head_dim}},
-                    {"q", "k", "v"}),
-        threads, kv_bytes + 4.0 * (decode.q.size() + decode.out.size()), {},
-        4.0 * s.decode_keys * s.head_dim * s.decode_heads, kv_bytes},
-       [&decode, &s] {
-         const auto view = [&s](const std::vector<float>& x) {
-           return Heads<const float>::Dense(x.data(), s.decode_keys, s.decode_kv_heads,
-                                            s.head_dim);
-         };
-         Attention({.causal = true},
-                   Heads<const float>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim),
-                   view(decode.k), view(decode.v), decode.query_pos, decode.key_pos,
-                   Heads<float>::Dense(decode.out.data(), 1, s.decode_heads, s.head_dim));
-       }});
+  AddDecodeCase(s, threads, decode, cases);
+  AddDecodeCase(s, threads, decode_bf16, cases);
 
   for (Case& c : cases) c.run();  // warm-up: page in buffers, resolve the dispatch
   for (int r = 0; r < repeats; ++r) {
