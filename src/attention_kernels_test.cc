@@ -137,27 +137,44 @@ std::string Describe(const Shape& s, const AttentionOptions& o) {
          (o.window > 0 ? " window " + std::to_string(o.window) : "");
 }
 
-// Every option combination, each shape, every SIMD target: the queries are the last q_tokens of
-// the keys' positions (prefill when equal, a chunk or a decode step against a KV cache when not).
+// Random q, k and v of a shape (q and v with gaps after their rows, seeds taken in turn from
+// `seed`); the queries are the last q_tokens of the keys' positions (prefill when equal, a chunk
+// or a decode step against a KV cache when not).
+template <typename T>
+struct ShapeInputs {
+  ShapeInputs(const Shape& s, uint32_t& seed)
+      : q(s.q_tokens, s.num_heads, s.head_dim, seed++, 2.0f, 3),
+        k(s.kv_tokens, s.num_kv_heads, s.head_dim, seed++, 2.0f),
+        v(s.kv_tokens, s.num_kv_heads, s.value_dim, seed++, 1.0f, 1),
+        key_pos(PositionRange(0, s.kv_tokens)),
+        query_pos(PositionRange(s.kv_tokens - s.q_tokens, s.q_tokens)) {}
+  Tensor<T> q, k, v;
+  std::vector<int64_t> key_pos, query_pos;
+};
+
+// Option combination c of a shape: causal (bit 0), ALiBi (bit 1), RoPE (bit 2; the layout
+// alternates with `seed`, and an odd head_dim leaves its last feature unrotated).
+AttentionOptions Combination(int c, const Shape& s, uint32_t seed) {
+  AttentionOptions options;
+  options.causal = c & 1;
+  if (c & 2) options.alibi = Alibi{.num_heads = s.num_heads};
+  if (c & 4) {
+    const RopeLayout layout = seed % 2 ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit;
+    options.rope = Rope::Default(s.head_dim, 10000.0, layout, s.head_dim / 2 * 2);
+  }
+  return options;
+}
+
+// Every option combination, each shape, every SIMD target.
 template <typename T>
 void CheckAgainstReference() {
   uint32_t seed = 1;
   for (const Shape& s : kShapes) {
-    const Tensor<T> q(s.q_tokens, s.num_heads, s.head_dim, seed++, 2.0f, 3);
-    const Tensor<T> k(s.kv_tokens, s.num_kv_heads, s.head_dim, seed++, 2.0f);
-    const Tensor<T> v(s.kv_tokens, s.num_kv_heads, s.value_dim, seed++, 1.0f, 1);
-    const std::vector<int64_t> key_pos = PositionRange(0, s.kv_tokens);
-    const std::vector<int64_t> query_pos = PositionRange(s.kv_tokens - s.q_tokens, s.q_tokens);
-    for (int combination = 0; combination < 8; ++combination) {
-      AttentionOptions options;
-      options.causal = combination & 1;
-      if (combination & 2) options.alibi = Alibi{.num_heads = s.num_heads};
-      if (combination & 4) {  // both layouts; an odd head_dim leaves its last feature unrotated
-        const RopeLayout layout = seed % 2 ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit;
-        options.rope = Rope::Default(s.head_dim, 10000.0, layout, s.head_dim / 2 * 2);
-      }
-      const std::string what = Describe(s, options);
-      ExpectMatchesReference(options, q, k, v, query_pos, key_pos, what);
+    const ShapeInputs<T> in(s, seed);
+    for (int c = 0; c < 8; ++c) {
+      const AttentionOptions options = Combination(c, s, seed);
+      ExpectMatchesReference(options, in.q, in.k, in.v, in.query_pos, in.key_pos,
+                             Describe(s, options));
     }
   }
 }
@@ -172,17 +189,11 @@ TEST(AttentionKernel, MatchesReferenceAcrossShapesBFloat16) { CheckAgainstRefere
 TEST(AttentionKernel, BFloat16OutputsWithinTheWeightRounding) {
   uint32_t seed = 500;
   for (const Shape& s : kShapes) {
-    const Tensor<BFloat16> q(s.q_tokens, s.num_heads, s.head_dim, seed++, 2.0f, 3);
-    const Tensor<BFloat16> k(s.kv_tokens, s.num_kv_heads, s.head_dim, seed++, 2.0f);
-    const Tensor<BFloat16> v(s.kv_tokens, s.num_kv_heads, s.value_dim, seed++, 1.0f, 1);
-    const std::vector<int64_t> key_pos = PositionRange(0, s.kv_tokens);
-    const std::vector<int64_t> query_pos = PositionRange(s.kv_tokens - s.q_tokens, s.q_tokens);
-    for (int combination = 0; combination < 4; ++combination) {
-      AttentionOptions options;
-      options.causal = combination & 1;
-      if (combination & 2) options.alibi = Alibi{.num_heads = s.num_heads};
-      ExpectMatchesReference(options, q, k, v, query_pos, key_pos, Describe(s, options),
-                             0x1p-9 + kTolerance<float>);
+    const ShapeInputs<BFloat16> in(s, seed);
+    for (int c = 0; c < 4; ++c) {  // without RoPE
+      const AttentionOptions options = Combination(c, s, seed);
+      ExpectMatchesReference(options, in.q, in.k, in.v, in.query_pos, in.key_pos,
+                             Describe(s, options), 0x1p-9 + kTolerance<float>);
     }
   }
 }
