@@ -23,8 +23,7 @@ namespace posenc::internal {
 #endif
 
 bool HasBf16DotProducts() {
-  static const bool has = __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") &&
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512bf16");
   return has;
@@ -55,9 +54,9 @@ POSENC_AVX512_BF16 inline void StoreSums4(__m512 a0, __m512 a1, __m512 a2, __m51
   const __m256 halves =
       _mm256_add_ps(_mm512_castps512_ps256(sum),
                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum), 1)));
-  const __m128 total = _mm_mul_ps(
-      _mm_add_ps(_mm256_castps256_ps128(halves), _mm256_extractf128_ps(halves, 1)),
-      _mm_set1_ps(scale));
+  const __m128 total =
+      _mm_mul_ps(_mm_add_ps(_mm256_castps256_ps128(halves), _mm256_extractf128_ps(halves, 1)),
+                 _mm_set1_ps(scale));
   alignas(16) float out[4];
   _mm_store_ps(out, total);
   s[0] = out[0];
@@ -181,8 +180,8 @@ bool HasBf16DotProducts() { return false; }
 void ScoresBf16(const uint16_t*, size_t, const uint16_t*, size_t, size_t, size_t, float, float*,
                 size_t) {}
 void PairValueRowsBf16(const uint16_t*, size_t, size_t, size_t, size_t, uint32_t*) {}
-void WeightedValuesBf16(const float*, size_t, size_t, const uint32_t*, size_t, const float*,
-                        float*, size_t) {}
+void WeightedValuesBf16(const float*, size_t, size_t, const uint32_t*, size_t, const float*, float*,
+                        size_t) {}
 
 #endif
 

@@ -29,8 +29,8 @@ bool HasBf16DotProducts();
 // rows are bfloat16 bits, q_stride elements apart, zero-padded to a multiple of kBf16PerVector
 // past dim; key j's dim elements start at k + j k_stride and are read where they lie (the last
 // partial vector with a masked load, which touches nothing past the row).
-void ScoresBf16(const uint16_t* q, size_t q_stride, const uint16_t* k, size_t k_stride,
-                size_t keys, size_t dim, float scale, float* s, size_t s_stride);
+void ScoresBf16(const uint16_t* q, size_t q_stride, const uint16_t* k, size_t k_stride, size_t keys,
+                size_t dim, float scale, float* s, size_t s_stride);
 
 // The value rows of a key tile as bfloat16 pairs: out[jp value_stride + e] holds v_{2jp}[e] in
 // its low and v_{2jp+1}[e] in its high 16 bits (zeros past `keys` and past value_dim), for
@@ -43,7 +43,6 @@ void PairValueRowsBf16(const uint16_t* v, size_t v_stride, size_t keys, size_t v
 // p_r at p + r p_stride holds keys float32 weights and zeros after them up to a multiple of 32,
 // pairs are as written by PairValueRowsBf16, o rows o_stride floats apart, value_stride each.
 void WeightedValuesBf16(const float* p, size_t p_stride, size_t keys, const uint32_t* pairs,
-                        size_t value_stride, const float* correction, float* o,
-                        size_t o_stride);
+                        size_t value_stride, const float* correction, float* o, size_t o_stride);
 
 }  // namespace posenc::internal

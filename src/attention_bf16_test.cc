@@ -44,15 +44,15 @@ std::vector<uint16_t> RandomRows(size_t rows, size_t dim, size_t stride, uint32_
   return out;
 }
 
-#define SKIP_WITHOUT_BF16()                                                    \
+#define SKIP_WITHOUT_BF16() \
   if (!HasBf16DotProducts()) GTEST_SKIP() << "this CPU has no AVX512-BF16"
 
 // Every dim around the 32-element vectors (partial last vectors read with masks), every key
 // count of a tile.
 TEST(AttentionBf16, ScoresAreScaledDotProducts) {
   SKIP_WITHOUT_BF16();
-  for (const size_t dim : {size_t{1}, size_t{31}, size_t{32}, size_t{40}, size_t{72}, size_t{128},
-                           size_t{256}}) {
+  for (const size_t dim :
+       {size_t{1}, size_t{31}, size_t{32}, size_t{40}, size_t{72}, size_t{128}, size_t{256}}) {
     const size_t q_stride = (dim + kBf16PerVector - 1) / kBf16PerVector * kBf16PerVector;
     std::vector<uint16_t> q = RandomRows(4, dim, q_stride, 1 + static_cast<uint32_t>(dim));
     for (size_t r = 0; r < 4; ++r) {  // ScoresBf16 takes q zero-padded
@@ -61,7 +61,8 @@ TEST(AttentionBf16, ScoresAreScaledDotProducts) {
     }
     for (const size_t keys : {size_t{1}, size_t{17}, size_t{64}}) {
       const size_t k_stride = dim + 3;
-      const std::vector<uint16_t> k = RandomRows(keys, dim, k_stride, 100 + static_cast<uint32_t>(keys));
+      const std::vector<uint16_t> k =
+          RandomRows(keys, dim, k_stride, 100 + static_cast<uint32_t>(keys));
       constexpr size_t kStride = 70;
       std::vector<float> s(4 * kStride, std::numeric_limits<float>::quiet_NaN());
       const float scale = 0.125f;
@@ -88,8 +89,8 @@ TEST(AttentionBf16, ScoresAreScaledDotProducts) {
 TEST(AttentionBf16, ValuePairsInterleaveConsecutiveKeys) {
   SKIP_WITHOUT_BF16();
   for (const size_t value_dim : {size_t{5}, size_t{16}, size_t{40}, size_t{128}}) {
-    const size_t value_stride = (value_dim + kFloatsPerVector - 1) / kFloatsPerVector *
-                                kFloatsPerVector;
+    const size_t value_stride =
+        (value_dim + kFloatsPerVector - 1) / kFloatsPerVector * kFloatsPerVector;
     for (const size_t keys : {size_t{1}, size_t{2}, size_t{7}, size_t{64}}) {
       const size_t v_stride = value_dim + 2;
       const std::vector<uint16_t> v = RandomRows(keys, value_dim, v_stride, 7);
@@ -99,7 +100,8 @@ TEST(AttentionBf16, ValuePairsInterleaveConsecutiveKeys) {
       for (size_t jp = 0; jp < pair_rows; ++jp) {
         for (size_t e = 0; e < value_stride; ++e) {
           const uint32_t low = e < value_dim ? v[2 * jp * v_stride + e] : 0;
-          const uint32_t high = e < value_dim && 2 * jp + 1 < keys ? v[(2 * jp + 1) * v_stride + e] : 0;
+          const uint32_t high =
+              e < value_dim && 2 * jp + 1 < keys ? v[(2 * jp + 1) * v_stride + e] : 0;
           ASSERT_EQ(out[jp * value_stride + e], low | (high << 16))
               << "value_dim " << value_dim << " keys " << keys << " pair " << jp << " e " << e;
         }
@@ -114,8 +116,8 @@ TEST(AttentionBf16, WeightedValuesRoundWeightsToBFloat16) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   for (const size_t value_dim : {size_t{16}, size_t{40}, size_t{128}, size_t{256}}) {
-    const size_t value_stride = (value_dim + kFloatsPerVector - 1) / kFloatsPerVector *
-                                kFloatsPerVector;
+    const size_t value_stride =
+        (value_dim + kFloatsPerVector - 1) / kFloatsPerVector * kFloatsPerVector;
     for (const size_t keys : {size_t{1}, size_t{33}, size_t{64}}) {
       const std::vector<uint16_t> v = RandomRows(keys, value_dim, value_dim, 11);
       std::vector<uint32_t> pairs((keys + 1) / 2 * value_stride);
@@ -129,8 +131,8 @@ TEST(AttentionBf16, WeightedValuesRoundWeightsToBFloat16) {
       std::vector<float> o(4 * value_stride);
       for (float& x : o) x = unit(rng);
       const std::vector<float> before = o;
-      WeightedValuesBf16(p.data(), kPStride, keys, pairs.data(), value_stride, correction,
-                         o.data(), value_stride);
+      WeightedValuesBf16(p.data(), kPStride, keys, pairs.data(), value_stride, correction, o.data(),
+                         value_stride);
       for (size_t r = 0; r < 4; ++r) {
         for (size_t e = 0; e < value_dim; ++e) {
           double want = double{before[r * value_stride + e]} * correction[r];

@@ -436,6 +436,11 @@ struct QueryTile {
 // The bfloat16 query rows' stride in elements when t.bf16_dot: the float32 row's bytes.
 inline size_t BFloat16RowStride(const Tiles& t) { return 2 * t.dim; }
 
+// The bfloat16 query rows of row block b when t.bf16_dot.
+inline const uint16_t* QueryBits(const Tiles& t, const QueryTile& qt, size_t b) {
+  return reinterpret_cast<const uint16_t*>(qt.q + b * kRowBlock * t.dim);
+}
+
 // bfloat16 rows as the bits attention_bf16.h takes (float32 rows never go there).
 inline const uint16_t* Bits(const hwy::bfloat16_t* p) {
   return reinterpret_cast<const uint16_t*>(p);
@@ -560,8 +565,8 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
     float* out = qt.out + b * kRowBlock * t.value_dim;
     // (1) scores, then (1) bias and mask and (2) online max and sum, row by row.
     if (t.bf16_dot) {
-      internal::ScoresBf16(reinterpret_cast<const uint16_t*>(qt.q + b * kRowBlock * t.dim),
-                           BFloat16RowStride(t), Bits(k_head + key0 * a.k.token_stride),
+      internal::ScoresBf16(QueryBits(t, qt, b), BFloat16RowStride(t),
+                           Bits(k_head + key0 * a.k.token_stride),
                            static_cast<size_t>(a.k.token_stride), keys, head_dim, a.scale,
                            t.scores, t.score_stride);
     } else {
@@ -589,8 +594,8 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
 // Decode (a single query tile per KV head): passes (1) to (3) of keys [key0, key0 + keys) for
 // the query tile of every KV head in `tiles`, reading the KV cache where it lies, token by
 // token: one token's rows of all heads are adjacent, so both passes walk the cache front to
-// back, which the hardware prefetchers stream while the arithmetic runs (head by head, every
-// key would start a new page). Scores are [head, row, key], `rows` rows per head.
+// back (head by head, every key would start a new page, where the hardware prefetchers stop).
+// Scores are [head, row, key], `rows` rows per head.
 template <typename T>
 void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles& t, int64_t key0,
                             size_t keys, std::vector<QueryTile>& tiles) {
@@ -615,8 +620,9 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
   for (size_t j = 0; j < keys; ++j) t.key_offset[j] = static_cast<float>(key_pos[j] - key_min);
   std::fill(t.key_offset + keys, t.key_offset + t.score_stride, 0.0f);
   const size_t rows = first.blocks * kRowBlock;
-  const auto scores = [&](size_t h, size_t b) { return t.scores + (h * rows + b * kRowBlock) *
-                                                               t.score_stride; };
+  const auto scores = [&](size_t h, size_t b) {
+    return t.scores + (h * rows + b * kRowBlock) * t.score_stride;
+  };
   const T* k_tile = static_cast<const T*>(a.k.data) + key0 * a.k.token_stride;
   const T* v_tile = static_cast<const T*>(a.v.data) + key0 * a.v.token_stride;
 
@@ -628,9 +634,8 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
       for (size_t i = 0; i < block_count; ++i) {
         const size_t b = blocks[i];
         if (t.bf16_dot) {  // the same products and sums as in prefill
-          internal::ScoresBf16(reinterpret_cast<const uint16_t*>(tiles[h].q + b * kRowBlock * t.dim),
-                               BFloat16RowStride(t), Bits(k), 0, 1, head_dim, a.scale,
-                               scores(h, b) + j, t.score_stride);
+          internal::ScoresBf16(QueryBits(t, tiles[h], b), BFloat16RowStride(t), Bits(k), 0, 1,
+                               head_dim, a.scale, scores(h, b) + j, t.score_stride);
         } else {
           ScoreKey(df, tiles[h].q + b * kRowBlock * t.dim, t.dim, k, head_dim, scores(h, b) + j,
                    t.score_stride);

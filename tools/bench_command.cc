@@ -381,11 +381,14 @@ void AddBenchCommand(CLI::App& app) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* bench = app.add_subcommand(
-      "bench", "Measure memory bandwidth, the FMA peak and the kernels (RoPE, decode step, sinusoidal "
+      "bench",
+      "Measure memory bandwidth, the FMA peak and the kernels (RoPE, decode step, sinusoidal "
       "table, attention) in one run");
   bench->add_flag("--json", options->json, "Print the results as JSON");
   bench->add_flag("--quick", options->quick, "Tiny shapes: a smoke test, not a measurement");
-  bench->add_option("--repeats", options->repeats, "Rounds: every entry is timed once per round, round-robin (best and median)")
+  bench
+      ->add_option("--repeats", options->repeats,
+                   "Rounds: every entry is timed once per round, round-robin (best and median)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   bench->callback([options] {
