@@ -457,6 +457,35 @@ def test_attention_with_rope_alibi_gqa_and_a_batch():
         posenc.attention(q, k, v[:1], positions)
 
 
+def to_bfloat16_bits(x):
+    """float32 -> bfloat16 bits (uint16), rounded to nearest even, and their values."""
+    bits = x.astype(np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return rounded, (rounded.astype(np.uint32) << 16).view(np.float32)
+
+
+def test_attention_on_bfloat16_bits():
+    # Products exact, sums float32; the weights may be rounded to bfloat16
+    # (AVX512-BF16), which moves an output by at most 2^-9 max|v|.
+    q, q_values = to_bfloat16_bits(random((70, 4, 40), seed=8))
+    k, k_values = to_bfloat16_bits(random((70, 2, 40), seed=9))
+    v, v_values = to_bfloat16_bits(random((70, 2, 24), seed=10))
+    positions = np.arange(70, dtype=np.int64)
+    out = posenc.attention(q, k, v, positions, causal=True, bfloat16=True)
+    assert out.dtype == np.float32 and out.shape == (70, 4, 24)
+    expected = reference_attention(
+        q_values.astype(np.float64), k_values, v_values, positions, positions, True
+    )
+    bound = 2.0**-9 * np.abs(v_values).max() + 1e-5
+    np.testing.assert_allclose(out, expected, rtol=0, atol=bound)
+    with pytest.raises(
+        ValueError,
+        match=r"\[attention\] q must have dtype int16 or uint16 \(bfloat16 bits\), "
+        r"got float32",
+    ):
+        posenc.attention(q_values, k, v, positions, bfloat16=True)
+
+
 def cli():
     path = os.environ.get("POSENC_CLI")
     if not path:
