@@ -35,6 +35,7 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "attention",
     "rope_from_hf_config",
 ]
 
@@ -414,3 +415,71 @@ def alibi_bias(
     )
     _core.alibi_bias(alibi, queries, keys, out=out.numpy())
     return out.to(dtype)
+
+
+_ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def attention(
+    q,
+    k,
+    v,
+    query_positions,
+    key_positions=None,
+    *,
+    causal=False,
+    alibi=None,
+    rope=None,
+    scale=0.0,
+    window=0,
+):
+    """posenc's fused attention kernel on CPU tensors, for inference.
+
+    q [..., q_tokens, heads, head_dim], k [..., kv_tokens, kv_heads, head_dim],
+    v [..., kv_tokens, kv_heads, value_dim], all float32 or all bfloat16 ->
+    float32 [..., q_tokens, heads, value_dim]; the options as in
+    ``posenc.attention`` (causal mask, ALiBi, RoPE applied inside, sliding
+    window, grouped heads). bfloat16 runs AVX512-BF16 where the CPU has it
+    (weights rounded to bfloat16 for the values, each output within
+    2^-9 max|v|). There is no backward: with autograd recording and an input
+    that requires grad, it raises instead of returning a result that would
+    silently stop the gradient (use ``torch.no_grad()`` or ``.detach()``).
+    """
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        _check_activations("attention", name, tensor, _ATTENTION_DTYPES)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise _error(
+            "attention",
+            "k and v",
+            f"have q's dtype ({str(q.dtype).replace('torch.', '')})",
+            f"{str(k.dtype).replace('torch.', '')} and "
+            f"{str(v.dtype).replace('torch.', '')}",
+        )
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise _error(
+            "attention",
+            "q, k and v",
+            "not require grad while autograd records (there is no "
+            "backward; use torch.no_grad() or .detach())",
+            "a tensor that requires grad",
+        )
+    queries = _positions("attention", query_positions, "query_positions")
+    keys = (
+        None
+        if key_positions is None
+        else _positions("attention", key_positions, "key_positions")
+    )
+    out = _core.attention(
+        _numpy(q),
+        _numpy(k),
+        _numpy(v),
+        queries,
+        keys,
+        causal=causal,
+        alibi=alibi,
+        rope=rope,
+        scale=scale,
+        window=window,
+        bfloat16=q.dtype == torch.bfloat16,
+    )
+    return torch.from_numpy(out)

@@ -474,7 +474,12 @@ def test_attention_on_bfloat16_bits():
     out = posenc.attention(q, k, v, positions, causal=True, bfloat16=True)
     assert out.dtype == np.float32 and out.shape == (70, 4, 24)
     expected = reference_attention(
-        q_values.astype(np.float64), k_values, v_values, positions, positions, True
+        q_values.astype(np.float64),
+        k_values,
+        v_values,
+        positions,
+        positions,
+        True,
     )
     bound = 2.0**-9 * np.abs(v_values).max() + 1e-5
     np.testing.assert_allclose(out, expected, rtol=0, atol=bound)

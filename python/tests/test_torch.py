@@ -336,3 +336,59 @@ def test_alibi_slopes_and_bias():
     )
     with pytest.raises(ValueError, match=r"\[alibi\] num_heads"):
         pt.alibi_slopes(0)
+
+
+def torch_attention(q, k, v, causal, rope_positions=None):
+    """Plain attention in float64 on [tokens, heads, dim] tensors (RoPE first,
+    Llama's rotate_half, when positions are given); grouped heads share k, v.
+    """
+    q, k, v = q.double(), k.double(), v.double()
+    if rope_positions is not None:
+        q = rope_rotate_half(q, rope_positions, q.shape[-1])
+        k = rope_rotate_half(k, rope_positions, k.shape[-1])
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(q.shape[-1])
+    if causal:
+        tokens = q.shape[0]
+        hidden = torch.ones(tokens, tokens, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(hidden, -math.inf)
+    return torch.einsum("hij,jhd->ihd", scores.softmax(-1), v)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_matches_plain_torch(dtype):
+    q = torch.randn(37, 8, 64).to(dtype)
+    k = torch.randn(37, 2, 64).to(dtype)
+    v = torch.randn(37, 2, 32).to(dtype)
+    positions = torch.arange(37)
+    if dtype == torch.float32:
+        with torch.no_grad():
+            out = pt.attention(
+                q, k, v, positions, causal=True, rope=posenc.Rope.default(64)
+            )
+        expected = torch_attention(q, k, v, True, positions)
+        atol = 1e-5
+    else:
+        # Without RoPE (which rounds rotated q and k back to bfloat16), the
+        # only rounding beyond float32 is the weights', at most 2^-9 max|v|.
+        out = pt.attention(q, k, v, positions, causal=True)
+        expected = torch_attention(q, k, v, True)
+        atol = 2.0**-9 * v.abs().max().item() + 1e-5
+    assert out.dtype == torch.float32 and out.shape == (37, 8, 32)
+    torch.testing.assert_close(out.double(), expected, rtol=0, atol=atol)
+
+
+def test_attention_refuses_what_it_cannot_do():
+    q = torch.randn(4, 2, 8, requires_grad=True)
+    with pytest.raises(
+        ValueError, match=r"\[attention\] q, k and v must not "
+    ):
+        pt.attention(q, q, q, torch.arange(4))
+    with pytest.raises(ValueError, match=r"\[attention\] q must have dtype"):
+        pt.attention(q.detach().double(), q, q, torch.arange(4))
+    with pytest.raises(ValueError, match=r"\[attention\] k and v must have"):
+        pt.attention(
+            q.detach(), q.detach().bfloat16(), q.detach(), [0, 1, 2, 3]
+        )
