@@ -65,13 +65,14 @@ POSENC_AVX512_BF16 inline void StoreSums4(__m512 a0, __m512 a1, __m512 a2, __m51
   s[3 * stride] = out[3];
 }
 
-// WeightedValuesBf16 for E consecutive vectors of the value rows, starting at float e0:
-// 4 x E accumulators stay in registers across every key pair.
-template <int E>
+// The weighted values for E consecutive vectors of the value rows, starting at float e0:
+// 4 x E accumulators stay in registers across every key pair; pair(jp, e) returns the value
+// pairs of keys 2jp and 2jp + 1 at floats [e, e + 16).
+template <int E, typename Pair>
 POSENC_AVX512_BF16 inline void WeightedValuesGroup(const uint32_t (&weights)[4][32],
-                                                   size_t pair_count, const uint32_t* pairs,
-                                                   size_t value_stride, const float* correction,
-                                                   float* o, size_t o_stride, size_t e0) {
+                                                   size_t pair_count, const Pair& pair,
+                                                   const float* correction, float* o,
+                                                   size_t o_stride, size_t e0) {
   __m512 acc[4][E];
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {
@@ -84,9 +85,7 @@ POSENC_AVX512_BF16 inline void WeightedValuesGroup(const uint32_t (&weights)[4][
   for (size_t jp = 0; jp < pair_count; ++jp) {
     __m512i v[E];
 #pragma GCC unroll 4
-    for (int x = 0; x < E; ++x) {
-      v[x] = _mm512_loadu_si512(pairs + jp * value_stride + e0 + x * kFloatsPerVector);
-    }
+    for (int x = 0; x < E; ++x) v[x] = pair(jp, e0 + x * kFloatsPerVector);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
       const __m512bh w = AsBf16(_mm512_set1_epi32(static_cast<int>(weights[r][jp])));
@@ -100,6 +99,37 @@ POSENC_AVX512_BF16 inline void WeightedValuesGroup(const uint32_t (&weights)[4][
     for (int x = 0; x < E; ++x) {
       _mm512_storeu_ps(o + r * o_stride + e0 + x * kFloatsPerVector, acc[r][x]);
     }
+  }
+}
+
+// o_r = o_r correction_r + sum_j bf16(p_rj) v_j for the four rows (keys <= 64), the value pairs
+// from pair(jp, e). The weights become bfloat16 pairs (p_2jp low, p_2jp+1 high), rounded to
+// nearest even, 32 float32 weights to a vector of 16 pairs; masked loads read only `keys`.
+template <typename Pair>
+POSENC_AVX512_BF16 inline void WeightedValuesOfPairs(const float* p, size_t p_stride, size_t keys,
+                                                     const Pair& pair, size_t value_stride,
+                                                     const float* correction, float* o,
+                                                     size_t o_stride) {
+  alignas(64) uint32_t weights[4][32];
+  const size_t pair_count = (keys + 1) / 2;
+  for (size_t r = 0; r < 4; ++r) {
+    const float* pr = p + r * p_stride;
+    for (size_t j = 0; j < keys; j += 2 * kFloatsPerVector) {
+      const size_t left = keys - j;
+      const __m512 first = _mm512_maskz_loadu_ps(FirstLanes16(left), pr + j);
+      const __m512 second =
+          _mm512_maskz_loadu_ps(FirstLanes16(left > kFloatsPerVector ? left - kFloatsPerVector : 0),
+                                pr + j + kFloatsPerVector);
+      _mm512_store_si512(&weights[r][j / 2],
+                         reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(second, first)));
+    }
+  }
+  size_t e0 = 0;
+  for (; e0 + 4 * kFloatsPerVector <= value_stride; e0 += 4 * kFloatsPerVector) {
+    WeightedValuesGroup<4>(weights, pair_count, pair, correction, o, o_stride, e0);
+  }
+  for (; e0 < value_stride; e0 += kFloatsPerVector) {
+    WeightedValuesGroup<1>(weights, pair_count, pair, correction, o, o_stride, e0);
   }
 }
 
@@ -152,26 +182,31 @@ POSENC_AVX512_BF16 void PairValueRowsBf16(const uint16_t* v, size_t v_stride, si
 POSENC_AVX512_BF16 void WeightedValuesBf16(const float* p, size_t p_stride, size_t keys,
                                            const uint32_t* pairs, size_t value_stride,
                                            const float* correction, float* o, size_t o_stride) {
-  // The weights as bfloat16 pairs (p_2jp low, p_2jp+1 high), rounded to nearest even: 32
-  // float32 weights make one vector of 16 pairs.
-  alignas(64) uint32_t weights[4][32];
-  const size_t pair_count = (keys + 1) / 2;
-  for (size_t r = 0; r < 4; ++r) {
-    const float* pr = p + r * p_stride;
-    for (size_t jp = 0; jp < pair_count; jp += kFloatsPerVector) {
-      const __m512 first = _mm512_loadu_ps(pr + 2 * jp);
-      const __m512 second = _mm512_loadu_ps(pr + 2 * jp + kFloatsPerVector);
-      _mm512_store_si512(&weights[r][jp],
-                         reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(second, first)));
-    }
-  }
-  size_t e0 = 0;
-  for (; e0 + 4 * kFloatsPerVector <= value_stride; e0 += 4 * kFloatsPerVector) {
-    WeightedValuesGroup<4>(weights, pair_count, pairs, value_stride, correction, o, o_stride, e0);
-  }
-  for (; e0 < value_stride; e0 += kFloatsPerVector) {
-    WeightedValuesGroup<1>(weights, pair_count, pairs, value_stride, correction, o, o_stride, e0);
-  }
+  const auto pair = [pairs, value_stride](size_t jp, size_t e) POSENC_AVX512_BF16 {
+    return _mm512_loadu_si512(pairs + jp * value_stride + e);
+  };
+  WeightedValuesOfPairs(p, p_stride, keys, pair, value_stride, correction, o, o_stride);
+}
+
+POSENC_AVX512_BF16 void WeightedValueRowsBf16(const float* p, size_t p_stride, size_t keys,
+                                              const uint16_t* v, size_t v_stride, size_t value_dim,
+                                              size_t value_stride, const float* correction,
+                                              float* o, size_t o_stride) {
+  // Lane 2i takes element i of the first row, lane 2i + 1 element i of the second (index 32+).
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const auto pair = [=](size_t jp, size_t e) POSENC_AVX512_BF16 {
+    const __mmask16 lanes = FirstLanes16(value_dim > e ? value_dim - e : 0);
+    const uint16_t* low = v + 2 * jp * v_stride + e;
+    const __m256i first = _mm256_maskz_loadu_epi16(lanes, low);
+    const __m256i second =
+        _mm256_maskz_loadu_epi16(2 * jp + 1 < keys ? lanes : __mmask16{0}, low + v_stride);
+    return _mm512_permutex2var_epi16(_mm512_castsi256_si512(first), interleave,
+                                     _mm512_castsi256_si512(second));
+  };
+  WeightedValuesOfPairs(p, p_stride, keys, pair, value_stride, correction, o, o_stride);
 }
 
 #else  // no AVX512-BF16 code on this machine or compiler
@@ -182,6 +217,8 @@ void ScoresBf16(const uint16_t*, size_t, const uint16_t*, size_t, size_t, size_t
 void PairValueRowsBf16(const uint16_t*, size_t, size_t, size_t, size_t, uint32_t*) {}
 void WeightedValuesBf16(const float*, size_t, size_t, const uint32_t*, size_t, const float*, float*,
                         size_t) {}
+void WeightedValueRowsBf16(const float*, size_t, size_t, const uint16_t*, size_t, size_t, size_t,
+                           const float*, float*, size_t) {}
 
 #endif
 

@@ -40,9 +40,15 @@ void PairValueRowsBf16(const uint16_t* v, size_t v_stride, size_t keys, size_t v
                        size_t value_stride, uint32_t* out);
 
 // o_r = o_r correction_r + sum_j bf16(p_rj) v_j for the four rows r of the block (keys <= 64):
-// p_r at p + r p_stride holds keys float32 weights and zeros after them up to a multiple of 32,
-// pairs are as written by PairValueRowsBf16, o rows o_stride floats apart, value_stride each.
+// p_r at p + r p_stride holds the `keys` float32 weights of row r, pairs are as written by
+// PairValueRowsBf16, o rows o_stride floats apart, value_stride each.
 void WeightedValuesBf16(const float* p, size_t p_stride, size_t keys, const uint32_t* pairs,
                         size_t value_stride, const float* correction, float* o, size_t o_stride);
+
+// The same with the value rows read where they lie (decode: a few tokens of a KV cache), row j
+// at v + j v_stride with value_dim elements, paired on the fly.
+void WeightedValueRowsBf16(const float* p, size_t p_stride, size_t keys, const uint16_t* v,
+                           size_t v_stride, size_t value_dim, size_t value_stride,
+                           const float* correction, float* o, size_t o_stride);
 
 }  // namespace posenc::internal

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "posenc/storage.h"
@@ -111,6 +112,8 @@ TEST(AttentionBf16, ValuePairsInterleaveConsecutiveKeys) {
 }
 
 // o_r = o_r c_r + sum_j bf16(p_rj) v_j, with the weights rounded to nearest even.
+// Both forms, value pairs packed (prefill) and value rows read in place (decode); rows with NaN
+// after them, and NaN weights past `keys`, which neither may read.
 TEST(AttentionBf16, WeightedValuesRoundWeightsToBFloat16) {
   SKIP_WITHOUT_BF16();
   std::mt19937 rng(3);
@@ -118,30 +121,41 @@ TEST(AttentionBf16, WeightedValuesRoundWeightsToBFloat16) {
   for (const size_t value_dim : {size_t{16}, size_t{40}, size_t{128}, size_t{256}}) {
     const size_t value_stride =
         (value_dim + kFloatsPerVector - 1) / kFloatsPerVector * kFloatsPerVector;
-    for (const size_t keys : {size_t{1}, size_t{33}, size_t{64}}) {
-      const std::vector<uint16_t> v = RandomRows(keys, value_dim, value_dim, 11);
+    for (const size_t keys : {size_t{1}, size_t{8}, size_t{33}, size_t{64}}) {
+      const size_t v_stride = value_dim + 3;
+      const std::vector<uint16_t> v = RandomRows(keys, value_dim, v_stride, 11);
       std::vector<uint32_t> pairs((keys + 1) / 2 * value_stride);
-      PairValueRowsBf16(v.data(), value_dim, keys, value_dim, value_stride, pairs.data());
+      PairValueRowsBf16(v.data(), v_stride, keys, value_dim, value_stride, pairs.data());
       constexpr size_t kPStride = 64;
-      std::vector<float> p(4 * kPStride, 0.0f);
+      std::vector<float> p(4 * kPStride, std::numeric_limits<float>::quiet_NaN());
       for (size_t r = 0; r < 4; ++r) {
         for (size_t j = 0; j < keys; ++j) p[r * kPStride + j] = unit(rng);
       }
       const float correction[4] = {1.0f, 0.5f, 0.0f, 0.25f};
-      std::vector<float> o(4 * value_stride);
-      for (float& x : o) x = unit(rng);
-      const std::vector<float> before = o;
-      WeightedValuesBf16(p.data(), kPStride, keys, pairs.data(), value_stride, correction, o.data(),
-                         value_stride);
+      std::vector<float> before(4 * value_stride);
+      for (float& x : before) x = unit(rng);
+      std::vector<float> from_pairs = before, from_rows = before;
+      WeightedValuesBf16(p.data(), kPStride, keys, pairs.data(), value_stride, correction,
+                         from_pairs.data(), value_stride);
+      WeightedValueRowsBf16(p.data(), kPStride, keys, v.data(), v_stride, value_dim, value_stride,
+                            correction, from_rows.data(), value_stride);
       for (size_t r = 0; r < 4; ++r) {
         for (size_t e = 0; e < value_dim; ++e) {
           double want = double{before[r * value_stride + e]} * correction[r];
+          double magnitude = std::fabs(want);
           for (size_t j = 0; j < keys; ++j) {
             const double weight = BFloat16::FromFloat(p[r * kPStride + j]).ToFloat();
-            want += weight * double{Value(v[j * value_dim + e])};
+            want += weight * double{Value(v[j * v_stride + e])};
+            magnitude += std::fabs(weight * double{Value(v[j * v_stride + e])});
           }
-          ASSERT_NEAR(o[r * value_stride + e], want, 2e-6)
-              << "value_dim " << value_dim << " keys " << keys << " row " << r << " e " << e;
+          // float32 sums: a few ulps of the sum of magnitudes (float32 weights instead of
+          // rounded ones would be off by up to 2^-9 of each term).
+          const double tolerance = 1e-6 * magnitude + 1e-30;
+          const std::string where = "value_dim " + std::to_string(value_dim) + " keys " +
+                                    std::to_string(keys) + " row " + std::to_string(r) + " e " +
+                                    std::to_string(e);
+          ASSERT_NEAR(from_pairs[r * value_stride + e], want, tolerance) << "pairs, " << where;
+          ASSERT_NEAR(from_rows[r * value_stride + e], want, tolerance) << "rows, " << where;
         }
       }
     }

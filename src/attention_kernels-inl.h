@@ -166,14 +166,18 @@ struct NextRows {
   size_t rows = 0;
 };
 
-// Prefetches row j of the next tile, one cache line at a time.
+// Prefetches `bytes` bytes at p, one cache line at a time.
+HWY_INLINE void PrefetchBytes(const void* p, size_t bytes) {
+  constexpr size_t kLine = 64;
+  const char* line = static_cast<const char*>(p);
+  for (size_t i = 0; i < bytes; i += kLine) hwy::Prefetch(line + i);
+}
+
+// Prefetches row j of the next tile.
 HWY_INLINE void PrefetchRow(const NextRows& next, size_t j) {
   if (j >= next.rows) return;
-  constexpr size_t kLine = 64;
-  const char* k = next.k + j * next.k_stride;
-  const char* v = next.v + j * next.v_stride;
-  for (size_t i = 0; i < next.k_bytes; i += kLine) hwy::Prefetch(k + i);
-  for (size_t i = 0; i < next.v_bytes; i += kLine) hwy::Prefetch(v + i);
+  PrefetchBytes(next.k + j * next.k_stride, next.k_bytes);
+  PrefetchBytes(next.v + j * next.v_stride, next.v_bytes);
 }
 
 // The running state of one query row.
@@ -309,17 +313,6 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const Tiles& t, float* HWY_RESTRICT s,
     hn::StoreU(p, df, s + j);
   }
   row.sum = row.sum * row.correction + hn::GetLane(hn::SumOfLanes(df, vsum));
-}
-
-// Rounds p[0, count) to the nearest bfloat16 (ties to even), count a multiple of the vector.
-template <class DF>
-HWY_INLINE void RoundToBFloat16(DF df, float* HWY_RESTRICT p, size_t count) {
-  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
-  hwy::bfloat16_t rounded[kMaxLanes];
-  for (size_t j = 0; j < count; j += hn::Lanes(df)) {
-    StoreF32(hn::LoadU(df, p + j), df, rounded);
-    hn::StoreU(LoadF32(df, rounded), df, p + j);
-  }
 }
 
 // Pass (3): o_r = o_r correction_r + sum_j p_rj v_j for the four rows of the block at o (rows
@@ -631,6 +624,14 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
     for (size_t h = 0; h < tiles.size(); ++h) {
       const T* k = k_tile + static_cast<int64_t>(j) * a.k.token_stride +
                    tiles[h].g * a.k.head_stride;
+      // bfloat16: the token's value rows are fetched now, for pass (3) (decode on a bfloat16
+      // cache 2.1-2.2 -> 1.6-1.7 ms; the same for float32's twice longer rows made its decode
+      // slower, 2.4-2.5 -> 3.0-3.3 ms, so float32 does not).
+      if constexpr (sizeof(T) == 2) {
+        PrefetchBytes(v_tile + static_cast<int64_t>(j) * a.v.token_stride +
+                          tiles[h].g * a.v.head_stride,
+                      value_dim * sizeof(T));
+      }
       for (size_t i = 0; i < block_count; ++i) {
         const size_t b = blocks[i];
         if (t.bf16_dot) {  // the same products and sums as in prefill
@@ -651,9 +652,6 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
         float* p = scores(h, b) + r * t.score_stride;
         OnlineSoftmaxRow(df, t, p, key_pos, keys, key_min, key_max, a.causal, a.window,
                          a.alibi_slopes != nullptr, tiles[h].rows[b * kRowBlock + r]);
-        // bfloat16 weights, as WeightedValuesBf16 rounds them in prefill: a decode step stays
-        // the last row of the prefill (the float32 products of pass 3 are then exact).
-        if (t.bf16_dot) RoundToBFloat16(df, p, t.score_stride);
       }
     }
   }
@@ -673,10 +671,16 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
         for (size_t r = 0; r < kRowBlock; ++r) {
           correction[r] = j == 0 ? tiles[h].rows[b * kRowBlock + r].correction : 1.0f;
         }
-        WeightedValues(df, scores(h, b) + j, t.score_stride, v,
-                       static_cast<size_t>(a.v.token_stride), count, value_dim,
-                       j == 0 ? correction : ones, tiles[h].out + b * kRowBlock * t.value_dim,
-                       t.value_dim);
+        float* o = tiles[h].out + b * kRowBlock * t.value_dim;
+        const size_t v_stride = static_cast<size_t>(a.v.token_stride);
+        if (t.bf16_dot) {  // weights rounded to bfloat16 as in prefill: decode = prefill's row
+          internal::WeightedValueRowsBf16(scores(h, b) + j, t.score_stride, count, Bits(v),
+                                          v_stride, value_dim, t.value_dim,
+                                          j == 0 ? correction : ones, o, t.value_dim);
+        } else {
+          WeightedValues(df, scores(h, b) + j, t.score_stride, v, v_stride, count, value_dim,
+                         j == 0 ? correction : ones, o, t.value_dim);
+        }
       }
     }
   }
