@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""posenc's attention kernel beside PyTorch's float32 attention, in one process, same threads.
+"""posenc's attention kernel beside PyTorch's attention, in one process, same threads.
 
 PyTorch (Debian's python3-torch, CPU) runs attention the way a model written in torch ops does:
 q k^T, + ALiBi bias (a [heads, T, T] tensor, built before the clock starts) + causal mask,
@@ -43,31 +43,32 @@ def torch_attention(q, k, v, bias, mask, scale):
     return torch.matmul(weights, v).reshape(heads, tq, d)
 
 
-def case(name, tq, tk, heads, kv_heads, d, alibi, repeats, useful_flops):
+def case(name, tq, tk, heads, kv_heads, d, alibi, repeats, useful_flops, dtype=torch.float32):
+    """dtype float32, or bfloat16: posenc on the bits (bfloat16=True), PyTorch in bfloat16."""
     rng = np.random.default_rng(0)
-    q = rng.standard_normal((tq, heads, d), dtype=np.float32)
-    k = rng.standard_normal((tk, kv_heads, d), dtype=np.float32)
-    v = rng.standard_normal((tk, kv_heads, d), dtype=np.float32)
+    q, k, v = (torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to(dtype)
+               for shape in ((tq, heads, d), (tk, kv_heads, d), (tk, kv_heads, d)))
     qpos = np.arange(tk - tq, tk, dtype=np.int64)
     kpos = np.arange(tk, dtype=np.int64)
     scale = 1.0 / np.sqrt(d)
     spec = posenc.Alibi(heads) if alibi else None
 
-    qt = torch.from_numpy(q).permute(1, 0, 2).contiguous()
-    kt = torch.from_numpy(k).permute(1, 0, 2).contiguous()
-    vt = torch.from_numpy(v).permute(1, 0, 2).contiguous()
+    qt, kt, vt = (x.permute(1, 0, 2).contiguous() for x in (q, k, v))
     distance = torch.from_numpy(qpos)[:, None] - torch.from_numpy(kpos)[None, :]
     mask = distance < 0 if tq > 1 else None
     bias = None
     if alibi:
         slopes = torch.tensor(posenc.alibi_slopes(spec), dtype=torch.float32)
-        bias = -slopes[:, None, None] * distance[None].float()
+        bias = (-slopes[:, None, None] * distance[None].float()).to(dtype)
 
+    bf16 = dtype == torch.bfloat16
+    arrays = [(x.view(torch.int16) if bf16 else x).numpy() for x in (q, k, v)]
     out = np.empty((tq, heads, d), dtype=np.float32)
-    run_posenc = lambda: posenc.attention(q, k, v, qpos, kpos, causal=True, alibi=spec, out=out)
+    run_posenc = lambda: posenc.attention(*arrays, qpos, kpos, causal=True, alibi=spec, out=out,
+                                          bfloat16=bf16)
     with torch.no_grad():
         run_torch = lambda: torch_attention(qt, kt, vt, bias, mask, scale)
-        reference = run_torch().permute(1, 0, 2).numpy()
+        reference = run_torch().permute(1, 0, 2).float().numpy()
         run_posenc()
         diff = float(np.max(np.abs(out - reference)))
         t_posenc = best_seconds(run_posenc, repeats)
@@ -84,15 +85,21 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)  # posenc's OpenMP threads: OMP_NUM_THREADS or all cores
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print("| case | posenc | PyTorch float32 | posenc speed-up | max abs diff |")
+    print("| case | posenc | PyTorch | posenc speed-up | max abs diff |")
     print("|---|---:|---:|---:|---:|")
     t, h, d = 2048, 8, 128
     prefill = 4 * t * (t + 1) / 2 * d * h
     case("prefill T=2048, 8 heads, 128, causal", t, t, h, h, d, False, args.repeats, prefill)
     case("prefill T=2048, 8 heads, 128, causal, ALiBi", t, t, h, h, d, True, args.repeats, prefill)
+    case("prefill bfloat16, causal (PyTorch in bfloat16)", t, t, h, h, d, False, args.repeats,
+         prefill, torch.bfloat16)
+    case("prefill bfloat16, causal, ALiBi (PyTorch in bfloat16)", t, t, h, h, d, True,
+         args.repeats, prefill, torch.bfloat16)
     keys, qh, kvh = 8192, 32, 8
     case("decode 1 x 8192 keys, 32 over 8 heads", 1, keys, qh, kvh, d, False, args.repeats * 5,
          4 * keys * d * qh)
+    case("decode bfloat16 (PyTorch in bfloat16)", 1, keys, qh, kvh, d, False, args.repeats * 5,
+         4 * keys * d * qh, torch.bfloat16)
 
 
 if __name__ == "__main__":
