@@ -45,6 +45,9 @@ std::vector<uint16_t> RandomRows(size_t rows, size_t dim, size_t stride, uint32_
   return out;
 }
 
+// n rounded up to a multiple of `vector` (elements per vector).
+size_t RoundUp(size_t n, size_t vector) { return (n + vector - 1) / vector * vector; }
+
 #define SKIP_WITHOUT_BF16() \
   if (!HasBf16DotProducts()) GTEST_SKIP() << "this CPU has no AVX512-BF16"
 
@@ -54,7 +57,7 @@ TEST(AttentionBf16, ScoresAreScaledDotProducts) {
   SKIP_WITHOUT_BF16();
   for (const size_t dim :
        {size_t{1}, size_t{31}, size_t{32}, size_t{40}, size_t{72}, size_t{128}, size_t{256}}) {
-    const size_t q_stride = (dim + kBf16PerVector - 1) / kBf16PerVector * kBf16PerVector;
+    const size_t q_stride = RoundUp(dim, kBf16PerVector);
     std::vector<uint16_t> q = RandomRows(4, dim, q_stride, 1 + static_cast<uint32_t>(dim));
     for (size_t r = 0; r < 4; ++r) {  // ScoresBf16 takes q zero-padded
       std::fill(q.begin() + static_cast<std::ptrdiff_t>(r * q_stride + dim),
@@ -90,8 +93,7 @@ TEST(AttentionBf16, ScoresAreScaledDotProducts) {
 TEST(AttentionBf16, ValuePairsInterleaveConsecutiveKeys) {
   SKIP_WITHOUT_BF16();
   for (const size_t value_dim : {size_t{5}, size_t{16}, size_t{40}, size_t{128}}) {
-    const size_t value_stride =
-        (value_dim + kFloatsPerVector - 1) / kFloatsPerVector * kFloatsPerVector;
+    const size_t value_stride = RoundUp(value_dim, kFloatsPerVector);
     for (const size_t keys : {size_t{1}, size_t{2}, size_t{7}, size_t{64}}) {
       const size_t v_stride = value_dim + 2;
       const std::vector<uint16_t> v = RandomRows(keys, value_dim, v_stride, 7);
@@ -119,8 +121,7 @@ TEST(AttentionBf16, WeightedValuesRoundWeightsToBFloat16) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   for (const size_t value_dim : {size_t{16}, size_t{40}, size_t{128}, size_t{256}}) {
-    const size_t value_stride =
-        (value_dim + kFloatsPerVector - 1) / kFloatsPerVector * kFloatsPerVector;
+    const size_t value_stride = RoundUp(value_dim, kFloatsPerVector);
     for (const size_t keys : {size_t{1}, size_t{8}, size_t{33}, size_t{64}}) {
       const size_t v_stride = value_dim + 3;
       const std::vector<uint16_t> v = RandomRows(keys, value_dim, v_stride, 11);
