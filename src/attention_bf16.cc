@@ -7,9 +7,6 @@
 #define POSENC_HAVE_AVX512_BF16 0
 #endif
 
-#include <algorithm>
-#include <cstring>
-
 namespace posenc::internal {
 
 #if POSENC_HAVE_AVX512_BF16
