@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "posenc/error.h"
+#include "posenc/files.h"
 
 namespace posenc {
 namespace {
@@ -346,11 +347,7 @@ void WriteNpy(const std::string& path, std::span<const float> data,
   bytes.reserve(bytes.size() + 4 * data.size());
   for (float value : data) StoreLittleEndian(std::bit_cast<uint32_t>(value), 4, bytes);
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  Require(out.is_open(), "npy.write", "path", "name a writable file", "'" + path + "'");
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  Require(!out.fail(), "npy.write", "path", "be written completely", "'" + path + "'");
+  WriteFileAtomically("npy.write", path, bytes);
 }
 
 }  // namespace posenc

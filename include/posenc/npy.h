@@ -23,7 +23,8 @@ NpyArray ReadNpy(const std::string& path);
 
 // Writes data as a float32 array of the given shape; product(shape) must equal data.size(). The
 // header is the one numpy.save writes (version 1.0, padded so that the data starts on a multiple of
-// 64 bytes). Everything is validated before the file is created.
+// 64 bytes). Everything is validated before the file is created, and the file is written to a
+// temporary name and renamed (posenc/files.h): a failed write leaves an existing file untouched.
 void WriteNpy(const std::string& path, std::span<const float> data, std::span<const int64_t> shape);
 
 // Python's repr of a shape tuple, as in .npy headers and error messages: "()", "(5,)", "(3, 4)".

@@ -1,0 +1,138 @@
+#include "posenc/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "posenc/error.h"
+
+namespace posenc {
+namespace {
+
+std::string Quoted(const std::string& path) { return "'" + path + "'"; }
+
+std::string Reason(int error) { return std::strerror(error); }
+
+// Closes a descriptor on every path out of a scope.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  // Closes now and reports close's own error (NFS and quotas report write errors there).
+  int Close() {
+    const int result = ::close(fd_);
+    fd_ = -1;
+    return result;
+  }
+
+ private:
+  int fd_;
+};
+
+// Writes every byte, retrying short writes and EINTR; returns 0 or the errno of the failure.
+int WriteAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t written = ::write(fd, bytes.data(), bytes.size());
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (written == 0) return EIO;
+    bytes.remove_prefix(static_cast<size_t>(written));
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string ReadFileCapped(std::string_view function, const std::string& path,
+                           uint64_t max_bytes) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) {
+    const int error = errno;
+    throw Error(ErrorMessage(function, "path", "name a readable file (" + Reason(error) + ")",
+                             Quoted(path)));
+  }
+  struct stat info {};
+  Require(::fstat(fd.get(), &info) == 0, function, "path", "be a file whose size can be read",
+          Quoted(path));
+  Require(!S_ISDIR(info.st_mode), function, "path", "name a file, not a directory",
+          Quoted(path));
+  Require(S_ISREG(info.st_mode), function, "path",
+          "name a regular file (not a device, pipe or socket)", Quoted(path));
+  const std::string cap = std::to_string(max_bytes) + " bytes";
+  Require(static_cast<uint64_t>(info.st_size) <= max_bytes, function, "path",
+          "name a file of at most " + cap,
+          Quoted(path) + " of " + std::to_string(info.st_size) + " bytes");
+  // The file may grow between stat and read: read at most the cap plus one byte.
+  std::string bytes(static_cast<size_t>(info.st_size) + 1, '\0');
+  size_t filled = 0;
+  while (true) {
+    if (filled == bytes.size()) {
+      Require(bytes.size() <= max_bytes, function, "path", "name a file of at most " + cap,
+              Quoted(path) + " (it grew while being read)");
+      bytes.resize(std::min<uint64_t>(max_bytes + 1, bytes.size() * 2));
+    }
+    const ssize_t got = ::read(fd.get(), bytes.data() + filled, bytes.size() - filled);
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      const int error = errno;
+      throw Error(ErrorMessage(function, "path", "be readable to the end (" + Reason(error) + ")",
+                               Quoted(path)));
+    }
+    if (got == 0) break;
+    filled += static_cast<size_t>(got);
+  }
+  bytes.resize(filled);
+  return bytes;
+}
+
+void WriteFileAtomically(std::string_view function, const std::string& path,
+                         std::string_view bytes) {
+  Require(!path.empty(), function, "path", "be a file name", "''");
+  auto fail = [&](int error, const std::string& what) {
+    throw Error(ErrorMessage(function, "path", "be written completely (" + what + ": " +
+                                                   Reason(error) + "); nothing was changed",
+                             Quoted(path)));
+  };
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+    // A device such as /dev/stdout or /dev/full: there is nothing to rename over.
+    Require(!S_ISDIR(info.st_mode), function, "path", "name a file, not a directory",
+            Quoted(path));
+    FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (fd.get() < 0) fail(errno, "open");
+    if (const int error = WriteAll(fd.get(), bytes)) fail(error, "write");
+    if (fd.Close() != 0) fail(errno, "close");
+    return;
+  }
+  std::string temporary = path + ".tmp-XXXXXX";
+  FileDescriptor fd(::mkostemp(temporary.data(), O_CLOEXEC));
+  if (fd.get() < 0) fail(errno, "create a temporary file beside it");
+  // New files get the permissions a plain open would give (mkstemp makes them 0600).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd.get(), 0666 & ~mask);
+  auto fail_and_remove = [&](int error, const std::string& what) {
+    ::unlink(temporary.c_str());
+    fail(error, what);
+  };
+  if (const int error = WriteAll(fd.get(), bytes)) fail_and_remove(error, "write");
+  if (::fsync(fd.get()) != 0 && errno != EINVAL && errno != EROFS) {
+    fail_and_remove(errno, "flush");
+  }
+  if (fd.Close() != 0) fail_and_remove(errno, "close");
+  if (::rename(temporary.c_str(), path.c_str()) != 0) fail_and_remove(errno, "rename");
+}
+
+}  // namespace posenc
