@@ -72,6 +72,7 @@ void RequireDtype(const py::array& array, std::string_view function, std::string
 // An array [..., tokens, heads, head_dim] as a batch of Heads views (element strides).
 template <typename T>
 struct BatchedHeads {
+  std::string name;                    // the argument's name in messages
   std::vector<int64_t> batch_shape;    // the leading dims, outermost first
   std::vector<int64_t> batch_strides;  // in elements
   Heads<T> first;                      // the view of batch element 0
@@ -131,13 +132,15 @@ BatchedHeads<T> ViewHeads(const py::object& value, std::string_view function,
     strides[i] = bytes / kItem;
   }
   const auto shape = [&](int64_t i) { return static_cast<int64_t>(array.shape(i)); };
-  Require(shape(ndim - 1) == 1 || strides[ndim - 1] == 1, function,
+  // An empty array has nothing to lay out (numpy and torch give it arbitrary strides).
+  Require(array.size() == 0 || shape(ndim - 1) == 1 || strides[ndim - 1] == 1, function,
           std::string(name) + ".strides[-1]",
           "be the item size (" + std::to_string(kItem) +
               " bytes): head_dim must be contiguous; use np.ascontiguousarray or "
               "tensor.contiguous()",
           strides[ndim - 1] * kItem);
   BatchedHeads<T> batched;
+  batched.name = name;
   batched.batch_shape.assign(array.shape(), array.shape() + ndim - 3);
   batched.batch_strides.assign(strides.begin(), strides.end() - 3);
   // numpy's data() of a read-only array is const; writability was checked above.

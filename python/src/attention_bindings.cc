@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "arrays.h"
+#include "batch.h"
 #include "bindings.h"
 #include "posenc/attention.h"
 #include "posenc/npy.h"
@@ -48,6 +49,16 @@ py::object AttentionOf(const py::object& q_arg, const py::object& k_arg, const p
                     "query_positions");
   ValidatePositions(kFn, key_pos.All(), static_cast<int64_t>(key_pos.All().size()),
                     "key_positions");
+  if (IsEmpty(q) || v.first.head_dim == 0) return out_object;  // an empty out: nothing to do
+  RequireDisjointBatch(kFn, q, k, v, out);
+  // The library refuses an out whose byte range meets an input's within one element, a stricter
+  // test than the exact one above; the later elements are checked here before the first runs.
+  for (int64_t b = 1; b < q.BatchCount(); ++b) {
+    for (const auto& [input, name] : {std::pair{q.At(b), "q"}, {k.At(b), "k"}, {v.At(b), "v"}}) {
+      Require(!Overlaps(out.At(b), input), kFn, "out", "not share memory with q, k or v",
+              std::string("a view overlapping ") + name);
+    }
+  }
   {
     py::gil_scoped_release release;
     for (int64_t b = 0; b < q.BatchCount(); ++b) {

@@ -2,10 +2,14 @@
 // tokens when every view allows it, else once per batch element.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
+#include <vector>
 
 #include "arrays.h"
 #include "posenc/npy.h"
@@ -13,14 +17,94 @@
 
 namespace posenc::python {
 
+// The rows (runs of head_dim elements) of a whole batched view, in bytes: the library checks
+// one element at a time, so aliasing across batch elements is checked here.
+struct RowSet {
+  struct Dim {
+    int64_t count, stride;
+  };
+  intptr_t base = 0;       // start of the lowest row
+  intptr_t end = 0;        // one past the highest byte
+  int64_t row_bytes = 0;
+  std::vector<Dim> dims;   // count > 1 and stride >= 0 (negative ones flipped), largest first
+
+  RowSet(intptr_t data, std::vector<Dim> all_dims, int64_t row_bytes);
+  int64_t Rows() const;
+  // Whether each stride steps over the whole span of the dims inside it: then no two rows share
+  // a byte and address order is index order (every slice or transpose of a contiguous array).
+  bool Nested() const;
+  // Whether a row intersects the byte range [lo, hi); only for a Nested set.
+  bool Intersects(intptr_t lo, intptr_t hi) const;
+};
+
+// True when a row of a shares a byte with a row of b, where at least one of them is Nested.
+// Exact, so q and k sliced out of one fused qkv buffer do not overlap; O(1) when the byte ranges
+// are apart, else O(rows of one view).
+bool ShareRows(const RowSet& a, const RowSet& b);
+
+template <typename T>
+RowSet RowsOf(const BatchedHeads<T>& view) {
+  constexpr auto kItem = static_cast<int64_t>(sizeof(T));
+  std::vector<RowSet::Dim> dims;
+  for (size_t i = 0; i < view.batch_shape.size(); ++i) {
+    dims.push_back({view.batch_shape[i], view.batch_strides[i] * kItem});
+  }
+  dims.push_back({view.first.tokens, view.first.token_stride * kItem});
+  dims.push_back({view.first.num_heads, view.first.head_stride * kItem});
+  return RowSet(reinterpret_cast<intptr_t>(view.first.data), std::move(dims),
+                view.first.head_dim * kItem);
+}
+
+// The strides of a view in bytes, as numpy shows them, for messages.
+template <typename T>
+std::string ByteStrides(const BatchedHeads<T>& view) {
+  std::vector<int64_t> strides = view.batch_strides;
+  strides.insert(strides.end(), {view.first.token_stride, view.first.head_stride, 1});
+  for (int64_t& s : strides) s *= static_cast<int64_t>(sizeof(T));
+  return NpyShapeString(strides);
+}
+
+// Throws posenc::Error unless no batch element of a written (non-const) view shares memory with
+// another element of it or with any element of another view: the checks the library makes within
+// one element, made across the whole views before the first element is written.
+template <typename... T>
+void RequireDisjointBatch(std::string_view function, const BatchedHeads<T>&... views) {
+  // A view the library refuses by itself is left to the library's message: every element has
+  // its geometry, so the first call throws before it writes.
+  try {
+    (views.first.Validate(function, views.name), ...);
+  } catch (const Error&) {
+    return;
+  }
+  constexpr size_t kCount = sizeof...(T);
+  const std::array<RowSet, kCount> rows{RowsOf(views)...};
+  const std::array<bool, kCount> written{!std::is_const_v<T>...};
+  const std::array<std::string_view, kCount> names{views.name...};
+  const std::array<std::string, kCount> strides{ByteStrides(views)...};
+  for (size_t j = 0; j < kCount; ++j) {
+    Require(!written[j] || rows[j].Nested(), function, names[j],
+            "not have batch elements that share memory", "strides " + strides[j]);
+    for (size_t i = 0; i < j; ++i) {
+      Require(!(written[i] || written[j]) || !ShareRows(rows[i], rows[j]), function, names[j],
+              "not share memory with " + std::string(names[i]), "overlapping views");
+    }
+  }
+}
+
+template <typename T>
+bool IsEmpty(const BatchedHeads<T>& view) {
+  return view.BatchCount() == 0 || view.first.tokens == 0 || view.first.num_heads == 0;
+}
+
 // Calls call(positions, view...) with the GIL released. All views must have the same batch
-// shape. In the per-element case every position is checked first, and the first call validates
-// the (identical) geometry of every element, so nothing is written when an argument is bad.
+// shape. Zero tokens, heads or batch elements are a no-op. In the per-element case every
+// position and the whole views' aliasing are checked first, and the first call validates the
+// (identical) geometry of every element, so nothing is written when an argument is bad.
 template <typename Call, typename... T>
 void RunBatched(std::string_view function, BatchPositions& positions, const Call& call,
                 BatchedHeads<T>... views) {
+  if ((IsEmpty(views) || ...)) return;
   const int64_t count = std::get<0>(std::tie(views...)).BatchCount();
-  if (count == 0) return;
   auto folded = std::make_tuple(views...);
   // `&`, not `&&`: every copy is folded or the per-element originals are used.
   if (std::apply([](auto&... v) { return (v.Fold() & ...); }, folded)) {
@@ -30,6 +114,7 @@ void RunBatched(std::string_view function, BatchPositions& positions, const Call
     return;
   }
   ValidatePositions(function, positions.All(), static_cast<int64_t>(positions.All().size()));
+  RequireDisjointBatch(function, views...);
   py::gil_scoped_release release;
   for (int64_t b = 0; b < count; ++b) call(positions.At(b), views.At(b)...);
 }
