@@ -78,26 +78,42 @@ def _check_activations(function, name, tensor, dtypes=_ROPE_DTYPES):
 
 
 def _positions(function, positions, name="positions"):
-    """int64 CPU positions as a numpy view (a list of ints is converted)."""
+    """int64 CPU positions as a numpy view. A sequence or array of ints is
+    converted; floats and bools are refused, never truncated."""
     if not isinstance(positions, torch.Tensor):
+        given = type(positions).__name__
         try:
-            positions = torch.as_tensor(positions, dtype=torch.int64)
-        except (TypeError, ValueError, RuntimeError):
+            positions = torch.as_tensor(positions)
+        except (TypeError, ValueError, RuntimeError, OverflowError):
             raise _error(
                 function,
                 name,
                 "be an int64 tensor or a sequence of ints",
                 type(positions).__name__,
             ) from None
+        integral = positions.numel() == 0 or not (
+            positions.dtype.is_floating_point
+            or positions.dtype.is_complex
+            or positions.dtype == torch.bool
+        )
+        if not integral:
+            raise _error(
+                function,
+                name,
+                "be an int64 tensor or a sequence of ints",
+                f"{given} of {_dtype_name(positions.dtype)}",
+            )
+        positions = positions.to(torch.int64)
     _check_cpu(function, name, positions)
     if positions.dtype != torch.int64:
         raise _error(
-            function,
-            name,
-            "have dtype int64",
-            str(positions.dtype).replace("torch.", ""),
+            function, name, "have dtype int64", _dtype_name(positions.dtype)
         )
     return positions.numpy()
+
+
+def _dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
 
 
 def _layout(layout):
