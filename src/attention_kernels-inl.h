@@ -180,6 +180,9 @@ HWY_INLINE void PrefetchRow(const NextRows& next, size_t j) {
   PrefetchBytes(next.v + j * next.v_stride, next.v_bytes);
 }
 
+// max(a, b), NaN when either is NaN (std::max and Highway's Max may return the other operand).
+inline float MaxKeepingNaN(float a, float b) { return a > b || std::isnan(a) ? a : b; }
+
 // The running state of one query row.
 struct RowState {
   int64_t pos = 0;
@@ -295,20 +298,29 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const Tiles& t, float* HWY_RESTRICT s,
     }
   }
 
+  // NaN: a NaN score (a NaN in q or k, or inf - inf) must make the row NaN, as softmax does in
+  // the math and in PyTorch. Max may drop NaN (x86 keeps its second operand), so NaN is carried
+  // by the weights instead: Exp turns NaN into 0, and the blend below restores it, which makes
+  // the sum and the output NaN. A max that drops every NaN stays finite or -inf; -inf is checked.
   auto vmax = hn::Set(df, kNegInf);
   for (size_t j = 0; j < t.score_stride; j += n) vmax = hn::Max(vmax, hn::LoadU(df, s + j));
-  const float new_max = std::max(row.max, hn::GetLane(hn::MaxOfLanes(df, vmax)));
-  if (new_max == kNegInf) {  // nothing visible yet: all weights 0, state unchanged
-    std::fill(s, s + t.score_stride, 0.0f);
-    row.correction = 1.0f;
-    return;
+  float new_max = MaxKeepingNaN(row.max, hn::GetLane(hn::MaxOfLanes(df, vmax)));
+  if (new_max == kNegInf) {
+    if (std::none_of(s, s + keys, [](float x) { return std::isnan(x); })) {
+      // nothing visible yet: all weights 0, state unchanged
+      std::fill(s, s + t.score_stride, 0.0f);
+      row.correction = 1.0f;
+      return;
+    }
+    new_max = std::numeric_limits<float>::quiet_NaN();
   }
   row.correction = std::exp(row.max - new_max);  // exp(-inf) = 0 on the first visible tile
   row.max = new_max;
   const auto vnew_max = hn::Set(df, new_max);
   auto vsum = hn::Zero(df);
   for (size_t j = 0; j < t.score_stride; j += n) {
-    const auto p = hn::Exp(df, hn::Sub(hn::LoadU(df, s + j), vnew_max));  // exp(-inf) = 0
+    const auto x = hn::Sub(hn::LoadU(df, s + j), vnew_max);
+    const auto p = hn::IfThenElse(hn::IsNaN(x), x, hn::Exp(df, x));  // exp(-inf) = 0
     vsum = hn::Add(vsum, p);
     hn::StoreU(p, df, s + j);
   }
@@ -364,10 +376,53 @@ HWY_NOINLINE void WeightedValues(DF df, const float* HWY_RESTRICT p, size_t p_st
   }
 }
 
+// A value element as float32, for the scalar paths below.
+inline float ValueF32(float x) { return x; }
+inline float ValueF32(hwy::bfloat16_t x) { return hwy::F32FromBF16(x); }
+
+// Whether key j at key_pos is hidden from `row` by the causal mask or the sliding window.
+inline bool Hidden(const RowState& row, int64_t key_pos, bool causal, int64_t window) {
+  return (causal && key_pos > row.pos) || (window > 0 && row.pos - key_pos >= window);
+}
+
+// Whether any of the `keys` value rows at v (v_stride apart, value_dim elements) holds inf or
+// NaN. Asked only for tiles that straddle a mask edge.
+template <typename T>
+bool AnyNonFinite(const T* v, size_t v_stride, size_t keys, size_t value_dim) {
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t e = 0; e < value_dim; ++e) {
+      if (!std::isfinite(ValueF32(v[j * v_stride + e]))) return true;
+    }
+  }
+  return false;
+}
+
+// Pass (3) that skips hidden keys, for a row block that straddles a mask edge in a tile whose
+// values hold inf or NaN: there the fast pass would add 0 * inf = NaN from a key the row never
+// sees, which the math (a sum over visible keys) does not. Visible keys still add p v, so a
+// non-finite value the row does see reaches it even with a weight that underflowed to 0.
+// Plain and scalar: only hostile input comes here.
+template <typename T>
+void WeightedVisibleValues(const float* p, size_t p_stride, const T* v, size_t v_stride,
+                           size_t keys, size_t value_dim, const int64_t* key_pos,
+                           const RowState* rows, bool causal, int64_t window, float* o,
+                           size_t o_stride) {
+  for (size_t r = 0; r < kRowBlock; ++r) {
+    float* o_r = o + r * o_stride;
+    for (size_t e = 0; e < value_dim; ++e) o_r[e] *= rows[r].correction;
+    for (size_t j = 0; j < keys; ++j) {
+      if (Hidden(rows[r], key_pos[j], causal, window)) continue;
+      const float weight = p[r * p_stride + j];
+      for (size_t e = 0; e < value_dim; ++e) o_r[e] += weight * ValueF32(v[j * v_stride + e]);
+    }
+  }
+}
+
 // The last step, the log-sum-exp merge of `count` partial results of one row over disjoint key
 // ranges, partial c being (o_c, m_c, l_c) = (o + c stride, max[c stride], sum[c stride]):
 // dst = sum_c w_c o_c / sum_c w_c l_c with w_c = exp(m_c - max_c m_c). One partial is plain
-// normalisation, out = o / l. A row that saw no visible key (every l_c = 0) gets zeros, not NaN.
+// normalisation, out = o / l. A row that saw no visible key (every l_c = 0) gets zeros, not NaN;
+// a row with a NaN max or sum (a NaN score) gets NaN.
 // Writes value_dim floats of dst (the padding of o stays in scratch).
 template <class DF>
 HWY_INLINE void MergePartials(DF df, const float* HWY_RESTRICT o, const float* HWY_RESTRICT max,
@@ -376,7 +431,7 @@ HWY_INLINE void MergePartials(DF df, const float* HWY_RESTRICT o, const float* H
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   HWY_DASSERT(count <= static_cast<size_t>(kMaxKeyChunks));
   float global_max = kNegInf;
-  for (size_t c = 0; c < count; ++c) global_max = std::max(global_max, max[c * stride]);
+  for (size_t c = 0; c < count; ++c) global_max = MaxKeepingNaN(global_max, max[c * stride]);
   float weight[kMaxKeyChunks];
   float total = 0.0f;
   for (size_t c = 0; c < count; ++c) {
@@ -384,7 +439,7 @@ HWY_INLINE void MergePartials(DF df, const float* HWY_RESTRICT o, const float* H
     weight[c] = global_max == kNegInf ? 0.0f : std::exp(max[c * stride] - global_max);
     total += weight[c] * sum[c * stride];
   }
-  const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
+  const float inv_total = total != 0.0f ? 1.0f / total : 0.0f;  // NaN stays NaN
   for (size_t c = 0; c < count; ++c) weight[c] *= inv_total;
 
   const size_t n = hn::Lanes(df);
@@ -551,6 +606,15 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
   }
   std::fill(t.key_offset + keys, t.key_offset + t.score_stride, 0.0f);
 
+  // Asked at most once per tile, and only by row blocks that straddle a mask edge.
+  int values_non_finite = -1;  // unknown
+  const auto non_finite_values = [&] {
+    if (values_non_finite < 0) {
+      values_non_finite = AnyNonFinite(v_head + key0 * a.v.token_stride,
+                                       static_cast<size_t>(a.v.token_stride), keys, value_dim);
+    }
+    return values_non_finite == 1;
+  };
   for (size_t b = 0; b < qt.blocks; ++b) {
     if (a.causal && key_min > qt.block_max_pos[b]) continue;
     if (windowed && qt.block_min_pos[b] - key_max >= a.window) continue;
@@ -573,7 +637,13 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
       correction[r] = block[r].correction;
     }
     // (3) weighted values.
-    if (t.bf16_dot) {
+    const bool straddles = (a.causal && key_max > qt.block_min_pos[b]) ||
+                           (windowed && qt.block_max_pos[b] - key_min >= a.window);
+    if (straddles && non_finite_values()) {
+      WeightedVisibleValues(t.scores, t.score_stride, v_head + key0 * a.v.token_stride,
+                            static_cast<size_t>(a.v.token_stride), keys, value_dim, key_pos,
+                            block, a.causal, a.window, out, t.value_dim);
+    } else if (t.bf16_dot) {
       internal::WeightedValuesBf16(t.scores, t.score_stride, keys,
                                    reinterpret_cast<const uint32_t*>(t.v), t.value_dim,
                                    correction, out, t.value_dim);
@@ -660,6 +730,22 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
   // the first few).
   constexpr size_t kTokenBlock = 8;
   const float ones[kRowBlock] = {1.0f, 1.0f, 1.0f, 1.0f};
+  // Row blocks that straddle a mask edge in a tile whose values hold inf or NaN skip the keys
+  // they do not see (WeightedVisibleValues).
+  std::vector<char> visible_only;  // [head, row block], allocated only at a mask edge
+  for (size_t i = 0; i < block_count; ++i) {
+    const size_t b = blocks[i];
+    if (!(a.causal && key_max > first.block_min_pos[b]) &&
+        !(windowed && first.block_max_pos[b] - key_min >= a.window)) {
+      continue;
+    }
+    visible_only.resize(tiles.size() * (kQueryTile / kRowBlock), 0);
+    for (size_t h = 0; h < tiles.size(); ++h) {
+      visible_only[h * (kQueryTile / kRowBlock) + b] =
+          AnyNonFinite(v_tile + tiles[h].g * a.v.head_stride,
+                       static_cast<size_t>(a.v.token_stride), keys, value_dim);
+    }
+  }
   for (size_t j = 0; j < keys; j += kTokenBlock) {
     const size_t count = std::min(kTokenBlock, keys - j);
     for (size_t h = 0; h < tiles.size(); ++h) {
@@ -673,7 +759,13 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
         }
         float* o = tiles[h].out + b * kRowBlock * t.value_dim;
         const size_t v_stride = static_cast<size_t>(a.v.token_stride);
-        if (t.bf16_dot) {  // weights rounded to bfloat16 as in prefill: decode = prefill's row
+        if (!visible_only.empty() && visible_only[h * (kQueryTile / kRowBlock) + b]) {
+          if (j == 0) {  // every key of the tile at once: the correction applies once
+            WeightedVisibleValues(scores(h, b), t.score_stride, v, v_stride, keys, value_dim,
+                                  key_pos, tiles[h].rows + b * kRowBlock, a.causal, a.window, o,
+                                  t.value_dim);
+          }
+        } else if (t.bf16_dot) {  // weights rounded to bfloat16 as in prefill: decode = prefill's row
           internal::WeightedValueRowsBf16(scores(h, b) + j, t.score_stride, count, Bits(v),
                                           v_stride, value_dim, t.value_dim,
                                           j == 0 ? correction : ones, o, t.value_dim);

@@ -452,5 +452,119 @@ TEST(AttentionKernel, BFloat16OverloadValidatesLikeFloat32) {
   for (const float x : out) EXPECT_EQ(x, 7.0f);
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// NaN and inf propagate as in the math (and PyTorch): out_i = sum over the keys query i sees of
+// softmax(s)_j v_j. A NaN score (NaN in q, or in a key the query sees) makes the query's whole
+// row NaN; a NaN or inf in a value row reaches every query that sees the key, in that column,
+// even where its weight underflowed to 0 (0 x NaN = NaN); keys hidden by the mask are never
+// part of the sum, so nothing non-finite in them reaches the query.
+
+// Sets element (t, h, d) of x, in the storage and in the reference's widened copy.
+template <typename T>
+void Poison(Tensor<T>& x, int64_t t, int64_t h, int64_t d, float value) {
+  x.view.Row(t, h)[d] = FromFloat<T>(value);
+  x.values[static_cast<size_t>((t * x.view.num_heads + h) * x.view.head_dim + d)] =
+      ToFloat(FromFloat<T>(value));
+}
+
+// got matches want: NaN where want is NaN, inf where want is inf, near elsewhere. Returns how
+// many elements of want are not finite.
+size_t ExpectNearWithNonFinite(const Output& got, const Output& want, double tolerance,
+                               const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  size_t non_finite = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << what << " element " << i << " got " << got[i];
+    } else if (std::isinf(want[i])) {
+      EXPECT_EQ(got[i], want[i]) << what << " element " << i;
+    } else {
+      EXPECT_NEAR(got[i], want[i], tolerance) << what << " element " << i;
+    }
+    if (!std::isfinite(want[i])) ++non_finite;
+  }
+  return non_finite;
+}
+
+template <typename T>
+void CheckNonFinitePropagates() {
+  struct Case {
+    const char* name;
+    int64_t q_tokens, kv_tokens, first_query;  // prefill when q_tokens == kv_tokens
+  };
+  // Prefill over several query and key tiles; decode with split keys (600 keys, 2 chunks), at
+  // the end of the cache and a third of the way in (causal hides the rest).
+  constexpr Case kCases[] = {{"prefill", 70, 150, 0},
+                             {"decode", 1, 600, 599},
+                             {"early decode", 2, 600, 200}};
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  struct Poisoned {
+    const char* name;
+    char tensor;  // 'q', 'k' or 'v'
+    float value;
+  };
+  constexpr Poisoned kPoisons[] = {
+      {"NaN in q", 'q', kNaN}, {"NaN in k", 'k', kNaN}, {"inf in k", 'k', kInf},
+      {"NaN in v", 'v', kNaN}, {"inf in v", 'v', kInf}};
+  uint32_t seed = 900;
+  for (const Case& c : kCases) {
+    for (const Poisoned& poison : kPoisons) {
+      Tensor<T> q(c.q_tokens, 4, 16, seed++, 2.0f, 3), k(c.kv_tokens, 2, 16, seed++, 2.0f),
+          v(c.kv_tokens, 2, 8, seed++, 1.0f, 1);
+      // The poisoned key sits inside a tile (so that masked and visible keys share it).
+      const int64_t key = std::min<int64_t>(c.first_query + c.q_tokens / 2, c.kv_tokens - 1);
+      if (poison.tensor == 'q') Poison(q, c.q_tokens - 1, 1, 3, poison.value);
+      if (poison.tensor == 'k') Poison(k, key, 0, 5, poison.value);
+      if (poison.tensor == 'v') Poison(v, key, 1, 2, poison.value);
+      const std::vector<int64_t> key_pos = PositionRange(0, c.kv_tokens);
+      const std::vector<int64_t> query_pos = PositionRange(c.first_query, c.q_tokens);
+      for (int variant = 0; variant < 3; ++variant) {
+        AttentionOptions options;
+        options.causal = variant >= 1;
+        options.window = variant == 2 ? 40 : 0;
+        const std::string what = std::string(c.name) + ", " + poison.name +
+                                 (options.causal ? " causal" : " full") +
+                                 (options.window ? " window 40" : "");
+        const Output want = Reference(options, q, k, v, query_pos, key_pos);
+        ForEachSimdTarget([&](int64_t) {
+          const size_t non_finite = ExpectNearWithNonFinite(
+              Run(options, q, k, v, query_pos, key_pos), want, kTolerance<T>, what);
+          // NaN reaches someone (inf in k may only give scores of -inf, weights of 0), and
+          // nothing reaches everyone.
+          if (std::isnan(poison.value)) EXPECT_GT(non_finite, 0u) << what;
+          EXPECT_LT(non_finite, want.size()) << what;
+        });
+      }
+    }
+  }
+}
+
+TEST(AttentionKernel, NonFiniteInputsPropagateAsInTheMathFloat32) {
+  CheckNonFinitePropagates<float>();
+}
+TEST(AttentionKernel, NonFiniteInputsPropagateAsInTheMathBFloat16) {
+  CheckNonFinitePropagates<BFloat16>();
+}
+
+// A NaN value row that the query sees reaches it even where its weight underflowed to 0 in
+// float32: two keys, scores 0 and -200 (exp(-200) is 0 in float32, 1e-87 in the reference).
+TEST(AttentionKernel, NonFiniteValueWithUnderflowedWeightStillReachesTheRow) {
+  Tensor<float> q(1, 1, 1, 1), k(2, 1, 1, 2), v(2, 1, 1, 3);
+  Poison(q, 0, 0, 0, 1.0f);
+  Poison(k, 0, 0, 0, 0.0f);
+  Poison(k, 1, 0, 0, -200.0f);
+  Poison(v, 0, 0, 0, 0.5f);
+  Poison(v, 1, 0, 0, std::numeric_limits<float>::quiet_NaN());
+  AttentionOptions options;
+  options.scale = 1.0;
+  const std::vector<int64_t> query_pos{1}, key_pos{0, 1};
+  ForEachSimdTarget([&](int64_t) {
+    EXPECT_TRUE(std::isnan(posenc::Run(options, q, k, v, query_pos, key_pos)[0]));
+  });
+  EXPECT_TRUE(std::isnan(Reference(options, q, k, v, query_pos, key_pos)[0]));
+}
+
 }  // namespace
 }  // namespace posenc
