@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -10,6 +9,7 @@
 #include <utility>
 
 #include "posenc/error.h"
+#include "posenc/files.h"
 
 namespace posenc {
 namespace {
@@ -661,12 +661,10 @@ PositionScheme ParseHfConfig(std::string_view json_text) {
 }
 
 PositionScheme LoadHfConfig(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  Require(in.good(), kFn, "path", "name a readable file", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Sized by stat before anything is read: a huge or endless file costs no memory.
+  const std::string text = ReadFileCapped(kFn, path.string(), kMaxBytes);
   try {
-    return ParseHfConfig(text.str());
+    return ParseHfConfig(text);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (in " + path.string() + ")");
   }

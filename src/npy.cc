@@ -5,12 +5,15 @@
 // '\n', then the raw C-order data.
 #include "posenc/npy.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <bit>
 #include <cctype>
+#include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
@@ -25,6 +28,10 @@ namespace {
 constexpr std::string_view kMagic = "\x93NUMPY";
 // numpy aligns the data start to 64 bytes (format.ARRAY_ALIGN) so that files can be memory-mapped.
 constexpr size_t kArrayAlign = 64;
+// Headers are a short dict; numpy's own reader refuses more than 10,000 bytes unless told
+// otherwise (max_header_size). Far more than any real file, far less than the 4 GiB the v2
+// length field allows.
+constexpr uint64_t kMaxHeaderBytes = uint64_t{1} << 20;
 
 // product(shape) when every extent is >= 0 and the product fits in int64; nullopt otherwise.
 std::optional<int64_t> ElementCount(std::span<const int64_t> shape) {
@@ -242,16 +249,38 @@ class HeaderParser {
   size_t pos_ = 0;
 };
 
-std::string ReadWholeFile(const std::string& path) {
-  std::error_code error;
-  Require(std::filesystem::is_regular_file(path, error), "npy.read", "path",
-          "name an existing regular file", "'" + path + "'");
-  std::ifstream in(path, std::ios::binary);
-  Require(in.is_open(), "npy.read", "path", "name a readable file", "'" + path + "'");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  Require(!in.bad(), "npy.read", "path", "be readable to the end", "'" + path + "'");
-  return bytes;
+// Reads up to n bytes from `offset` on, retrying short reads; returns how many were read (fewer
+// only at the end of the file).
+size_t ReadUpTo(int fd, uint64_t offset, char* out, size_t n, const std::string& path) {
+  size_t filled = 0;
+  while (filled < n) {
+    const ssize_t got = ::pread(fd, out + filled, n - filled, static_cast<off_t>(offset + filled));
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      ReadError(path, "file", "be readable to the end", std::strerror(errno));
+    }
+    if (got == 0) break;
+    filled += static_cast<size_t>(got);
+  }
+  return filled;
 }
+
+// Reads exactly n bytes or fails: the file shrank after it was sized.
+void ReadExactly(int fd, uint64_t offset, char* out, size_t n, const std::string& path,
+                 uint64_t expected_size) {
+  if (ReadUpTo(fd, offset, out, n, path) != n) {
+    ReadError(path, "file", "keep its size while being read",
+              "fewer than the " + std::to_string(expected_size) + " bytes it had");
+  }
+}
+
+// Closes the descriptor on every way out.
+struct Descriptor {
+  int fd;
+  ~Descriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 }  // namespace
 
@@ -265,34 +294,54 @@ std::string NpyShapeString(std::span<const int64_t> shape) {
   return repr + ')';
 }
 
-NpyArray ReadNpy(const std::string& path) {
-  const std::string bytes = ReadWholeFile(path);
-  const std::string_view file(bytes);
-  if (file.size() < kMagic.size() + 2 || file.substr(0, kMagic.size()) != kMagic) {
-    ReadError(path, "file", "start with the .npy magic string \"\\x93NUMPY\"",
-              std::to_string(file.size()) + " bytes without it");
+NpyArray ReadNpy(const std::string& path, uint64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below as not regular.
+  const Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  struct stat info {};
+  Require(file.fd >= 0 && ::fstat(file.fd, &info) == 0 && S_ISREG(info.st_mode), "npy.read",
+          "path", "name an existing regular file", "'" + path + "'");
+  const auto file_size = static_cast<uint64_t>(info.st_size);
+  if (file_size > max_bytes) {
+    ReadError(path, "file", "be at most max_bytes = " + std::to_string(max_bytes) + " bytes",
+              std::to_string(file_size) + " bytes");
   }
-  const int major = static_cast<unsigned char>(file[kMagic.size()]);
-  const int minor = static_cast<unsigned char>(file[kMagic.size() + 1]);
+
+  // The fixed prefix: magic, version, header length.
+  char prefix[kMagic.size() + 2 + 4] = {};
+  const size_t prefix_read =
+      ReadUpTo(file.fd, 0, prefix, std::min<uint64_t>(sizeof prefix, file_size), path);
+  const std::string_view start(prefix, prefix_read);
+  if (start.size() < kMagic.size() + 2 || start.substr(0, kMagic.size()) != kMagic) {
+    ReadError(path, "file", "start with the .npy magic string \"\\x93NUMPY\"",
+              std::to_string(file_size) + " bytes without it");
+  }
+  const int major = static_cast<unsigned char>(start[kMagic.size()]);
+  const int minor = static_cast<unsigned char>(start[kMagic.size() + 1]);
   if (!((major == 1 || major == 2 || major == 3) && minor == 0)) {
     ReadError(path, "version", "be 1.0, 2.0 or 3.0",
               std::to_string(major) + "." + std::to_string(minor));
   }
   const size_t length_bytes = major == 1 ? 2 : 4;
   const size_t header_start = kMagic.size() + 2 + length_bytes;
-  if (file.size() < header_start) {
+  if (file_size < header_start) {
     ReadError(path, "file", "hold the header length",
-              "a file of " + std::to_string(file.size()) + " bytes");
+              "a file of " + std::to_string(file_size) + " bytes");
   }
   const uint64_t header_length =
-      LoadLittleEndian(file.data() + kMagic.size() + 2, static_cast<int>(length_bytes));
-  if (header_length > file.size() - header_start) {
+      LoadLittleEndian(prefix + kMagic.size() + 2, static_cast<int>(length_bytes));
+  if (header_length > kMaxHeaderBytes) {
+    ReadError(path, "header", "be at most " + std::to_string(kMaxHeaderBytes) + " bytes",
+              std::to_string(header_length) + " bytes");
+  }
+  if (header_length > file_size - header_start) {
     ReadError(path, "header",
-              "fit in the file (" + std::to_string(file.size() - header_start) +
+              "fit in the file (" + std::to_string(file_size - header_start) +
                   " bytes after the length field)",
               std::to_string(header_length) + " bytes");
   }
-  const auto header = HeaderParser(file.substr(header_start, header_length), path).Parse();
+  std::string header_text(static_cast<size_t>(header_length), '\0');
+  ReadExactly(file.fd, header_start, header_text.data(), header_text.size(), path, file_size);
+  const auto header = HeaderParser(header_text, path).Parse();
 
   if (header.descr.size() == 3 && header.descr[0] == '>' && header.descr[1] == 'f') {
     ReadError(path, "descr", "be little-endian ('<f4' or '<f8'); big-endian data is not supported",
@@ -304,12 +353,13 @@ NpyArray ReadNpy(const std::string& path) {
   if (header.fortran_order) {
     ReadError(path, "fortran_order", "be False (only C-order arrays are supported)", "True");
   }
+  // The data's size is checked against the file's before anything is allocated for it.
   const size_t item_size = header.descr == "<f4" ? 4 : 8;
   const auto count = ElementCount(header.shape);
-  const size_t data_start = header_start + header_length;
-  const size_t data_bytes = file.size() - data_start;
+  const uint64_t data_start = header_start + header_length;
+  const uint64_t data_bytes = file_size - data_start;
   if (!count || static_cast<uint64_t>(*count) > data_bytes / item_size ||
-      static_cast<size_t>(*count) * item_size != data_bytes) {
+      static_cast<uint64_t>(*count) * item_size != data_bytes) {
     ReadError(path, "data",
               "be product(shape) * " + std::to_string(item_size) + " bytes for shape " +
                   NpyShapeString(header.shape),
@@ -322,11 +372,25 @@ NpyArray ReadNpy(const std::string& path) {
   NpyArray array;
   array.shape = header.shape;
   array.data.resize(static_cast<size_t>(*count));
-  const char* p = file.data() + data_start;
-  for (float& value : array.data) {
-    value = item_size == 4 ? std::bit_cast<float>(static_cast<uint32_t>(LoadLittleEndian(p, 4)))
-                           : static_cast<float>(std::bit_cast<double>(LoadLittleEndian(p, 8)));
-    p += item_size;
+  if (item_size == 4 && std::endian::native == std::endian::little) {
+    ReadExactly(file.fd, data_start, reinterpret_cast<char*>(array.data.data()), data_bytes, path,
+                file_size);
+    return array;
+  }
+  // float64, or a big-endian host: convert a block at a time, so memory stays the output's.
+  constexpr size_t kBlockItems = 8192;
+  std::vector<char> block(kBlockItems * item_size);
+  for (size_t done = 0; done < array.data.size();) {
+    const size_t items = std::min(kBlockItems, array.data.size() - done);
+    ReadExactly(file.fd, data_start + done * item_size, block.data(), items * item_size, path,
+                file_size);
+    const char* p = block.data();
+    for (size_t i = 0; i < items; ++i, p += item_size) {
+      array.data[done + i] =
+          item_size == 4 ? std::bit_cast<float>(static_cast<uint32_t>(LoadLittleEndian(p, 4)))
+                         : static_cast<float>(std::bit_cast<double>(LoadLittleEndian(p, 8)));
+    }
+    done += items;
   }
   return array;
 }

@@ -343,8 +343,35 @@ TEST(Npy, BadWritesThrowWithoutCreatingTheFile) {
     FAIL() << "expected posenc::Error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "[npy.write] path must name a writable file, got '" + no_directory + "'");
+              "[npy.write] path must be written completely (create a temporary file beside it: "
+              "No such file or directory); nothing was changed, got '" +
+                  no_directory + "'");
   }
+}
+
+
+TEST(Npy, Float64ArraysLongerThanOneReadBlockConvert) {
+  // The float64 reader converts a block of 8192 values at a time: 20000 values span three.
+  const TempFile file("long_f8.npy");
+  std::string data;
+  for (int i = 0; i < 20000; ++i) data += Float64Bytes({0.25 * i - 1.0 / 3.0});
+  WriteBytes(file.path(), NpyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': (20000,), }\n",
+                                   data));
+  const NpyArray array = ReadNpy(file.path());
+  ASSERT_EQ(array.data.size(), 20000u);
+  for (int i = 0; i < 20000; ++i) {
+    ASSERT_EQ(array.data[i], static_cast<float>(0.25 * i - 1.0 / 3.0)) << i;
+  }
+}
+
+TEST(Npy, MaxBytesCapsTheFileAndDefaultsTo16GiB) {
+  EXPECT_EQ(kNpyMaxBytes, uint64_t{16} << 30);
+  const TempFile file("capped.npy");
+  WriteBytes(file.path(), Known2x3File());  // 152 bytes
+  EXPECT_EQ(ReadNpy(file.path(), 152).data, Known2x3Values());
+  testing_support::ExpectError([&] { ReadNpy(file.path(), 151); },
+                               "[npy.read] " + file.path() +
+                                   ": file must be at most max_bytes = 151 bytes, got 152 bytes");
 }
 
 }  // namespace

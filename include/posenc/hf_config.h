@@ -97,7 +97,9 @@ using PositionScheme =
 // Parses config.json text. Throws posenc::Error (see the header comment); never anything else.
 PositionScheme ParseHfConfig(std::string_view json_text);
 
-// Reads and parses a file; a missing or unreadable file is a posenc::Error naming the path.
+// Reads and parses a file. The file is sized with stat before it is read, so a missing file, a
+// directory, a device such as /dev/zero or a file over 64 MiB is a posenc::Error naming the path
+// that costs no memory.
 PositionScheme LoadHfConfig(const std::filesystem::path& path);
 
 // Frequencies of one layer type (see rope_scaling.h for precision and seq_len).

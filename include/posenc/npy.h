@@ -17,9 +17,15 @@ struct NpyArray {
   std::vector<float> data;  // row-major, product(shape) elements
 };
 
-// Throws posenc::Error naming the path and the problem: a missing file, a bad magic string or
-// version, a corrupt header, an unsupported dtype or order, or data of the wrong length.
-NpyArray ReadNpy(const std::string& path);
+// The default cap on the size of a file ReadNpy reads: 16 GiB, four billion float32 values.
+inline constexpr uint64_t kNpyMaxBytes = uint64_t{16} << 30;
+
+// Throws posenc::Error naming the path and the problem: a missing file, a directory or device, a
+// file larger than max_bytes, a bad magic string or version, a header over 1 MiB or corrupt, an
+// unsupported dtype or order, or data of the wrong length. Memory stays bounded by the file:
+// the file is sized with stat, the header is read and checked first, and the data's length
+// (product(shape) * itemsize) must equal what the file holds before the output is allocated.
+NpyArray ReadNpy(const std::string& path, uint64_t max_bytes = kNpyMaxBytes);
 
 // Writes data as a float32 array of the given shape; product(shape) must equal data.size(). The
 // header is the one numpy.save writes (version 1.0, padded so that the data starts on a multiple of
