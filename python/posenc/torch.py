@@ -21,6 +21,7 @@ Example::
     (q_rot * k_rot.repeat_interleave(4, dim=2)).sum().backward()
 """
 
+import math
 import os
 
 import torch
@@ -112,6 +113,24 @@ def _positions(function, positions, name="positions"):
     return positions.numpy()
 
 
+def _empty(function, shape, dtype, like=None):
+    """A new tensor of shape (strided like `like` when given), refused before
+    allocation past the cap posenc's numpy API holds its own results to."""
+    shape = tuple(shape)
+    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if size > _core.MAX_OUTPUT_BYTES:
+        raise _error(
+            function,
+            "out.shape",
+            f"hold at most {_core.MAX_OUTPUT_BYTES} bytes (16 GiB, the cap on "
+            "arrays posenc allocates)",
+            f"{shape} {_dtype_name(dtype)}",
+        )
+    if like is not None:
+        return torch.empty_like(like)
+    return torch.empty(shape, dtype=dtype)
+
+
 def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 
@@ -135,7 +154,8 @@ def _numpy(tensor):
 
 def _rotate_qk(rope, positions, q, k, direction):
     """Rotated copies of q and k, allocated like them (strides preserved)."""
-    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    q_out = _empty("rope", q.shape, q.dtype, like=q)
+    k_out = _empty("rope", k.shape, k.dtype, like=k)
     _core.apply_rope_qk(
         rope,
         positions,
@@ -279,8 +299,10 @@ class SinusoidalPositions(torch.nn.Module):
 
     def forward(self, positions):
         positions = _positions("sinusoidal", positions)
-        out = torch.empty(
-            tuple(positions.shape) + (self.spec.dim,), dtype=torch.float32
+        out = _empty(
+            "sinusoidal",
+            tuple(positions.shape) + (self.spec.dim,),
+            torch.float32,
         )
         _core.sinusoidal(
             positions, self.spec.dim, self.spec.base, out=out.numpy()
@@ -421,13 +443,14 @@ def alibi_bias(
             "alibi", "dtype", "be float32, float64, bfloat16 or float16", dtype
         )
     work = torch.float64 if dtype == torch.float64 else torch.float32
-    out = torch.empty(
+    out = _empty(
+        "alibi",
         (
             alibi.local_heads(),
             queries.shape[0] if queries.ndim else 0,
             keys.shape[0] if keys.ndim else 0,
         ),
-        dtype=work,
+        work,
     )
     _core.alibi_bias(alibi, queries, keys, out=out.numpy())
     return out.to(dtype)

@@ -33,6 +33,13 @@ py::array_t<float> TableView(const py::object& self, std::span<float> data, int6
   return py::array_t<float>({rows, cols}, data.data(), self);
 }
 
+// The library allocates a table as large as the address space allows; the bindings hold it to
+// their cap on allocations.
+void RequireTableSize(int64_t max_positions, int64_t d_model) {
+  const std::vector<int64_t> shape = {max_positions, d_model};
+  RequireOutputSize(shape, sizeof(float), "learned", "[max_positions, d_model]", "float32");
+}
+
 }  // namespace
 
 void BindAbsolute(py::module_& m) {
@@ -60,7 +67,9 @@ PE(p, 2i) = sin(p / base^(2i / dim)), PE(p, 2i + 1) = cos(p / base^(2i / dim)).)
         const Sinusoidal spec{dim, base};
         spec.Validate();
         Require(tokens >= 0, "sinusoidal", "tokens", "be >= 0", tokens);
-        py::array_t<float> out({tokens, dim});
+        const std::vector<int64_t> shape = {tokens, dim};
+        RequireOutputSize(shape, sizeof(float), "sinusoidal", "[tokens, dim]", "float32");
+        py::array_t<float> out(shape);
         std::span<float> values = Flat(out);
         py::gil_scoped_release release;
         FillSinusoidalTable(spec, tokens, values);
@@ -91,10 +100,18 @@ PE(p, 2i) = sin(p / base^(2i / dim)), PE(p, 2i + 1) = cos(p / base^(2i / dim)).)
   py::class_<LearnedPositions>(m, "LearnedPositions", R"(A learned absolute position table
 (GPT-2 style): float32 [max_positions, d_model]; position p reads row p, and a position at or past
 max_positions is an error, never a wrap or clamp.)")
-      .def(py::init<int64_t, int64_t>(), py::arg("max_positions"), py::arg("d_model"),
-           "A zero table.")
-      .def_static("random", &LearnedPositions::Random, py::arg("max_positions"), py::arg("d_model"),
-                  py::arg("seed"), py::arg("stddev") = 0.02,
+      .def(py::init([](int64_t max_positions, int64_t d_model) {
+             RequireTableSize(max_positions, d_model);
+             return LearnedPositions(max_positions, d_model);
+           }),
+           py::arg("max_positions"), py::arg("d_model"), "A zero table.")
+      .def_static(
+          "random",
+          [](int64_t max_positions, int64_t d_model, uint64_t seed, double stddev) {
+            RequireTableSize(max_positions, d_model);
+            return LearnedPositions::Random(max_positions, d_model, seed, stddev);
+          },
+          py::arg("max_positions"), py::arg("d_model"), py::arg("seed"), py::arg("stddev") = 0.02,
                   "A table drawn from N(0, stddev^2) with a fixed seed (reproducible).")
       .def_static("load", &LearnedPositions::Load, py::arg("path"),
                   "Loads a 2-D float32 or float64 .npy file [max_positions, d_model].")

@@ -62,10 +62,13 @@ and shard_heads select a tensor-parallel shard (shard_heads = 0: all heads from 
         const std::span<const int64_t> key_pos =
             key_positions.is_none() ? query_pos
                                     : IntList(key_positions, key_array, kFn, "key_positions");
-        const std::vector<double> slopes = AlibiSlopes(alibi);
-        const std::vector<int64_t> shape = {static_cast<int64_t>(slopes.size()),
+        alibi.Validate();
+        const std::vector<int64_t> shape = {alibi.LocalHeads(),
                                             static_cast<int64_t>(query_pos.size()),
                                             static_cast<int64_t>(key_pos.size())};
+        // Before the slopes, which are as many as the heads.
+        if (out_arg.is_none()) RequireOutputSize(shape, sizeof(float), kFn, "out.shape", "float32");
+        const std::vector<double> slopes = AlibiSlopes(alibi);
         if (!out_arg.is_none() && py::isinstance<py::array_t<double>>(out_arg)) {
           auto out = py::reinterpret_borrow<py::array_t<double>>(out_arg);
           Require(

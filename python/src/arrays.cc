@@ -67,9 +67,25 @@ std::span<const int64_t> IntList(const py::object& values, py::array_t<int64_t>&
   return {array.data(), static_cast<size_t>(array.size())};
 }
 
+void RequireOutputSize(std::span<const int64_t> shape, int64_t item_bytes,
+                       std::string_view function, std::string_view name, std::string_view dtype) {
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t n) { return n <= 0; })) return;
+  int64_t bytes = item_bytes;
+  bool fits = true;
+  for (int64_t n : shape) fits = fits && !__builtin_mul_overflow(bytes, n, &bytes);
+  Require(fits && bytes <= kMaxOutputBytes, function, name,
+          "hold at most " + std::to_string(kMaxOutputBytes) +
+              " bytes (16 GiB, the cap on arrays posenc allocates)",
+          NpyShapeString(std::vector<int64_t>(shape.begin(), shape.end())) + " " +
+              std::string(dtype));
+}
+
 py::array_t<float> OutputArray(const py::object& out, const std::vector<int64_t>& shape,
                                std::string_view function, std::string_view name) {
-  if (out.is_none()) return py::array_t<float>(shape);
+  if (out.is_none()) {
+    RequireOutputSize(shape, sizeof(float), function, std::string(name) + ".shape", "float32");
+    return py::array_t<float>(shape);
+  }
   const py::array array = AsArray(out, function, name);
   RequireDtype<float>(array, function, name, /*writable=*/true);
   Require(ShapeOf(array) == shape, function, std::string(name) + ".shape",

@@ -189,8 +189,18 @@ py::array_t<int64_t> Int64Array(const py::object& values, std::string_view funct
 std::span<const int64_t> IntList(const py::object& values, py::array_t<int64_t>& array,
                                  std::string_view function, std::string_view name);
 
-// A new C-contiguous float32 array of `shape`, or `out` after checking its dtype, shape and
-// contiguity.
+// The cap on every array the bindings allocate for a result: 16 GiB. A result past it is refused
+// before anything is allocated (a caller who means it passes `out=`, where offered).
+constexpr int64_t kMaxOutputBytes = int64_t{1} << 34;
+
+// Throws posenc::Error unless an array of `shape` and `item_bytes` per element fits under
+// kMaxOutputBytes (the product is checked for overflow). A negative size is left to the check
+// that names it. `dtype` is the element's name in the message.
+void RequireOutputSize(std::span<const int64_t> shape, int64_t item_bytes,
+                       std::string_view function, std::string_view name, std::string_view dtype);
+
+// A new C-contiguous float32 array of `shape` (within kMaxOutputBytes), or `out` after checking
+// its dtype, shape and contiguity.
 py::array_t<float> OutputArray(const py::object& out, const std::vector<int64_t>& shape,
                                std::string_view function, std::string_view name = "out");
 

@@ -33,6 +33,7 @@ py::object AttentionOf(const py::object& q_arg, const py::object& k_arg, const p
   RequireBatchOf(q, v, "v");
   std::vector<int64_t> out_shape = q.batch_shape;
   out_shape.insert(out_shape.end(), {q.first.tokens, q.first.num_heads, v.first.head_dim});
+  if (out_arg.is_none()) RequireOutputSize(out_shape, sizeof(float), kFn, "out.shape", "float32");
   const py::object out_object =
       out_arg.is_none() ? py::object(py::array_t<float>(out_shape)) : out_arg;
   const auto out = ViewHeads<float>(out_object, kFn, "out");

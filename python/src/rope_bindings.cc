@@ -40,6 +40,8 @@ std::vector<int64_t> ShapeOfObject(const py::object& x, std::string_view name) {
 py::object OutputLike(const py::object& out, const py::object& like, std::string_view name) {
   if (!out.is_none()) return out;
   const py::array array = AsArray(like, kFn, name);
+  // `like` may be a broadcast view of far more elements than its memory holds.
+  RequireOutputSize(ShapeOf(array), array.itemsize(), kFn, "out.shape", DtypeName(array));
   return py::array(array.dtype(), ShapeOf(array));
 }
 
