@@ -22,6 +22,7 @@ Example::
 """
 
 import math
+import operator
 import os
 
 import torch
@@ -131,6 +132,16 @@ def _empty(function, shape, dtype, like=None):
     return torch.empty(shape, dtype=dtype)
 
 
+def _instance_or_none(cls):
+    """A check that raises TypeError unless its value is None or a cls."""
+
+    def check(value):
+        if value is not None and not isinstance(value, cls):
+            raise TypeError
+
+    return check
+
+
 def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 
@@ -221,7 +232,12 @@ def apply_rope(q, k, positions, rope):
     if k.dtype != q.dtype:
         raise _error("rope", "k.dtype", f"equal q.dtype ({q.dtype})", k.dtype)
     if not isinstance(rope, _core.Rope):
-        raise _error("rope", "rope", "be a posenc.Rope", type(rope).__name__)
+        raise _error(
+            "rope",
+            "rope",
+            "be a posenc.Rope (of a RotaryEmbedding: its .rope)",
+            type(rope).__name__,
+        )
     return _ApplyRope.apply(
         q, k, _positions("rope", positions), rope, _core.RopeDirection.FORWARD
     )
@@ -457,6 +473,8 @@ def alibi_bias(
 
 
 _ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
+# A RotaryEmbedding is a module around a posenc.Rope; the kernel takes the Rope.
+_ROPE_RULE = "be None or a posenc.Rope (of a RotaryEmbedding: its .rope)"
 
 
 def attention(
@@ -502,6 +520,20 @@ def attention(
             "backward; use torch.no_grad() or .detach())",
             "a tensor that requires grad",
         )
+    # What the binding could not convert, named here: pybind11 would list its
+    # whole signature instead.
+    for name, value, fits, rule in (
+        ("scale", scale, float, "be a number (0: 1 / sqrt(head_dim))"),
+        ("window", window, operator.index, "be an int (0: no window)"),
+        ("alibi", alibi, _instance_or_none(_core.Alibi), "be None or a posenc.Alibi"),
+        ("rope", rope, _instance_or_none(_core.Rope), _ROPE_RULE),
+    ):
+        try:
+            fits(value)
+        except (TypeError, ValueError):
+            raise _error(
+                "attention", name, rule, type(value).__name__
+            ) from None
     queries = _positions("attention", query_positions, "query_positions")
     keys = (
         None
