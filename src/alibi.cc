@@ -6,6 +6,7 @@
 #include <string>
 
 #include "posenc/error.h"
+#include "posenc/positions.h"
 
 namespace posenc {
 
@@ -38,6 +39,13 @@ std::vector<double> AlibiSlopes(const Alibi& alibi) {
     slopes[s] = std::exp2(exponent);
   }
   return slopes;
+}
+
+double AlibiBias(double slope, int64_t query_pos, int64_t key_pos) {
+  Require(std::isfinite(slope), "alibi_bias", "slope", "be finite", slope);
+  ValidatePosition("alibi_bias", "query_pos", query_pos);
+  ValidatePosition("alibi_bias", "key_pos", key_pos);
+  return -slope * static_cast<double>(query_pos - key_pos);  // |difference| <= 2^32: exact
 }
 
 }  // namespace posenc

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "posenc/error.h"
+#include "posenc/positions.h"
 #include "test_support.h"
 
 namespace posenc {
@@ -119,6 +120,9 @@ TEST(AlibiBias, IsMinusSlopeTimesDistance) {
   EXPECT_EQ(AlibiBias(0.5, 2, 2), 0.0);
   EXPECT_EQ(AlibiBias(0.25, 2, 5), 0.75);  // a key after the query (non-causal)
   EXPECT_EQ(AlibiBias(0.00390625, 1'000'000, 0), -3906.25);
+  // The largest distances, both ways, exact and with the right sign.
+  EXPECT_EQ(AlibiBias(0.5, kMaxPosition, 0), -0.5 * 4294967296.0);
+  EXPECT_EQ(AlibiBias(0.5, 0, kMaxPosition), 0.5 * 4294967296.0);
 }
 
 TEST(AlibiValidate, AcceptsValidShards) {
@@ -149,6 +153,20 @@ TEST(AlibiValidate, RejectsBadFields) {
   ExpectError([] { Make(8, 8.0, 1, std::numeric_limits<int64_t>::max()).Validate(); },
               "[alibi] shard_heads must be >= 0 and <= num_heads - head_offset (7), got "
               "9223372036854775807");
+}
+
+
+TEST(AlibiBias, PositionsFollowTheRuleOfEveryApi) {
+  // Positions in [0, 2^32], as RoPE and attention take them: 2^62 and -2^62 once overflowed
+  // int64 in the distance and gave a bias of the wrong sign.
+  testing_support::ExpectError([] { AlibiBias(0.5, int64_t{1} << 62, -(int64_t{1} << 62)); },
+                               "[alibi_bias] query_pos must be <= 2^32 = 4294967296 (kMaxPosition, "
+                               "where float32 RoPE stops being accurate), got 4611686018427387904");
+  testing_support::ExpectError([] { AlibiBias(0.5, 3, -1); },
+                               "[alibi_bias] key_pos must be >= 0, got -1");
+  testing_support::ExpectError(
+      [] { AlibiBias(std::numeric_limits<double>::infinity(), 3, 1); },
+      "[alibi_bias] slope must be finite, got inf");
 }
 
 }  // namespace

@@ -9,6 +9,10 @@ namespace posenc {
 std::vector<int64_t> PositionRange(int64_t start, int64_t count) {
   Require(start >= 0, "position_range", "start", "be >= 0", start);
   Require(count >= 0, "position_range", "count", "be >= 0", count);
+  ValidatePosition("position_range", "start", start);
+  // Written as a difference so that a huge count cannot overflow.
+  Require(count <= kMaxPosition - start + 1, "position_range", "count",
+          "keep start + count - 1 <= 2^32 = 4294967296 (kMaxPosition)", count);
   std::vector<int64_t> positions(count);
   for (int64_t i = 0; i < count; ++i) positions[i] = start + i;
   return positions;
@@ -26,6 +30,12 @@ std::vector<int64_t> PackedPositions(std::span<const int64_t> cu_seqlens) {
   return positions;
 }
 
+void ValidatePosition(std::string_view function, std::string_view name, int64_t pos) {
+  Require(pos >= 0, function, name, "be >= 0", pos);
+  Require(pos <= kMaxPosition, function, name,
+          "be <= 2^32 = 4294967296 (kMaxPosition, where float32 RoPE stops being accurate)", pos);
+}
+
 void ValidatePositions(std::string_view function, std::span<const int64_t> positions,
                        int64_t tokens, std::string_view name) {
   // Messages are built only on failure: this runs on every call, a decode step included.
@@ -35,9 +45,8 @@ void ValidatePositions(std::string_view function, std::span<const int64_t> posit
             "equal the number of tokens (" + std::to_string(tokens) + ")", positions.size());
   }
   for (size_t t = 0; t < positions.size(); ++t) {
-    if (positions[t] < 0) {
-      Require(false, function, std::string(n) + "[" + std::to_string(t) + "]", "be >= 0",
-              positions[t]);
+    if (positions[t] < 0 || positions[t] > kMaxPosition) {
+      ValidatePosition(function, std::string(n) + "[" + std::to_string(t) + "]", positions[t]);
     }
   }
 }

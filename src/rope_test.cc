@@ -16,6 +16,7 @@
 #include "posenc/error.h"
 #include "posenc/heads.h"
 #include "posenc/positions.h"
+#include "posenc/storage.h"
 #include "test_support.h"
 
 namespace posenc {
@@ -857,6 +858,53 @@ TEST(RopeReferenceDouble, ApplyRopeOnFloat64IsValidatedAndUnrounded) {
   const std::vector<int64_t> negative = {-1};
   EXPECT_THROW(ApplyRope(rope, negative, Heads<double>::Dense(x.data(), 1, 1, 3)), Error);
   EXPECT_EQ(x, before);
+}
+
+
+// Positions: one rule for every storage type (posenc/positions.h). At kMaxPosition = 2^32 the
+// kernels still agree with the double reference (whose own angle is off by up to 2^-21 rad
+// there, hence the tolerance); one past it is refused before anything is written.
+template <typename T>
+void CheckPositionLimit(double tolerance) {
+  const Rope rope = Rope::Default(64);
+  const std::vector<int64_t> at_limit{0, kMaxPosition - 1, kMaxPosition};
+  std::vector<float> widened(3 * 64);
+  std::vector<T> x(3 * 64);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = FromFloat<T>(std::sin(0.37f * static_cast<float>(i)));
+    widened[i] = ToFloat(x[i]);
+  }
+  std::vector<float> want(widened.size());
+  ApplyRopeReference(rope, at_limit, Heads<const float>::Dense(widened.data(), 3, 1, 64),
+                     Heads<float>::Dense(want.data(), 3, 1, 64), RopeDirection::kForward);
+  ApplyRope(rope, at_limit, Heads<T>::Dense(x.data(), 3, 1, 64));
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(ToFloat(x[i]))) << i;
+    ASSERT_NEAR(ToFloat(x[i]), want[i], tolerance) << i;
+  }
+  const std::vector<T> before = x;
+  for (const int64_t bad : {kMaxPosition + 1, int64_t{1} << 60,
+                            std::numeric_limits<int64_t>::max()}) {
+    const std::vector<int64_t> past{0, bad};
+    ExpectError([&] { ApplyRope(rope, past, Heads<T>::Dense(x.data(), 2, 1, 64)); },
+                "[rope] positions[1] must be <= 2^32 = 4294967296 (kMaxPosition, where float32 "
+                "RoPE stops being accurate), got " + std::to_string(bad));
+  }
+  EXPECT_EQ(std::memcmp(before.data(), x.data(), x.size() * sizeof(T)), 0);
+}
+
+TEST(RopePositionLimit, Float32) { CheckPositionLimit<float>(1e-6); }
+TEST(RopePositionLimit, BFloat16) { CheckPositionLimit<BFloat16>(2e-2); }
+TEST(RopePositionLimit, Float16) { CheckPositionLimit<Float16>(2e-3); }
+
+TEST(RopePositionLimit, PositionRangeStaysWithinIt) {
+  EXPECT_EQ(PositionRange(kMaxPosition, 1), std::vector<int64_t>{kMaxPosition});
+  ExpectError([] { PositionRange(kMaxPosition, 2); },
+              "[position_range] count must keep start + count - 1 <= 2^32 = 4294967296 "
+              "(kMaxPosition), got 2");
+  ExpectError([] { PositionRange(kMaxPosition + 1, 0); },
+              "[position_range] start must be <= 2^32 = 4294967296 (kMaxPosition, where float32 "
+              "RoPE stops being accurate), got 4294967297");
 }
 
 }  // namespace

@@ -36,9 +36,9 @@ struct Alibi {
 // Exact powers of two whenever the exponent is an integer (e.g. all slopes of 8 heads at 8).
 std::vector<double> AlibiSlopes(const Alibi& alibi);
 
-// The additive score bias for one head: -slope * (query_pos - key_pos).
-inline double AlibiBias(double slope, int64_t query_pos, int64_t key_pos) {
-  return -slope * static_cast<double>(query_pos - key_pos);
-}
+// The additive score bias for one head: -slope * (query_pos - key_pos). Positions follow the rule
+// of every API (posenc/positions.h): in [0, kMaxPosition], so that the distance is exact and
+// cannot overflow; slope must be finite. Throws posenc::Error otherwise.
+double AlibiBias(double slope, int64_t query_pos, int64_t key_pos);
 
 }  // namespace posenc
