@@ -3,7 +3,9 @@
 numpy API (this module): float32 arrays in and out without copies where the
 layout allows, int64 positions, ``posenc.Error`` (a ``ValueError``) carrying
 the library's message. Activations are ``[..., tokens, heads, head_dim]`` with
-a contiguous last dim; the other strides are free.
+a contiguous last dim; the other strides are free. An array posenc allocates
+for a result is at most ``MAX_OUTPUT_BYTES`` (16 GiB); a larger one is refused
+before allocation (pass ``out=`` where offered to use memory of your own).
 
 PyTorch API: ``posenc.torch`` (imported on demand, so numpy users do not pay
 for torch).
@@ -23,6 +25,7 @@ import json
 import os
 
 from posenc._core import (
+    MAX_OUTPUT_BYTES,
     Alibi,
     Error,
     LearnedPositions,
@@ -75,6 +78,7 @@ def rope_from_hf_config(
 
 
 __all__ = [
+    "MAX_OUTPUT_BYTES",
     "Alibi",
     "Error",
     "LearnedPositions",

@@ -1,0 +1,407 @@
+"""Hostile and careless input to the numpy and torch APIs: one row per case.
+
+Each error row names the exact message and asserts that every buffer the call
+could reach is unchanged afterwards (nothing is written when an argument is
+bad). The other tables hold what must succeed: legitimate aliasing, empty
+inputs, and NaN carried through attention as the math carries it.
+"""
+
+import re
+import time
+
+import numpy as np
+import pytest
+import torch
+from numpy.lib.stride_tricks import as_strided
+
+import posenc
+import posenc.torch as pt
+
+ROPE = posenc.Rope.default(8)
+CAP = (
+    "must hold at most 17179869184 bytes (16 GiB, the cap on arrays posenc "
+    "allocates)"
+)
+
+
+def data(*shape, dtype=np.float32):
+    """Distinct values (so a rotation or overwrite always shows)."""
+    return np.random.default_rng(7).standard_normal(shape).astype(dtype)
+
+
+def tensor(*shape):
+    return torch.from_numpy(data(*shape))
+
+
+# Each builder returns (call, buffers): the call must raise, and the buffers
+# (every array it could write, as their base memory) must keep their bytes.
+
+
+def inplace_qk_later_element_overlaps():
+    # Negative batch stride, so one call per element: q[0] and k[0] are
+    # apart, q[1] and k[1] are the same rows. Element 0 used to be rotated
+    # before element 1 raised.
+    buf = data(4, 3, 2, 8)
+    q, k = buf[0:2], buf[3:0:-2]
+    return lambda: posenc.apply_rope_qk_inplace(ROPE, np.arange(3), q, k), [buf]
+
+
+def inplace_qk_overlap_across_batch():
+    # q[1] is k[0]; within each element q and k are apart.
+    buf = data(3, 3, 2, 8)
+    q, k = buf[1::-1], buf[2:0:-1]
+    return lambda: posenc.apply_rope_qk_inplace(ROPE, np.arange(3), q, k), [buf]
+
+
+def out_overlaps_x_across_batch():
+    # out[1] is x[0]: writing element 0 used to overwrite the input of 1.
+    buf = data(3, 3, 2, 8)
+    x, out = buf[1::-1], buf[2:0:-1]
+    return lambda: posenc.apply_rope(ROPE, np.arange(3), x, out=out), [buf]
+
+
+def qk_out_overlaps_k_across_batch():
+    buf, q = data(3, 3, 2, 8), data(2, 3, 2, 8)
+    k, k_out = buf[1::-1], buf[2:0:-1]
+    return (
+        lambda: posenc.apply_rope_qk(
+            ROPE, np.arange(3), q, k, q_out=np.empty_like(q), k_out=k_out
+        ),
+        [buf, q],
+    )
+
+
+def inplace_batch_elements_share_memory():
+    # A writeable broadcast: both batch elements are the same rows, which
+    # would be rotated twice.
+    buf = data(3, 2, 8)
+    x = as_strided(buf, (2, 3, 2, 8), (0,) + buf.strides)
+    return lambda: posenc.apply_rope_inplace(ROPE, np.arange(3), x), [buf]
+
+
+def hf_layout_overlap_across_batch_torch():
+    # Hugging Face [batch, heads, seq, dim] tensors, seen as numpy views of
+    # their memory (as torch users call the in-place API); k[0] is q[1].
+    buf = tensor(3, 2, 3, 8)
+    q, k = buf[0:2].transpose(1, 2), buf[1:3].transpose(1, 2)
+    return (
+        lambda: posenc.apply_rope_qk_inplace(
+            ROPE, np.arange(3), q.numpy(), k.numpy()
+        ),
+        [buf.numpy()],
+    )
+
+
+def attention_out_overlaps_q_across_batch():
+    # out[0] is q[1]: element 0's result used to overwrite element 1's query.
+    buf, kv = data(3, 3, 2, 8), data(2, 3, 2, 8)
+    q, out = buf[0:2], buf[1:3]
+    return (
+        lambda: posenc.attention(q, kv, kv, np.arange(3), out=out),
+        [buf, kv],
+    )
+
+
+def attention_out_overlaps_v_across_batch():
+    buf, q = data(3, 3, 2, 8), data(2, 3, 2, 8)
+    v, out = buf[0:2], buf[1:3]
+    return (
+        lambda: posenc.attention(q, q, v, np.arange(3), out=out),
+        [buf, q],
+    )
+
+
+def call_only(call, *shapes):
+    """A call that reaches no caller memory but the arrays given."""
+    return lambda: (call, list(shapes))
+
+
+def float_positions(call):
+    buf = data(2, 3, 2, 8)
+    return lambda: (lambda: call(buf), [buf])
+
+
+def torch_float_positions(call):
+    q = tensor(2, 3, 2, 8)
+    return lambda: (lambda: call(q), [q.numpy()])
+
+
+def broadcast(shape):
+    """A read-only view of `shape` over 32 bytes of memory."""
+    return np.broadcast_to(np.zeros(shape[-1], np.float32), shape)
+
+
+ERRORS = {
+    # Data loss and aliasing across batch elements (numpy and torch memory).
+    "inplace qk, later element overlaps": (
+        inplace_qk_later_element_overlaps,
+        "[rope] k must not share memory with q, got overlapping views",
+    ),
+    "inplace qk, overlap across batch": (
+        inplace_qk_overlap_across_batch,
+        "[rope] k must not share memory with q, got overlapping views",
+    ),
+    "out overlaps x across batch": (
+        out_overlaps_x_across_batch,
+        "[rope] out must not share memory with x, got overlapping views",
+    ),
+    "k_out overlaps k across batch": (
+        qk_out_overlaps_k_across_batch,
+        "[rope] k_out must not share memory with k, got overlapping views",
+    ),
+    "inplace, batch elements share memory": (
+        inplace_batch_elements_share_memory,
+        "[rope] x must not have batch elements that share memory, "
+        "got strides (0, 64, 32, 4)",
+    ),
+    "torch HF layout, q and k overlap across batch": (
+        hf_layout_overlap_across_batch_torch,
+        "[rope] k must not share memory with q, got overlapping views",
+    ),
+    "attention out overlaps q across batch": (
+        attention_out_overlaps_q_across_batch,
+        "[attention] out must not share memory with q, got overlapping views",
+    ),
+    "attention out overlaps v across batch": (
+        attention_out_overlaps_v_across_batch,
+        "[attention] out must not share memory with v, got overlapping views",
+    ),
+    # Float positions: refused, never truncated.
+    "numpy, list of floats": (
+        float_positions(lambda x: posenc.apply_rope_inplace(ROPE, [0.9, 1.9, 2], x)),
+        "[rope] positions must be an int64 array or a sequence of ints, got list",
+    ),
+    "numpy, float array": (
+        float_positions(
+            lambda x: posenc.apply_rope_inplace(ROPE, np.array([0.9, 1.9, 2.0]), x)
+        ),
+        "[rope] positions must have dtype int64, got float64",
+    ),
+    "numpy, list of bools": (
+        float_positions(
+            lambda x: posenc.apply_rope_inplace(ROPE, [True, False, True], x)
+        ),
+        "[rope] positions must be an int64 array or a sequence of ints, got list",
+    ),
+    "numpy attention, float key positions": (
+        float_positions(lambda x: posenc.attention(x, x, x, np.arange(3), [0.5, 1, 2])),
+        "[attention] key_positions must be an int64 array or a sequence of ints, "
+        "got list",
+    ),
+    "torch, list of floats": (
+        torch_float_positions(lambda q: pt.apply_rope(q, q, [0.9, 1.9, 2.0], ROPE)),
+        "[rope] positions must be an int64 tensor or a sequence of ints, "
+        "got list of float32",
+    ),
+    "torch, float64 numpy array": (
+        torch_float_positions(
+            lambda q: pt.apply_rope(q, q, np.array([0.9, 1.9, 2.0]), ROPE)
+        ),
+        "[rope] positions must be an int64 tensor or a sequence of ints, "
+        "got ndarray of float64",
+    ),
+    "torch, float tensor": (
+        torch_float_positions(
+            lambda q: pt.apply_rope(q, q, torch.tensor([0.9, 1.9, 2.0]), ROPE)
+        ),
+        "[rope] positions must have dtype int64, got float32",
+    ),
+    "torch, list of bools": (
+        torch_float_positions(lambda q: pt.apply_rope(q, q, [True, False, True], ROPE)),
+        "[rope] positions must be an int64 tensor or a sequence of ints, "
+        "got list of bool",
+    ),
+    "torch attention, float positions": (
+        torch_float_positions(lambda q: pt.attention(q, q, q, [0.0, 1.0, 2.0])),
+        "[attention] query_positions must be an int64 tensor or a sequence of "
+        "ints, got list of float32",
+    ),
+    "torch sinusoidal, float positions": (
+        call_only(lambda: pt.SinusoidalPositions(8)([0.5, 1.5])),
+        "[sinusoidal] positions must be an int64 tensor or a sequence of ints, "
+        "got list of float32",
+    ),
+    "torch alibi, float positions": (
+        call_only(lambda: pt.alibi_bias(4, [0, 1], [0.5, 1.5])),
+        "[alibi] key_positions must be an int64 tensor or a sequence of ints, "
+        "got list of float32",
+    ),
+    # Huge sizes: refused before any allocation.
+    "sinusoidal_table 2^40 x 2^20": (
+        call_only(lambda: posenc.sinusoidal_table(2**40, 2**20)),
+        f"[sinusoidal] [tokens, dim] {CAP}, got (1099511627776, 1048576) float32",
+    ),
+    "sinusoidal_table, product past int64": (
+        call_only(lambda: posenc.sinusoidal_table(2**62, 2**20)),
+        f"[sinusoidal] [tokens, dim] {CAP}, got (4611686018427387904, 1048576) "
+        "float32",
+    ),
+    "sinusoidal, huge dim": (
+        call_only(lambda: posenc.sinusoidal(np.arange(4), 2**40)),
+        f"[sinusoidal] out.shape {CAP}, got (4, 1099511627776) float32",
+    ),
+    "LearnedPositions 2^40 rows": (
+        call_only(lambda: posenc.LearnedPositions(2**40, 1024)),
+        f"[learned] [max_positions, d_model] {CAP}, got (1099511627776, 1024) "
+        "float32",
+    ),
+    "alibi_bias 2^17 x 2^17": (
+        call_only(lambda: posenc.alibi_bias(posenc.Alibi(8), np.arange(2**17))),
+        f"[alibi] out.shape {CAP}, got (8, 131072, 131072) float32",
+    ),
+    "torch alibi_bias 2^17 x 2^17": (
+        call_only(lambda: pt.alibi_bias(8, torch.arange(2**17))),
+        f"[alibi] out.shape {CAP}, got (8, 131072, 131072) float32",
+    ),
+    "apply_rope of a huge broadcast": (
+        call_only(
+            lambda: posenc.apply_rope(ROPE, np.arange(2**20), broadcast((2**20, 2**20, 1, 8)))
+        ),
+        f"[rope] out.shape {CAP}, got (1048576, 1048576, 1, 8) float32",
+    ),
+    "torch apply_rope of a huge expand": (
+        call_only(
+            lambda: pt.apply_rope(
+                *[torch.zeros(8).expand(2**20, 2**20, 1, 8)] * 2, torch.arange(2**20), ROPE
+            )
+        ),
+        f"[rope] out.shape {CAP}, got (1048576, 1048576, 1, 8) float32",
+    ),
+    "attention of huge broadcasts": (
+        call_only(
+            lambda: posenc.attention(*[broadcast((2**10, 2**20, 4, 8))] * 3, np.arange(2**20))
+        ),
+        f"[attention] out.shape {CAP}, got (1024, 1048576, 4, 8) float32",
+    ),
+    # Arguments of the wrong type: posenc's message, not pybind11's signature.
+    "torch attention, scale=None": (
+        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale=None)),
+        "[attention] scale must be a number (0: 1 / sqrt(head_dim)), got NoneType",
+    ),
+    "torch attention, module as rope": (
+        torch_float_positions(
+            lambda q: pt.attention(q, q, q, [0, 1, 2], rope=pt.RotaryEmbedding(8))
+        ),
+        "[attention] rope must be None or a posenc.Rope (of a RotaryEmbedding: "
+        "its .rope), got RotaryEmbedding",
+    ),
+    "torch attention, float window": (
+        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], window=1.5)),
+        "[attention] window must be an int (0: no window), got float",
+    ),
+    "torch apply_rope, module as rope": (
+        torch_float_positions(lambda q: pt.apply_rope(q, q, [0, 1, 2], pt.RotaryEmbedding(8))),
+        "[rope] rope must be a posenc.Rope (of a RotaryEmbedding: its .rope), "
+        "got RotaryEmbedding",
+    ),
+}
+
+
+@pytest.mark.parametrize("build, message", ERRORS.values(), ids=ERRORS.keys())
+def test_hostile_input_raises_and_writes_nothing(build, message):
+    call, buffers = build()
+    before = [b.copy() for b in buffers]
+    start = time.monotonic()
+    with pytest.raises(posenc.Error, match="^" + re.escape(message) + "$"):
+        call()
+    assert time.monotonic() - start < 2.0  # refused up front, not after work
+    for b, old in zip(buffers, before):
+        np.testing.assert_array_equal(b, old)
+
+
+def test_error_is_a_value_error():
+    assert issubclass(posenc.Error, ValueError)
+
+
+def fused_qkv_seq_first():
+    # Megatron's [seq, batch, 3, heads, dim] as [batch, seq, heads, dim] q and
+    # k: their byte ranges interleave token by token, but no element is shared.
+    qkv = data(5, 2, 3, 2, 8)
+    return qkv, [qkv[:, :, i].transpose(1, 0, 2, 3) for i in range(3)]
+
+
+def test_disjoint_interleaved_views_are_accepted_across_batch():
+    qkv, (q, k, _) = fused_qkv_seq_first()
+    expect_q = posenc.apply_rope(ROPE, np.arange(5), q)
+    expect_k = posenc.apply_rope(ROPE, np.arange(5), k)
+    posenc.apply_rope_qk_inplace(ROPE, np.arange(5), q, k)
+    np.testing.assert_array_equal(q, expect_q)
+    np.testing.assert_array_equal(k, expect_k)
+
+
+EMPTY = {
+    "rope, zero tokens": (
+        lambda: posenc.apply_rope(ROPE, np.arange(0), data(2, 0, 3, 8)),
+        (2, 0, 3, 8),
+    ),
+    "rope, zero batch": (
+        lambda: posenc.apply_rope(ROPE, np.arange(3), data(0, 3, 3, 8)),
+        (0, 3, 3, 8),
+    ),
+    "rope, zero heads, transposed": (
+        lambda: posenc.apply_rope(ROPE, np.arange(3), data(2, 0, 3, 8).transpose(0, 2, 1, 3)),
+        (2, 3, 0, 8),
+    ),
+    "rope inplace, zero tokens": (
+        lambda: posenc.apply_rope_inplace(ROPE, [], data(0, 3, 8)) or np.empty((0, 3, 8)),
+        (0, 3, 8),
+    ),
+    "rope qk, zero batch": (
+        lambda: posenc.apply_rope_qk(ROPE, np.arange(3), data(0, 3, 4, 8), data(0, 3, 2, 8))[1],
+        (0, 3, 2, 8),
+    ),
+    "attention, zero queries": (
+        lambda: posenc.attention(
+            data(2, 0, 2, 8), data(2, 3, 2, 8), data(2, 3, 2, 8), [], [0, 1, 2]
+        ),
+        (2, 0, 2, 8),
+    ),
+    "attention, zero batch": (
+        lambda: posenc.attention(*[data(0, 3, 2, 8)] * 3, np.arange(3)),
+        (0, 3, 2, 8),
+    ),
+    "torch rope, zero tokens": (
+        lambda: pt.apply_rope(tensor(2, 0, 4, 8), tensor(2, 0, 2, 8), [], ROPE)[0],
+        (2, 0, 4, 8),
+    ),
+    "torch rope, empty HF layout": (
+        lambda: pt.apply_rope(*[tensor(2, 4, 0, 8).transpose(1, 2)] * 2, [], ROPE)[0],
+        (2, 0, 4, 8),
+    ),
+    "torch attention, zero batch": (
+        lambda: pt.attention(*[tensor(0, 3, 2, 8)] * 3, [0, 1, 2]),
+        (0, 3, 2, 8),
+    ),
+    "sinusoidal_table, zero tokens": (lambda: posenc.sinusoidal_table(0, 8), (0, 8)),
+    "torch sinusoidal, no positions": (lambda: pt.SinusoidalPositions(8)([]), (0, 8)),
+    "torch alibi_bias, no positions": (lambda: pt.alibi_bias(4, []), (4, 0, 0)),
+}
+
+
+@pytest.mark.parametrize("call, shape", EMPTY.values(), ids=EMPTY.keys())
+def test_zero_size_input_is_a_no_op(call, shape):
+    assert tuple(call().shape) == shape
+
+
+def reference_attention(q, k, v):
+    """Causal attention in float64 with plain numpy, NaN carried as the
+    arithmetic carries it. [tokens, heads, dim] each."""
+    q, k, v = (a.astype(np.float64).transpose(1, 0, 2) for a in (q, k, v))
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    scores[:, np.triu(np.ones(scores.shape[1:], bool), 1)] = -np.inf
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return (weights @ v).transpose(1, 0, 2)
+
+
+def test_nan_propagates_through_attention_as_in_the_math():
+    # A NaN in a key poisons every query that sees it; a NaN in a query
+    # poisons its own row (torch does the same). Masking the key away or
+    # returning zeros would be a silent wrong answer.
+    q, k, v = data(4, 2, 8), data(4, 2, 8), data(4, 2, 8)
+    k[2, 1, 3] = np.nan  # key 2 of head 1: seen by queries 2 and 3
+    q[0, 0, 0] = np.nan  # query 0 of head 0
+    expect = reference_attention(q, k, v)
+    assert np.isnan(expect[2:, 1]).all() and np.isnan(expect[0, 0]).all()
+    out = posenc.attention(q, k, v, np.arange(4), causal=True)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(expect))
