@@ -5,6 +5,7 @@
 #include "bindings.h"
 #include "posenc/alibi.h"
 #include "posenc/npy.h"
+#include "posenc/positions.h"
 
 namespace posenc::python {
 namespace {
@@ -62,6 +63,10 @@ and shard_heads select a tensor-parallel shard (shard_heads = 0: all heads from 
         const std::span<const int64_t> key_pos =
             key_positions.is_none() ? query_pos
                                     : IntList(key_positions, key_array, kFn, "key_positions");
+        // Checked here so that the message names the Python arguments.
+        ValidatePositions(kFn, query_pos, static_cast<int64_t>(query_pos.size()),
+                          "query_positions");
+        ValidatePositions(kFn, key_pos, static_cast<int64_t>(key_pos.size()), "key_positions");
         alibi.Validate();
         const std::vector<int64_t> shape = {alibi.LocalHeads(),
                                             static_cast<int64_t>(query_pos.size()),

@@ -111,6 +111,13 @@ def attention_out_overlaps_v_across_batch():
     )
 
 
+def hf_layout_later_position_too_large():
+    buf = data(2, 2, 3, 8)  # [batch, heads, seq, dim]
+    x = buf.transpose(0, 2, 1, 3)
+    positions = [[0, 1, 2], [0, 1, 2**40]]
+    return lambda: posenc.apply_rope_inplace(ROPE, positions, x), [buf]
+
+
 def call_only(call, *shapes):
     """A call that reaches no caller memory but the arrays given."""
     return lambda: (call, list(shapes))
@@ -225,6 +232,22 @@ ERRORS = {
         call_only(lambda: pt.alibi_bias(4, [0, 1], [0.5, 1.5])),
         "[alibi] key_positions must be an int64 tensor or a sequence of ints, "
         "got list of float32",
+    ),
+    # Positions: the library's one rule, checked for every batch element
+    # before the first is written.
+    "HF layout in place, later element's position too large": (
+        hf_layout_later_position_too_large,
+        "[rope] positions[5] must be <= 2^32 = 4294967296 (kMaxPosition, where "
+        "float32 RoPE stops being accurate), got 1099511627776",
+    ),
+    "alibi_bias, negative position": (
+        call_only(lambda: posenc.alibi_bias(posenc.Alibi(4), [0, -1])),
+        "[alibi] query_positions[1] must be >= 0, got -1",
+    ),
+    "torch alibi_bias, position past the limit": (
+        call_only(lambda: pt.alibi_bias(4, [0, 1], [2**62, 0])),
+        "[alibi] key_positions[0] must be <= 2^32 = 4294967296 (kMaxPosition, "
+        "where float32 RoPE stops being accurate), got 4611686018427387904",
     ),
     # Huge sizes: refused before any allocation.
     "sinusoidal_table 2^40 x 2^20": (
