@@ -12,7 +12,10 @@ namespace posenc {
 
 void Alibi::Validate() const {
   Require(num_heads > 0, "alibi", "num_heads", "be positive", num_heads);
-  Require(std::isfinite(max_bias) && max_bias > 0, "alibi", "max_bias", "be finite and > 0",
+  // The smallest slope is 2^-max_bias, used in float32 by the attention kernel: past 126 it is
+  // no normal float32, and past 149 it is 0, which silently turns ALiBi off.
+  Require(std::isfinite(max_bias) && max_bias > 0 && max_bias <= 126, "alibi", "max_bias",
+          "be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32)",
           max_bias);
   Require(head_offset >= 0 && head_offset < num_heads, "alibi", "head_offset",
           "be >= 0 and < num_heads (" + std::to_string(num_heads) + ")", head_offset);

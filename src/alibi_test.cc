@@ -135,13 +135,17 @@ TEST(AlibiValidate, AcceptsValidShards) {
 TEST(AlibiValidate, RejectsBadFields) {
   ExpectError([] { Make(0).Validate(); }, "[alibi] num_heads must be positive, got 0");
   ExpectError([] { AlibiSlopes(Make(-3)); }, "[alibi] num_heads must be positive, got -3");
-  ExpectError([] { Make(8, 0.0).Validate(); }, "[alibi] max_bias must be finite and > 0, got 0");
+  ExpectError([] { Make(8, 0.0).Validate(); }, "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got 0");
   ExpectError([] { Make(8, -8.0).Validate(); },
-              "[alibi] max_bias must be finite and > 0, got -8");
+              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got -8");
   ExpectError([] { Make(8, std::numeric_limits<double>::quiet_NaN()).Validate(); },
-              "[alibi] max_bias must be finite and > 0, got nan");
+              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got nan");
   ExpectError([] { Make(8, std::numeric_limits<double>::infinity()).Validate(); },
-              "[alibi] max_bias must be finite and > 0, got inf");
+              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got inf");
+  // Past 126 the last slope is no normal float32; 1e308 made it 0, ALiBi silently off.
+  ExpectError([] { Make(8, 127.0).Validate(); }, "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got 127");
+  ExpectError([] { Make(8, 1e308).Validate(); }, "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got 1e+308");
+  EXPECT_NO_THROW(Make(8, 126.0).Validate());
   ExpectError([] { Make(8, 8.0, -1).Validate(); },
               "[alibi] head_offset must be >= 0 and < num_heads (8), got -1");
   ExpectError([] { Make(8, 8.0, 8).Validate(); },

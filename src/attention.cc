@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention_kernels.h"
+#include "float32_range.h"
 #include "posenc/error.h"
 #include "posenc/positions.h"
 
@@ -213,8 +214,11 @@ void ValidatedAttention(const AttentionOptions& options, Heads<const T> q, Heads
     Require(options.alibi->LocalHeads() == q.num_heads, kFunction, "alibi.LocalHeads()",
             Equal("q.num_heads", q.num_heads), options.alibi->LocalHeads());
   }
-  Require(std::isfinite(options.scale) && options.scale >= 0.0, kFunction, "scale",
-          "be finite and >= 0 (0 means 1 / sqrt(head_dim))", options.scale);
+  // The kernel scores in float32, so the scale is checked there: 1e300 would make every
+  // score inf.
+  Require(options.scale == 0.0 || internal::IsPositiveFloat32(options.scale), kFunction, "scale",
+          "be 0 (meaning 1 / sqrt(head_dim)) or " + std::string(internal::kPositiveFloat32),
+          options.scale);
   Require(options.window >= 0, kFunction, "window", "be >= 0 (0 means no window)",
           options.window);
 

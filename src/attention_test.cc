@@ -750,10 +750,19 @@ TEST(AttentionErrors, Scale) {
     Call call;
     call.options.scale = -1.0;
     ExpectError(call,
-                "[attention] scale must be finite and >= 0 (0 means 1 / sqrt(head_dim)), got -1");
+                "[attention] scale must be 0 (meaning 1 / sqrt(head_dim)) or a positive normal "
+                "float32, in [1.1754943508222875e-38, 3.4028234663852886e+38], got -1");
+  }
+  {  // finite in double, inf in float32, where the kernel scores
+    Call call;
+    call.options.scale = 1e300;
+    ExpectError(call,
+                "[attention] scale must be 0 (meaning 1 / sqrt(head_dim)) or a positive normal "
+                "float32, in [1.1754943508222875e-38, 3.4028234663852886e+38], got 1.0000000000000001e+300");
+    EXPECT_TRUE(call.OutUntouched());
   }
   for (double bad : {std::numeric_limits<double>::quiet_NaN(),
-                     std::numeric_limits<double>::infinity()}) {
+                     std::numeric_limits<double>::infinity(), 1e-300}) {
     Call call;
     call.options.scale = bad;
     EXPECT_NE(call.Error(), "no error");

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "float32_range.h"
 #include "posenc/error.h"
 #include "posenc/files.h"
 
@@ -455,8 +456,10 @@ RopeLayerScheme ReadLayer(const RopeContext& c, const Node& dict, std::string la
     if ((c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3") &&
         yarn.mscale_all_dim != 0) {
       const double g = YarnMscale(yarn.factor, yarn.mscale_all_dim);
-      Require(std::isfinite(g * g), kFn, dict.Key("mscale_all_dim"),
-              "give a finite softmax multiplier (0.1 mscale_all_dim ln factor + 1)^2",
+      // The multiplier scales attention scores, which are float32.
+      Require(internal::IsPositiveFloat32(g * g), kFn, dict.Key("mscale_all_dim"),
+              "give a softmax multiplier (0.1 mscale_all_dim ln factor + 1)^2 that is a positive "
+              "normal float32",
               yarn.mscale_all_dim);
       c.scheme.softmax_scale_multiplier = g * g;
     }

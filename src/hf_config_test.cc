@@ -627,5 +627,27 @@ TEST(HfConfigErrors, FuzzCorpusAndRegressionsLoadOrFailCleanly) {
   EXPECT_GE(inputs, 12);
 }
 
+
+TEST(HfConfigErrors, AttentionFactorsAreCheckedInTheFloat32TheyAreUsedIn) {
+  // Finite in double, inf in float32, where cos and sin are scaled by it: once every output was
+  // inf and the CLI exited 0.
+  const std::string rule =
+      "[rope_scaling] attention_factor must be a positive normal float32, in "
+      "[1.1754943508222875e-38, 3.4028234663852886e+38] (mscale or attention_factor is out of "
+      "range), got ";
+  for (const Json& yarn :
+       {Json{{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", 1e308}},
+        Json{{"rope_type", "yarn"}, {"factor", 4.0}, {"mscale", 1e308}, {"mscale_all_dim", 1.0}}}) {
+    SCOPED_TRACE(yarn.dump());
+    const RopeScheme scheme = ParseRope(Llama(yarn));
+    try {
+      MakeRope(scheme, scheme.layers.at(0));
+      ADD_FAILURE() << "expected posenc::Error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(rule, 0), 0u) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace posenc

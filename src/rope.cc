@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "float32_range.h"
 #include "posenc/error.h"
 #include "posenc/positions.h"
 #include "posenc/storage.h"
@@ -266,8 +267,9 @@ void Rope::Validate() const {
               inv_freq[i]);
     }
   }
-  Require(std::isfinite(attention_factor) && attention_factor > 0, kFn, "attention_factor",
-          "be finite and > 0", attention_factor);
+  // The kernels scale cos and sin by it in float32.
+  Require(internal::IsPositiveFloat32(attention_factor), kFn, "attention_factor",
+          "be " + std::string(internal::kPositiveFloat32), attention_factor);
 }
 
 CosSin RopeAngle(int64_t pos, double inv_freq) {

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "float32_range.h"
 #include "posenc/error.h"
 
 // sleef.h declares the FMA build of a function only when this file is compiled with FMA enabled
@@ -338,8 +339,10 @@ RopeFrequencies ComputeRopeFrequencies(double base, int64_t rotary_dim, const Ro
             "be finite and >= 0 (the base or a factor overflows this precision)",
             frequencies.inv_freq[i]);
   }
-  Require(std::isfinite(frequencies.attention_factor) && frequencies.attention_factor > 0, kFn,
-          "attention_factor", "be finite and > 0 (mscale overflows)",
+  // The attention factor scales cos and sin in float32 (Rope::Validate checks the same).
+  Require(internal::IsPositiveFloat32(frequencies.attention_factor), kFn, "attention_factor",
+          "be " + std::string(internal::kPositiveFloat32) +
+              " (mscale or attention_factor is out of range)",
           frequencies.attention_factor);
   return frequencies;
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -630,13 +631,19 @@ TEST(RopeValidate, RejectsBadInvFreq) {
 
 TEST(RopeValidate, RejectsBadAttentionFactor) {
   Rope rope = Rope::Default(8);
-  rope.attention_factor = 0.0;
-  ExpectError([&] { rope.Validate(); }, "[rope] attention_factor must be finite and > 0, got 0");
-  rope.attention_factor = -1.5;
-  ExpectError([&] { rope.Validate(); },
-              "[rope] attention_factor must be finite and > 0, got -1.5");
-  rope.attention_factor = std::numeric_limits<double>::infinity();
-  EXPECT_THROW(rope.Validate(), Error);
+  // The kernels scale cos and sin by it in float32: it is checked there, so that 1e308 (finite
+  // in double) cannot make every output inf, nor 1e-300 every output 0.
+  const std::string rule = "[rope] attention_factor must be a positive normal float32, in [1.1754943508222875e-38, 3.4028234663852886e+38], got ";
+  for (const double bad : {0.0, -1.5, 1e308, 1e-300, 3.5e38, std::numeric_limits<double>::infinity(),
+                           std::numeric_limits<double>::quiet_NaN()}) {
+    rope.attention_factor = bad;
+    std::ostringstream shown;
+    shown.precision(17);
+    shown << bad;
+    ExpectError([&] { rope.Validate(); }, rule + shown.str());
+  }
+  rope.attention_factor = 3.4e38;
+  EXPECT_NO_THROW(rope.Validate());
 }
 
 TEST(RopeValidate, RejectsBadDefaultInvFreqArguments) {

@@ -60,7 +60,7 @@ double Sinusoidal::Wavelength(int64_t column) const {
 
 double SinusoidalValue(const Sinusoidal& spec, int64_t pos, int64_t column) {
   spec.Validate();
-  Require(pos >= 0, kFunction, "pos", "be >= 0", pos);
+  ValidatePosition(kFunction, "pos", pos);
   CheckColumn(spec, column);
   return ColumnValue(pos, column, ColumnFrequency(spec, column));
 }

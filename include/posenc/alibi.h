@@ -20,7 +20,7 @@ namespace posenc {
 
 struct Alibi {
   int64_t num_heads = 0;    // heads in the whole model, > 0
-  double max_bias = 8.0;    // finite, > 0; 8 gives the paper's slopes
+  double max_bias = 8.0;    // > 0 and <= 126 (slopes stay normal float32); 8: the paper's
   int64_t head_offset = 0;  // first head held by this shard (tensor parallelism), < num_heads
   int64_t shard_heads = 0;  // heads held by this shard, <= num_heads - head_offset;
                             // 0 means num_heads - head_offset
