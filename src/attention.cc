@@ -198,7 +198,9 @@ void ValidatedAttention(const AttentionOptions& options, Heads<const T> q, Heads
           Equal("q.num_heads", q.num_heads), out.num_heads);
   Require(out.head_dim == v.head_dim, kFunction, "out.head_dim", Equal("v.head_dim", v.head_dim),
           out.head_dim);
-  Require(q.num_heads % k.num_heads == 0, kFunction, "num_heads",
+  // (0 is the only multiple of 0: q without heads may read k without heads.)
+  Require(k.num_heads > 0 ? q.num_heads % k.num_heads == 0 : q.num_heads == 0, kFunction,
+          "num_heads",
           "be a multiple of num_kv_heads (" + std::to_string(k.num_heads) + ")", q.num_heads);
 
   ValidatePositions(kFunction, query_pos, q.tokens, "query_pos");
@@ -227,6 +229,8 @@ void ValidatedAttention(const AttentionOptions& options, Heads<const T> q, Heads
   Require(!Overlaps(out, k), kFunction, "out", overlap_rule, "a view overlapping k");
   Require(!Overlaps(out, v), kFunction, "out", overlap_rule, "a view overlapping v");
 
+  // No queries: nothing to write. (No keys: every query sees nothing and gets zeros.)
+  if (q.Empty()) return;
   // The fused (flash-style) kernel, tested against AttentionReference.
   FusedAttention(options, q, k, v, query_pos, key_pos, out);
 }

@@ -663,8 +663,8 @@ TEST(AttentionErrors, ShapeMismatches) {
 TEST(AttentionErrors, MalformedViews) {
   {
     Call call;
-    call.q_view.tokens = 0;
-    ExpectError(call, "[attention] q.tokens must be positive, got 0");
+    call.q_view.tokens = -1;
+    ExpectError(call, "[attention] q.tokens must be >= 0, got -1");
   }
   {
     Call call;
@@ -800,6 +800,22 @@ TEST(AttentionErrors, OutMustNotOverlapInputs) {
     ExpectError(call,
                 "[attention] out must not share memory with q, k or v, got a view overlapping v");
   }
+}
+
+
+TEST(Attention, EmptyInputsAreANoOpOrZeros) {
+  // No queries (zero tokens or heads): nothing to do, whatever the pointers. No keys: every
+  // query sees nothing and gets zeros, as a query with no visible key does.
+  const AttentionOptions options;
+  const std::vector<int64_t> none, three{0, 1, 2};
+  const Tensor k = RandomTensor(3, 2, 8, 1), v = RandomTensor(3, 2, 4, 2);
+  EXPECT_NO_THROW(Attention(options, Heads<const float>::Dense(nullptr, 0, 4, 8), k.view(),
+                            v.view(), none, three, Heads<float>::Dense(nullptr, 0, 4, 4)));
+  const Tensor q = RandomTensor(3, 4, 8, 3);
+  Tensor out(3, 4, 4, 7.0f);
+  Attention(options, q.view(), Heads<const float>::Dense(nullptr, 0, 2, 8),
+            Heads<const float>::Dense(nullptr, 0, 2, 4), three, none, out.view());
+  EXPECT_EQ(out.data, std::vector<float>(out.data.size(), 0.0f));
 }
 
 }  // namespace

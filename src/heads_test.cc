@@ -38,9 +38,13 @@ TEST(Heads, OverlappingRowsAreRejectedWithAClearMessage) {
   EXPECT_THROW(tokens_overlap.Validate("rope", "q"), Error);
 }
 
-TEST(Heads, ZeroOrNegativeSizesAreRejected) {
+TEST(Heads, NegativeSizesAreRejectedAndEmptyViewsAccepted) {
   std::vector<float> buffer(8);
-  EXPECT_THROW((Heads<float>{buffer.data(), 0, 1, 8, 8, 8}.Validate("f", "x")), Error);
+  EXPECT_NO_THROW((Heads<float>{buffer.data(), 0, 1, 8, 8, 8}.Validate("f", "x")));
+  EXPECT_NO_THROW((Heads<float>{nullptr, 3, 0, 8, 8, 8}.Validate("f", "x")));
+  EXPECT_FALSE(Overlaps(Heads<float>{buffer.data(), 0, 1, 8, 8, 8},
+                        Heads<float>{buffer.data(), 1, 1, 8, 8, 8}));
+  EXPECT_THROW((Heads<float>{buffer.data(), -1, 1, 8, 8, 8}.Validate("f", "x")), Error);
   EXPECT_THROW((Heads<float>{buffer.data(), 1, -1, 8, 8, 8}.Validate("f", "x")), Error);
   EXPECT_THROW((Heads<float>{buffer.data(), 1, 1, 0, 8, 8}.Validate("f", "x")), Error);
   EXPECT_THROW((Heads<float>{nullptr, 1, 1, 8, 8, 8}.Validate("f", "x")), Error);

@@ -110,11 +110,13 @@ void RotateWithKernel(const Rope& rope, std::span<const int64_t> positions,
                                                         : rope.attention_factor;
   args.positions = positions.data();
   for (const InOut<T>& v : views) {
+    if (v.in.Empty()) continue;  // zero tokens or heads: nothing to rotate
     args.tensors[args.num_tensors++] = {v.in.data,           v.out.data,
                                         v.in.num_heads,      v.in.token_stride,
                                         v.in.head_stride,    v.out.token_stride,
                                         v.out.head_stride};
   }
+  if (args.num_tensors == 0) return;
   internal::RopeKernel(args);
 }
 

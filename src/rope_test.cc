@@ -698,11 +698,11 @@ TEST(RopeValidate, RejectsViewsOfTheWrongShape) {
   ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.kbuf.data(), 2, 2, 8)); },
               "[rope] k.tokens must equal q.tokens (3), got 2");
   f.ExpectUntouched();
-  // Zero and negative sizes.
-  ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.kbuf.data(), 3, 0, 8)); },
-              "[rope] k.num_heads must be positive, got 0");
-  ExpectError([&] { ApplyRope(f.rope, f.positions, Heads<float>::Dense(f.qbuf.data(), 0, 4, 8)); },
-              "[rope] x.tokens must be positive, got 0");
+  // Negative sizes (zero sizes are an empty batch: RopeEmpty).
+  ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.kbuf.data(), 3, -1, 8)); },
+              "[rope] k.num_heads must be >= 0, got -1");
+  ExpectError([&] { ApplyRope(f.rope, f.positions, Heads<float>::Dense(f.qbuf.data(), -2, 4, 8)); },
+              "[rope] x.tokens must be >= 0, got -2");
   ExpectError([&] { ApplyRope(f.rope, f.positions, Heads<float>::Dense(f.qbuf.data(), 3, 4, -8)); },
               "[rope] x.head_dim must be positive, got -8");
   ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>{nullptr, 3, 2, 8, 16, 8}); },
@@ -912,6 +912,29 @@ TEST(RopePositionLimit, PositionRangeStaysWithinIt) {
   ExpectError([] { PositionRange(kMaxPosition + 1, 0); },
               "[position_range] start must be <= 2^32 = 4294967296 (kMaxPosition, where float32 "
               "RoPE stops being accurate), got 4294967297");
+}
+
+
+TEST(RopeEmpty, ZeroTokensOrHeadsAreANoOp) {
+  // An empty batch is no error: nothing is read or written, whatever the data pointer.
+  const Rope rope = Rope::Default(8);
+  std::vector<float> k(2 * 3 * 8, 1.0f);
+  const std::vector<float> k_before = k;
+  const std::vector<int64_t> none, two{4, 5};
+  EXPECT_NO_THROW(ApplyRope(rope, none, Heads<float>::Dense(nullptr, 0, 4, 8)));
+  EXPECT_NO_THROW(ApplyRope(rope, two, Heads<float>::Dense(nullptr, 2, 0, 8)));
+  EXPECT_NO_THROW(ApplyRope(rope, none, Heads<const float>::Dense(nullptr, 0, 4, 8),
+                            Heads<float>::Dense(nullptr, 0, 4, 8)));
+  std::vector<BFloat16> bf(8);
+  EXPECT_NO_THROW(ApplyRope(rope, none, Heads<BFloat16>::Dense(bf.data(), 0, 1, 8)));
+  // q without heads, k with three: k is rotated, q is not touched.
+  ApplyRope(rope, two, Heads<float>::Dense(nullptr, 2, 0, 8), Heads<float>::Dense(k.data(), 2, 3, 8));
+  EXPECT_NE(k, k_before);
+  // Sizes must still be sizes.
+  ExpectError([&] { ApplyRope(rope, none, Heads<float>::Dense(k.data(), -1, 3, 8)); },
+              "[rope] x.tokens must be >= 0, got -1");
+  ExpectError([&] { ApplyRope(rope, two, Heads<float>::Dense(k.data(), 2, 3, 0)); },
+              "[rope] x.head_dim must be positive, got 0");
 }
 
 }  // namespace

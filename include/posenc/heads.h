@@ -40,9 +40,14 @@ struct Heads {
     return {data, tokens, num_heads, head_dim, token_stride, head_stride};
   }
 
-  // Checks that the view is well formed: non-null data, positive sizes, and non-negative strides
-  // under which no two (token, head) rows overlap (either axis may be the outer one). `function` and `name` go into the error message.
+  // Checks that the view is well formed: non-null data, a positive head_dim, and non-negative
+  // strides under which no two (token, head) rows overlap (either axis may be the outer one).
+  // Zero tokens or zero heads make an empty view (data may then be null): every operation on it
+  // is a no-op that succeeds. `function` and `name` go into the error message.
   void Validate(std::string_view function, std::string_view name) const;
+
+  // No rows: zero tokens or zero heads.
+  bool Empty() const { return tokens == 0 || num_heads == 0; }
 
   // The half-open byte range [begin, end) the view touches; used to detect aliasing.
   const void* Begin() const { return data; }
@@ -58,6 +63,7 @@ struct Heads {
 // True when two views share any byte of memory.
 template <typename A, typename B>
 bool Overlaps(const Heads<A>& a, const Heads<B>& b) {
+  if (a.Empty() || b.Empty()) return false;  // no bytes; Begin and End would mislead
   auto lo_a = static_cast<const char*>(a.Begin()), hi_a = static_cast<const char*>(a.End());
   auto lo_b = static_cast<const char*>(b.Begin()), hi_b = static_cast<const char*>(b.End());
   return lo_a < hi_b && lo_b < hi_a;
