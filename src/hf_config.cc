@@ -398,6 +398,13 @@ int64_t ReadRotaryDim(const RopeContext& c, const Node& dict, const std::string&
   }
   const double factor = p.value_or(1.0);
   if (type == "proportional") return c.head_dim;
+  // Without a partial rotary factor the whole head rotates: an odd head is the head's fault.
+  if (!p && c.head_dim % 2 != 0) {
+    Require(false, kFn, "head_dim",
+            "be even: RoPE rotates pairs of features, and without partial_rotary_factor every "
+            "feature of the head rotates",
+            c.head_dim);
+  }
   if (type == "default" && factor != 1.0 && !In(c.model_type, kPartialRotaryDefault)) {
     if (!In(c.model_type, kLlamaFamily)) {
       const Json shown = factor;
@@ -657,6 +664,13 @@ PositionScheme ParseHfConfig(std::string_view json_text) {
   }
   try {
     return Read(root);
+  } catch (const Error& e) {
+    // Multimodal wrappers (Llama 4, Gemma 3, Qwen2-VL, ...) nest the language model's keys.
+    const auto text_config = root.is_object() ? root.find("text_config") : root.end();
+    if (text_config == root.end() || !text_config->is_object()) throw;
+    throw Error(std::string(e.what()) +
+                " (the keys may be under \"text_config\": this looks like a multimodal wrapper "
+                "config; posenc reads the top level only, so pass the text_config object)");
   } catch (const Json::exception& e) {
     // Every access above is type-checked first; this is a backstop, not a code path.
     throw Error(ErrorMessage(kFn, "config", "be readable", e.what()));

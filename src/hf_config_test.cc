@@ -649,5 +649,33 @@ TEST(HfConfigErrors, AttentionFactorsAreCheckedInTheFloat32TheyAreUsedIn) {
   }
 }
 
+
+TEST(HfConfigErrors, OddHeadDimIsBlamedOnTheHead) {
+  Json config = Llama();
+  config["hidden_size"] = 65 * 32;  // head_dim 65, no partial_rotary_factor anywhere
+  ExpectError(config.dump(),
+              "[hf_config] head_dim must be even: RoPE rotates pairs of features, and without "
+              "partial_rotary_factor every feature of the head rotates, got 65");
+}
+
+TEST(HfConfigErrors, WrapperConfigsPointToTextConfig) {
+  // Llama 4 / Gemma 3 / Qwen2-VL style: the language model's keys sit under text_config.
+  const Json wrapper{{"model_type", "llama4"},
+                     {"text_config", {{"model_type", "llama4_text"}, {"rope_theta", 500000.0}}}};
+  ExpectError(wrapper.dump(),
+              "[hf_config] model_type must name a model whose position scheme posenc knows, got "
+              "\"llama4\" (the keys may be under \"text_config\": this looks like a multimodal "
+              "wrapper config; posenc reads the top level only, so pass the text_config object)");
+  const Json gemma{{"model_type", "gemma3"}, {"text_config", Llama()}};
+  try {
+    ParseHfConfig(gemma.dump());
+    ADD_FAILURE() << "expected posenc::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(the keys may be under \"text_config\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace posenc
