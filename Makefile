@@ -46,18 +46,34 @@ test-sanitizers: setup
 	@echo "Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer:"
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L unit
 
-# The config loader under libFuzzer (clang, ASan + UBSan): every input in fuzz/regressions once,
-# then $(FUZZ_SECONDS) s of new inputs grown from fuzz/corpus (kept in $(FUZZ_BUILD)/corpus).
+# Every fuzz target under libFuzzer (clang, ASan + UBSan): each target's regressions once, then
+# an equal share of $(FUZZ_SECONDS) s (the total) of new inputs grown from its seeds (kept in
+# $(FUZZ_BUILD)/corpus-<target>). A target <t> is fuzz/<t>_fuzzer.cc with FUZZ_SEEDS_<t>,
+# FUZZ_REGRESSIONS_<t> and FUZZ_FLAGS_<t> below.
+FUZZ_TARGETS := hf_config npy
+FUZZ_SEEDS_hf_config := fuzz/corpus
+FUZZ_REGRESSIONS_hf_config := fuzz/regressions
+FUZZ_FLAGS_hf_config := -dict=fuzz/hf_config.dict
+FUZZ_SEEDS_npy := fuzz/npy_corpus
+FUZZ_REGRESSIONS_npy := fuzz/npy_regressions
+FUZZ_FLAGS_npy :=
+FUZZ_EACH = $(shell expr $(FUZZ_SECONDS) / $(words $(FUZZ_TARGETS)))
+
 test-fuzz: setup
 	@cmake -S fuzz -B $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target hf_config_fuzzer
-	@mkdir -p $(FUZZ_BUILD)/corpus
-	@echo "Config loader under libFuzzer: regressions, then $(FUZZ_SECONDS) s of fuzzing"
-	@./$(FUZZ_BUILD)/hf_config_fuzzer -runs=0 fuzz/regressions
-	@./$(FUZZ_BUILD)/hf_config_fuzzer -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
-	  -rss_limit_mb=2048 -dict=fuzz/hf_config.dict -print_final_stats=1 \
-	  $(FUZZ_BUILD)/corpus fuzz/corpus
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addsuffix _fuzzer,$(FUZZ_TARGETS))
+	@for target in $(FUZZ_TARGETS); do \
+	  $(MAKE) --no-print-directory fuzz-run-$$target || exit 1; \
+	done
+
+fuzz-run-%:
+	@mkdir -p $(FUZZ_BUILD)/corpus-$*
+	@echo "$* under libFuzzer: regressions, then $(FUZZ_EACH) s of fuzzing"
+	@./$(FUZZ_BUILD)/$*_fuzzer -runs=0 $(FUZZ_REGRESSIONS_$*)
+	@./$(FUZZ_BUILD)/$*_fuzzer -max_total_time=$(FUZZ_EACH) -timeout=10 \
+	  -rss_limit_mb=2048 $(FUZZ_FLAGS_$*) -print_final_stats=1 \
+	  $(FUZZ_BUILD)/corpus-$* $(FUZZ_SEEDS_$*)
 
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)

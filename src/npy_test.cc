@@ -374,5 +374,29 @@ TEST(Npy, MaxBytesCapsTheFileAndDefaultsTo16GiB) {
                                    ": file must be at most max_bytes = 151 bytes, got 152 bytes");
 }
 
+
+TEST(Npy, FuzzCorpusAndRegressionsReadOrFailCleanly) {
+  // Every seed and regression of fuzz/npy_fuzzer.cc: an array of product(shape) floats or a
+  // posenc::Error, nothing else.
+  const std::filesystem::path fuzz = std::filesystem::path(POSENC_GOLDEN_DIR) / "../../fuzz";
+  int inputs = 0, arrays = 0;
+  for (const char* dir : {"npy_corpus", "npy_regressions"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(fuzz / dir)) {
+      SCOPED_TRACE(entry.path().string());
+      try {
+        const NpyArray array = ReadNpy(entry.path().string());
+        int64_t count = 1;
+        for (const int64_t extent : array.shape) count *= extent;
+        EXPECT_EQ(static_cast<size_t>(count), array.data.size());
+        ++arrays;
+      } catch (const Error&) {
+      }
+      ++inputs;
+    }
+  }
+  EXPECT_GE(inputs, 14);
+  EXPECT_GE(arrays, 7);  // the float seeds numpy wrote
+}
+
 }  // namespace
 }  // namespace posenc
