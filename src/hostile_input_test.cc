@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -18,9 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "posenc/alibi.h"
+#include "posenc/attention.h"
 #include "posenc/error.h"
 #include "posenc/hf_config.h"
 #include "posenc/npy.h"
+#include "posenc/positions.h"
+#include "posenc/rope.h"
+#include "posenc/sinusoidal.h"
 #include "test_support.h"
 
 namespace posenc {
@@ -146,6 +152,104 @@ TEST(HostileInput, FilesAreSizedBeforeTheyAreRead) {
   };
   RunCases(cases);
   std::filesystem::remove(dir);
+}
+
+
+// Buffers a row may read or write, with a copy to compare against after the call.
+struct Buffer {
+  std::vector<float> data, before;
+  explicit Buffer(size_t n) : data(n) {
+    for (size_t i = 0; i < n; ++i) data[i] = std::sin(0.5f * static_cast<float>(i));
+    before = data;
+  }
+  bool Unchanged() const {
+    return std::memcmp(data.data(), before.data(), data.size() * sizeof(float)) == 0;
+  }
+};
+
+TEST(HostileInput, ArraysPositionsAndFactorsAreRefusedBeforeMemoryIsTouched) {
+  const std::string position_rule =
+      " must be <= 2^32 = 4294967296 (kMaxPosition, where float32 RoPE stops being accurate), "
+      "got ";
+  const std::string float32_rule =
+      "a positive normal float32, in [1.1754943508222875e-38, 3.4028234663852886e+38], got ";
+  const Rope rope = Rope::Default(8);
+  Buffer x(2 * 8), q(2 * 2 * 8), k(2 * 8), v(2 * 4), out(2 * 2 * 4);
+  const auto x_view = Heads<float>::Dense(x.data.data(), 2, 1, 8);
+  const auto q_view = Heads<const float>::Dense(q.data.data(), 2, 2, 8);
+  const auto k_view = Heads<const float>::Dense(k.data.data(), 2, 1, 8);
+  const auto v_view = Heads<const float>::Dense(v.data.data(), 2, 1, 4);
+  const auto out_view = Heads<float>::Dense(out.data.data(), 2, 2, 4);
+  const auto all_unchanged = [&] {
+    return x.Unchanged() && q.Unchanged() && k.Unchanged() && v.Unchanged() && out.Unchanged();
+  };
+  const std::vector<int64_t> ok{0, 1};
+  const std::vector<int64_t> past_limit{0, kMaxPosition + 1}, huge{int64_t{1} << 60, 0},
+      negative{0, -1};
+  AttentionOptions huge_scale;
+  huge_scale.scale = 1e300;
+  AttentionOptions huge_bias;
+  huge_bias.alibi = Alibi{.num_heads = 2, .max_bias = 1e308};
+  Rope huge_factor = rope;
+  huge_factor.attention_factor = 1e308;
+
+  const std::vector<HostileCase> cases = {
+      {"RoPE float32 at 2^32 + 1", [&] { ApplyRope(rope, past_limit, x_view); },
+       "[rope] positions[1]" + position_rule + "4294967297", all_unchanged},
+      {"RoPE float32 at 2^60", [&] { ApplyRope(rope, huge, x_view); },
+       "[rope] positions[0]" + position_rule + "1152921504606846976", all_unchanged},
+      {"attention key at 2^60", [&] {
+         Attention({}, q_view, k_view, v_view, ok, huge, out_view);
+       },
+       "[attention] key_pos[0]" + position_rule + "1152921504606846976", all_unchanged},
+      {"negative query position", [&] {
+         Attention({}, q_view, k_view, v_view, negative, ok, out_view);
+       },
+       "[attention] query_pos[1] must be >= 0, got -1", all_unchanged},
+      {"ALiBi distance 2^62 - (-2^62)",
+       [] { AlibiBias(0.5, int64_t{1} << 62, -(int64_t{1} << 62)); },
+       "[alibi_bias] query_pos" + position_rule + "4611686018427387904", all_unchanged},
+      {"ALiBi negative key position", [] { AlibiBias(0.5, 0, -1); },
+       "[alibi_bias] key_pos must be >= 0, got -1", all_unchanged},
+      {"sinusoidal at 2^62", [] { SinusoidalValue({.dim = 8}, int64_t{1} << 62, 0); },
+       "[sinusoidal] pos" + position_rule + "4611686018427387904", all_unchanged},
+      {"attention scale 1e300 (inf in float32)", [&] {
+         Attention(huge_scale, q_view, k_view, v_view, ok, ok, out_view);
+       },
+       "[attention] scale must be 0 (meaning 1 / sqrt(head_dim)) or " + float32_rule +
+           "1.0000000000000001e+300",
+       all_unchanged},
+      {"RoPE attention_factor 1e308", [&] { ApplyRope(huge_factor, ok, x_view); },
+       "[rope] attention_factor must be " + float32_rule + "1e+308", all_unchanged},
+      {"ALiBi max_bias 1e308 (slopes 0)", [&] {
+         Attention(huge_bias, q_view, k_view, v_view, ok, ok, out_view);
+       },
+       "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a "
+       "normal float32), got 1e+308",
+       all_unchanged},
+  };
+  RunCases(cases);
+}
+
+TEST(HostileInput, NaNReachesTheOutputAsInTheMath) {
+  // One query, two keys, one of them NaN: the row is NaN (softmax of a NaN score), not the
+  // other key's value (the NaN key masked) and not zeros. attention_kernels_test holds every
+  // case to the reference; this is the row of the table.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> q{1.0f, 0.0f}, k{1.0f, 0.0f, nan, 0.0f}, v{3.0f, 4.0f}, out(1);
+  const std::vector<int64_t> query_pos{1}, key_pos{0, 1};
+  Attention({}, Heads<const float>::Dense(q.data(), 1, 1, 2),
+            Heads<const float>::Dense(k.data(), 2, 1, 2),
+            Heads<const float>::Dense(v.data(), 2, 1, 1), query_pos, key_pos,
+            Heads<float>::Dense(out.data(), 1, 1, 1));
+  EXPECT_TRUE(std::isnan(out[0])) << out[0];
+  q[0] = nan;
+  k[2] = 0.0f;
+  Attention({}, Heads<const float>::Dense(q.data(), 1, 1, 2),
+            Heads<const float>::Dense(k.data(), 2, 1, 2),
+            Heads<const float>::Dense(v.data(), 2, 1, 1), query_pos, key_pos,
+            Heads<float>::Dense(out.data(), 1, 1, 1));
+  EXPECT_TRUE(std::isnan(out[0])) << out[0];
 }
 
 }  // namespace
