@@ -16,7 +16,10 @@
 // Shapes: q [q_tokens, num_heads, head_dim], k [kv_tokens, num_kv_heads, head_dim],
 // v [kv_tokens, num_kv_heads, value_dim], out [q_tokens, num_heads, value_dim].
 // A query with no visible key (possible only with causal or a window and unusual positions) gets
-// zeros.
+// zeros. NaN and inf propagate as in the math (and PyTorch): a NaN score (NaN in q, or in a key the
+// query sees) makes the query's whole row NaN; inf or NaN in a value row reaches every query that
+// sees that key, even with a weight that underflowed to 0; keys hidden by the mask are not part of
+// the sum, so nothing in them reaches the query. Zero query tokens or heads: a no-op.
 #pragma once
 
 #include <cstdint>
