@@ -100,9 +100,11 @@ std::string ReadFileCapped(std::string_view function, const std::string& path,
 void WriteFileAtomically(std::string_view function, const std::string& path,
                          std::string_view bytes) {
   Require(!path.empty(), function, "path", "be a file name", "''");
-  auto fail = [&](int error, const std::string& what) {
-    throw Error(ErrorMessage(function, "path", "be written completely (" + what + ": " +
-                                                   Reason(error) + "); nothing was changed",
+  // `what` failed with `error`; `kept` says whether the file as it was is still there.
+  auto fail = [&](int error, const std::string& what, bool kept = true) {
+    throw Error(ErrorMessage(function, "path",
+                             "be written completely (" + what + ": " + Reason(error) + ")" +
+                                 (kept ? "; nothing was changed" : ""),
                              Quoted(path)));
   };
   struct stat info {};
@@ -112,8 +114,8 @@ void WriteFileAtomically(std::string_view function, const std::string& path,
             Quoted(path));
     FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
     if (fd.get() < 0) fail(errno, "open");
-    if (const int error = WriteAll(fd.get(), bytes)) fail(error, "write");
-    if (fd.Close() != 0) fail(errno, "close");
+    if (const int error = WriteAll(fd.get(), bytes)) fail(error, "write", false);
+    if (fd.Close() != 0) fail(errno, "close", false);
     return;
   }
   std::string temporary = path + ".tmp-XXXXXX";

@@ -111,7 +111,7 @@ void RenderChart(const std::filesystem::path& path, const std::vector<PairRow>& 
                   shown(rows[i].wavelength));
     data += line;
   }
-  std::string script = "set title '" + title + "' noenhanced\n"
+  std::string script = "set title " + demo::GnuplotString(title) + " noenhanced\n"
                        "set xlabel 'pair i'\nset ylabel 'wavelength (positions)'\n"
                        "set logscale y\nset format y '10^{%L}'\nset key top left\n"
                        "set xrange [0:" + std::to_string(rows.size() - 1) + "]\n";
@@ -187,6 +187,10 @@ RopeReport InspectRope(const RopeScheme& scheme, const ModelRopeOptions& options
   }
   if (scheme.softmax_scale) out["softmax_scale"] = *scheme.softmax_scale;
   if (!options.positions.empty()) {
+    // A printed cos and sin pair takes at most 64 bytes ("  pair  12  cos ...  sin ...").
+    options.limit.Check("inspect", "--positions x rotary pairs",
+                        static_cast<double>(options.positions.size()) * scaled.inv_freq.size(),
+                        64);
     Json cos = Json::array(), sin = Json::array();
     for (const int64_t pos : options.positions) {
       Require(pos >= 0, "inspect", "--positions", "be >= 0", pos);

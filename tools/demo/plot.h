@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace posenc::demo {
@@ -25,8 +26,14 @@ struct Figure {
 };
 
 // Renders the figure into dir/file_stem.{png,svg} and keeps the script as dir/file_stem.gp, so a
-// reader can restyle or re-run it. Throws std::runtime_error with gnuplot's
-// message when gnuplot is missing or fails.
+// reader can restyle or re-run it. gnuplot is started without a shell and writes into a scratch
+// folder; the files are renamed into place only when it succeeds. Throws std::runtime_error with
+// gnuplot's message when gnuplot is missing or fails.
 void Render(const Figure& figure, const std::filesystem::path& dir);
+
+// text as a gnuplot string literal that gnuplot reads back as data, never as commands: every
+// title, label or file name that comes from outside (a config's model_type, a path) goes
+// through it. Control characters, which gnuplot strings cannot hold, become '?'.
+std::string GnuplotString(std::string_view text);
 
 }  // namespace posenc::demo

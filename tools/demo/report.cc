@@ -2,8 +2,9 @@
 
 #include <cstdarg>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
+
+#include "posenc/files.h"
 
 namespace posenc::demo {
 
@@ -107,7 +108,7 @@ static std::string Escape(const std::string& text) {
 }
 
 void WriteHtmlReport(const std::vector<Section>& sections, const std::filesystem::path& path) {
-  std::ofstream html(path);
+  std::ostringstream html;
   const auto [holding, total] = CountChecks(sections);
   html << R"(<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -157,6 +158,7 @@ figcaption { color: #555; font-size: 0.9em; }
     html << "</section>\n";
   }
   html << "</body></html>\n";
+  WriteFileAtomically("demo", path.string(), html.str());
 }
 
 }  // namespace posenc::demo
