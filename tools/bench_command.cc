@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "fma_peak.h"
+#include "numbers.h"
 #include "posenc/alibi.h"
 #include "posenc/attention.h"
 #include "posenc/heads.h"
@@ -389,7 +390,7 @@ void AddBenchCommand(CLI::App& app) {
   bench
       ->add_option("--repeats", options->repeats,
                    "Rounds: every entry is timed once per round, round-robin (best and median)")
-      ->check(CLI::PositiveNumber)
+      ->transform(DecimalInteger(1, 1000000))
       ->capture_default_str();
   bench->callback([options] {
     const Shapes& shapes = options->quick ? kQuick : kFull;

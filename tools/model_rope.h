@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "output_limit.h"
 #include "posenc/hf_config.h"
 
 namespace posenc::cli {
@@ -18,6 +19,7 @@ struct ModelRopeOptions {
   std::string precision = "reference";
   std::optional<int64_t> seq_len;
   std::vector<int64_t> positions;
+  OutputLimit limit;
 
   // seq_len_help says what an absent --seq-len means for this command.
   void AddTo(CLI::App* command, const std::string& seq_len_help);

@@ -1,4 +1,5 @@
 // posenc rope: apply a model's RoPE, read from its Hugging Face config.json, to a .npy tensor.
+#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
@@ -47,6 +48,10 @@ void AddRopeCommand(CLI::App& app) {
     }
     const Rope rope_params = MakeRope(with_layout, model.Layer(with_layout), model.Frequencies());
 
+    // The output is as large as the input: check the file's size before reading it.
+    std::error_code no_size;
+    const auto input_bytes = std::filesystem::file_size(options->input, no_size);
+    if (!no_size) model.limit.Check("rope", "--input", static_cast<double>(input_bytes), 1);
     NpyArray x = ReadNpy(options->input);
     Require(x.shape.size() == 3, "rope", "--input",
             "have shape [tokens, heads, head_dim]", NpyShapeString(x.shape));
