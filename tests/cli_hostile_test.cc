@@ -144,6 +144,16 @@ TEST(HostileCli, ChartPathsAreNeverParsedByAShellOrGnuplot) {
   }
 }
 
+TEST(HostileCli, DemoFolderIsNeverParsedByAShellOrGnuplot) {
+  const fs::path dir = Scratch("demo-out");
+  const std::string out = "d';touch PWNED;'\nsystem(\"touch PWNED\")";
+  const CliResult run = Posenc({"demo", "--json", "--out", out}, dir);
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_FALSE(SomethingRan(dir));
+  EXPECT_GT(fs::file_size(dir / out / "rope_stretching.png"), 1000u);
+  EXPECT_TRUE(fs::exists(dir / out / "report.html"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // No lost data: a failed write leaves the old file as it was and exits non-zero.
 
