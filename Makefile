@@ -50,13 +50,16 @@ test-sanitizers: setup
 # an equal share of $(FUZZ_SECONDS) s (the total) of new inputs grown from its seeds (kept in
 # $(FUZZ_BUILD)/corpus-<target>). A target <t> is fuzz/<t>_fuzzer.cc with FUZZ_SEEDS_<t>,
 # FUZZ_REGRESSIONS_<t> and FUZZ_FLAGS_<t> below.
-FUZZ_TARGETS := hf_config npy
+FUZZ_TARGETS := hf_config npy cli_options
 FUZZ_SEEDS_hf_config := fuzz/corpus
 FUZZ_REGRESSIONS_hf_config := fuzz/regressions
 FUZZ_FLAGS_hf_config := -dict=fuzz/hf_config.dict
 FUZZ_SEEDS_npy := fuzz/npy_corpus
 FUZZ_REGRESSIONS_npy := fuzz/npy_regressions
 FUZZ_FLAGS_npy :=
+FUZZ_SEEDS_cli_options := fuzz/cli_options_corpus
+FUZZ_REGRESSIONS_cli_options := fuzz/cli_options_regressions
+FUZZ_FLAGS_cli_options := -dict=fuzz/cli_options.dict
 FUZZ_EACH = $(shell expr $(FUZZ_SECONDS) / $(words $(FUZZ_TARGETS)))
 
 test-fuzz: setup
