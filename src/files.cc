@@ -108,7 +108,8 @@ void WriteFileAtomically(std::string_view function, const std::string& path,
                              Quoted(path)));
   };
   struct stat info {};
-  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+  const bool exists = ::stat(path.c_str(), &info) == 0;
+  if (exists && !S_ISREG(info.st_mode)) {
     // A device such as /dev/stdout or /dev/full: there is nothing to rename over.
     Require(!S_ISDIR(info.st_mode), function, "path", "name a file, not a directory",
             Quoted(path));
@@ -118,13 +119,20 @@ void WriteFileAtomically(std::string_view function, const std::string& path,
     if (fd.Close() != 0) fail(errno, "close", false);
     return;
   }
-  std::string temporary = path + ".tmp-XXXXXX";
+  // Through a symbolic link, as a plain open writes: the link stays and its target is replaced.
+  std::string target = path;
+  std::error_code no_link;
+  if (std::filesystem::is_symlink(path, no_link)) {
+    const auto resolved = std::filesystem::weakly_canonical(path, no_link);
+    if (!no_link) target = resolved.string();
+  }
+  std::string temporary = target + ".tmp-XXXXXX";
   FileDescriptor fd(::mkostemp(temporary.data(), O_CLOEXEC));
   if (fd.get() < 0) fail(errno, "create a temporary file beside it");
-  // New files get the permissions a plain open would give (mkstemp makes them 0600).
+  // The permissions the file had, or those a plain open would give a new one (mkstemp: 0600).
   const mode_t mask = ::umask(0);
   ::umask(mask);
-  ::fchmod(fd.get(), 0666 & ~mask);
+  ::fchmod(fd.get(), exists ? info.st_mode & 07777 : 0666 & ~mask);
   auto fail_and_remove = [&](int error, const std::string& what) {
     ::unlink(temporary.c_str());
     fail(error, what);
@@ -134,7 +142,7 @@ void WriteFileAtomically(std::string_view function, const std::string& path,
     fail_and_remove(errno, "flush");
   }
   if (fd.Close() != 0) fail_and_remove(errno, "close");
-  if (::rename(temporary.c_str(), path.c_str()) != 0) fail_and_remove(errno, "rename");
+  if (::rename(temporary.c_str(), target.c_str()) != 0) fail_and_remove(errno, "rename");
 }
 
 }  // namespace posenc

@@ -347,4 +347,24 @@ TEST(HostileCli, LayerOnASingleLayerConfigSaysThereIsNone) {
       << run.output;
 }
 
+TEST(HostileCli, ChartNamesThatCannotBeHonouredAreErrors) {
+  const fs::path dir = Scratch("chart-names");
+  for (const std::string& chart : {std::string(""), std::string("folder/"), std::string("."),
+                                   std::string("chart.jpg")}) {
+    const CliResult run = Posenc({"inspect", Config("llama2-7b.json"), "--chart", chart}, dir);
+    EXPECT_EQ(run.status, 1);
+    EXPECT_EQ(run.output, "posenc: [inspect] --chart must name a .png file (the .svg and .gp are "
+                          "written beside it), got '" + chart + "'\n");
+  }
+  fs::create_directories(dir / "taken.png");
+  CliResult run = Posenc({"inspect", Config("llama2-7b.json"), "--chart", "taken.png"}, dir);
+  EXPECT_EQ(run.output, "posenc: [inspect] --chart must name a file, not a folder, got "
+                        "'taken.png'\n");
+  run = Posenc({"inspect", Config("bloom.json"), "--chart", "bloom.png"}, dir);
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(run.output, "posenc: [inspect] --chart must be left out for this config (only RoPE "
+                        "configs have wavelengths to draw), got a config whose scheme is alibi\n");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+}
+
 }  // namespace

@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
@@ -273,13 +274,29 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows) {
   if (r.contains("chart")) std::cout << "chart: " << r["chart"].get<std::string>() << "\n";
 }
 
+// The chart is written as <folder>/<stem>.png beside .svg and .gp: the name must say so.
+void ValidateChartPath(const std::string& chart) {
+  const std::filesystem::path path = chart;
+  Require(path.extension() == ".png" && !path.stem().empty(), "inspect", "--chart",
+          "name a .png file (the .svg and .gp are written beside it)", "'" + chart + "'");
+  std::error_code ignored;
+  Require(!std::filesystem::is_directory(path, ignored), "inspect", "--chart",
+          "name a file, not a folder", "'" + chart + "'");
+}
+
+// Only RoPE has wavelengths to draw; a chart asked for elsewhere is an error, not silence.
+void RequireNoChart(const std::optional<std::string>& chart, const std::string& scheme) {
+  Require(!chart, "inspect", "--chart", "be left out for this config (only RoPE configs have "
+          "wavelengths to draw)", "a config whose scheme is " + scheme);
+}
+
 }  // namespace
 
 void AddInspectCommand(CLI::App& app) {
   struct Options {
     ModelRopeOptions model;
     bool json = false;
-    std::string chart;
+    std::optional<std::string> chart;
   };
   auto options = std::make_shared<Options>();
   CLI::App* inspect = app.add_subcommand(
@@ -300,16 +317,18 @@ void AddInspectCommand(CLI::App& app) {
                       "Draw wavelength per pair before and after scaling with gnuplot into this "
                       "PNG file (an SVG and the gnuplot script are written beside it)");
   inspect->callback([options] {
+    if (options->chart) ValidateChartPath(*options->chart);
     const PositionScheme scheme = LoadHfConfig(options->model.config);
     Json out;
     if (const auto* rope = std::get_if<RopeScheme>(&scheme)) {
-      RopeReport report = InspectRope(*rope, options->model, options->chart);
+      RopeReport report = InspectRope(*rope, options->model, options->chart.value_or(""));
       if (!options->json) {
         PrintRope(report.json, report.rows);
         return;
       }
       out = std::move(report.json);
     } else if (const auto* alibi = std::get_if<AlibiScheme>(&scheme)) {
+      RequireNoChart(options->chart, "alibi");
       out = {{"scheme", "alibi"},
              {"model_type", alibi->model_type},
              {"num_heads", alibi->num_heads},
@@ -318,11 +337,13 @@ void AddInspectCommand(CLI::App& app) {
                                           .max_bias = alibi->max_bias})},
              {"notes", alibi->notes}};
     } else if (const auto* learned = std::get_if<LearnedPositionScheme>(&scheme)) {
+      RequireNoChart(options->chart, "learned");
       out = {{"scheme", "learned"},
              {"model_type", learned->model_type},
              {"max_positions", learned->max_positions},
              {"dim", learned->dim}};
     } else {
+      RequireNoChart(options->chart, "none");
       out = {{"scheme", "none"}, {"model_type", std::get<NoPositionScheme>(scheme).model_type}};
     }
     if (options->json) {

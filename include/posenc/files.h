@@ -20,8 +20,9 @@ std::string ReadFileCapped(std::string_view function, const std::string& path, u
 // fsync'ed and closed with every error checked, then renamed over path. On any failure the
 // temporary file is removed, path is left as it was, and posenc::Error names `function`, the path
 // and the system's reason (for example "No space left on device" or "File too large").
-// A path that names something other than a regular file (a directory, /dev/null, /dev/full) is
-// written in place instead, since it cannot be renamed over; its errors are still reported.
+// An existing file keeps its permissions; a symbolic link is written through (the link stays,
+// its target is replaced). A directory is refused. A device such as /dev/stdout or /dev/full
+// cannot be renamed over, so it is written in place; its errors are still reported.
 void WriteFileAtomically(std::string_view function, const std::string& path,
                          std::string_view bytes);
 
