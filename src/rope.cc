@@ -120,30 +120,29 @@ void RotateWithKernel(const Rope& rope, std::span<const int64_t> positions,
   internal::RopeKernel(args);
 }
 
+// The checks of each ApplyRope form, shared by ApplyRope (which runs them before writing) and
+// ValidateApplyRope (which runs only them), so the two cannot disagree.
 template <typename T>
-void RopeInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> x,
-                 RopeDirection direction) {
+void ValidateInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> x) {
   rope.Validate();
   ValidateView(rope, x, "x");
   ValidatePositions(kFn, positions, x.tokens);
-  RotateInto<T>(rope, positions, direction, {{x, x}});
 }
 
 template <typename T>
-void RopeInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k,
-                 RopeDirection direction) {
+void ValidateInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> q,
+                     Heads<T> k) {
   rope.Validate();
   ValidateView(rope, q, "q");
   ValidatePositions(kFn, positions, q.tokens);
   ValidateView(rope, k, "k");
   ValidateSameTokens(q, k, "q", "k");
   RequireDisjoint(k, q, "k", "q");
-  RotateInto<T>(rope, positions, direction, {{q, q}, {k, k}});
 }
 
 template <typename T>
-void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
-                    Heads<T> x_out, RopeDirection direction) {
+void ValidateOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
+                        Heads<T> x_out) {
   rope.Validate();
   ValidateView(rope, x_in, "x_in");
   ValidatePositions(kFn, positions, x_in.tokens);
@@ -151,13 +150,11 @@ void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<
   ValidateSameTokens(x_in, x_out, "x_in", "x_out");
   ValidateSameHeads(x_in, x_out, "x_in", "x_out");
   RequireDisjoint(x_out, x_in, "x_out", "x_in");
-  RotateInto<T>(rope, positions, direction, {{x_in, x_out}});
 }
 
 template <typename T>
-void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> q_in,
-                    Heads<T> q_out, Heads<const T> k_in, Heads<T> k_out,
-                    RopeDirection direction) {
+void ValidateOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> q_in,
+                        Heads<T> q_out, Heads<const T> k_in, Heads<T> k_out) {
   rope.Validate();
   ValidateView(rope, q_in, "q_in");
   ValidatePositions(kFn, positions, q_in.tokens);
@@ -176,6 +173,34 @@ void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<
   RequireDisjoint(k_out, k_in, "k_out", "k_in");
   RequireDisjoint(k_out, q_in, "k_out", "q_in");
   RequireDisjoint(k_out, q_out, "k_out", "q_out");
+}
+
+template <typename T>
+void RopeInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> x,
+                 RopeDirection direction) {
+  ValidateInPlace(rope, positions, x);
+  RotateInto<T>(rope, positions, direction, {{x, x}});
+}
+
+template <typename T>
+void RopeInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k,
+                 RopeDirection direction) {
+  ValidateInPlace(rope, positions, q, k);
+  RotateInto<T>(rope, positions, direction, {{q, q}, {k, k}});
+}
+
+template <typename T>
+void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
+                    Heads<T> x_out, RopeDirection direction) {
+  ValidateOutOfPlace(rope, positions, x_in, x_out);
+  RotateInto<T>(rope, positions, direction, {{x_in, x_out}});
+}
+
+template <typename T>
+void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> q_in,
+                    Heads<T> q_out, Heads<const T> k_in, Heads<T> k_out,
+                    RopeDirection direction) {
+  ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
   RotateInto<T>(rope, positions, direction, {{q_in, q_out}, {k_in, k_out}});
 }
 
@@ -374,6 +399,71 @@ void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const
                Heads<double> q_out, Heads<const double> k_in, Heads<double> k_out,
                RopeDirection direction) {
   RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
+}
+
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x) {
+  ValidateInPlace(rope, positions, x);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
+                       Heads<float> k) {
+  ValidateInPlace(rope, positions, q, k);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const float> x_in, Heads<float> x_out) {
+  ValidateOutOfPlace(rope, positions, x_in, x_out);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const float> q_in, Heads<float> q_out, Heads<const float> k_in,
+                       Heads<float> k_out) {
+  ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> x) {
+  ValidateInPlace(rope, positions, x);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> q,
+                       Heads<BFloat16> k) {
+  ValidateInPlace(rope, positions, q, k);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const BFloat16> x_in, Heads<BFloat16> x_out) {
+  ValidateOutOfPlace(rope, positions, x_in, x_out);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const BFloat16> q_in, Heads<BFloat16> q_out, Heads<const BFloat16> k_in,
+                       Heads<BFloat16> k_out) {
+  ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x) {
+  ValidateInPlace(rope, positions, x);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> q,
+                       Heads<Float16> k) {
+  ValidateInPlace(rope, positions, q, k);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const Float16> x_in, Heads<Float16> x_out) {
+  ValidateOutOfPlace(rope, positions, x_in, x_out);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const Float16> q_in, Heads<Float16> q_out, Heads<const Float16> k_in,
+                       Heads<Float16> k_out) {
+  ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> x) {
+  ValidateInPlace(rope, positions, x);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> q,
+                       Heads<double> k) {
+  ValidateInPlace(rope, positions, q, k);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const double> x_in, Heads<double> x_out) {
+  ValidateOutOfPlace(rope, positions, x_in, x_out);
+}
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const double> q_in, Heads<double> q_out, Heads<const double> k_in,
+                       Heads<double> k_out) {
+  ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
 }
 
 }  // namespace posenc

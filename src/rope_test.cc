@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "posenc/error.h"
@@ -773,6 +775,59 @@ TEST(RopeValidate, RejectsOverlappingMemory) {
               Heads<const float>::Dense(kk.data() + 8, 3, 2, 8), kov);
   }, "[rope] q_out must not share memory with k_in, got overlapping views");
   f.ExpectUntouched();
+}
+
+TEST(RopeValidateOnly, ThrowsWhatApplyRopeThrowsAndWritesNothing) {
+  InPlaceFixture f;
+  const std::vector<int64_t> negative{0, 1, -4};
+  Rope bad_rope = f.rope;
+  bad_rope.inv_freq[1] = std::numeric_limits<double>::quiet_NaN();
+  std::vector<float> qo(f.qbuf.size());
+  const auto qov = Heads<float>::Dense(qo.data(), 3, 4, 8);
+  std::vector<BFloat16> bf(3 * 4 * 8);
+  // Each case is one ApplyRope form with one bad argument; run(true) calls its validator.
+  const std::vector<std::pair<std::function<void(bool)>, std::string>> cases = {
+      {[&](bool validate_only) {
+         validate_only ? ValidateApplyRope(f.rope, negative, f.q())
+                       : ApplyRope(f.rope, negative, f.q());
+       },
+       "[rope] positions[2] must be >= 0, got -4"},
+      {[&](bool validate_only) {
+         validate_only ? ValidateApplyRope(bad_rope, f.positions, f.q(), f.k())
+                       : ApplyRope(bad_rope, f.positions, f.q(), f.k());
+       },
+       "[rope] inv_freq[1] must be finite and >= 0, got nan"},
+      {[&](bool validate_only) {
+         validate_only ? ValidateApplyRope(f.rope, f.positions, Heads<const float>(f.q()), f.q())
+                       : ApplyRope(f.rope, f.positions, Heads<const float>(f.q()), f.q());
+       },
+       "[rope] x_out must not share memory with x_in, got overlapping views"},
+      {[&](bool validate_only) {
+         const Heads<const float> qi = f.q(), ki = f.k();
+         validate_only ? ValidateApplyRope(f.rope, f.positions, qi, qov, ki, f.k())
+                       : ApplyRope(f.rope, f.positions, qi, qov, ki, f.k());
+       },
+       "[rope] k_out must not share memory with k_in, got overlapping views"},
+      {[&](bool validate_only) {
+         const auto x = Heads<BFloat16>::Dense(bf.data(), 3, 8, 4);
+         validate_only ? ValidateApplyRope(f.rope, f.positions, x)
+                       : ApplyRope(f.rope, f.positions, x);
+       },
+       "[rope] x.head_dim must equal rope.head_dim (8), got 4"},
+  };
+  for (const auto& [run, message] : cases) {
+    ExpectError([&] { run(true); }, message);
+    f.ExpectUntouched();
+    ExpectError([&] { run(false); }, message);
+    f.ExpectUntouched();
+  }
+  EXPECT_EQ(qo, std::vector<float>(qo.size(), 0.0f));
+
+  // Good arguments: accepted, and still nothing written.
+  EXPECT_NO_THROW(ValidateApplyRope(f.rope, f.positions, f.q(), f.k()));
+  EXPECT_NO_THROW(ValidateApplyRope(f.rope, f.positions, Heads<const float>(f.q()), qov));
+  f.ExpectUntouched();
+  EXPECT_EQ(qo, std::vector<float>(qo.size(), 0.0f));
 }
 
 TEST(RopeValidate, AliasingCheckIsExactOnRandomStridedViews) {

@@ -126,6 +126,44 @@ void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const
                Heads<double> q_out, Heads<const double> k_in, Heads<double> k_out,
                RopeDirection direction = RopeDirection::kForward);
 
+// Validate only: each ApplyRope above has a twin with the same arguments (less the direction,
+// which no check depends on) that makes exactly its checks, through the same code and in the
+// same order, throws the same posenc::Error, and writes nothing. For callers that must refuse a
+// set of calls before running the first (the Python bindings run some batches one call per
+// element, and validate every element before the first is written).
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
+                       Heads<float> k);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const float> x_in, Heads<float> x_out);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const float> q_in, Heads<float> q_out, Heads<const float> k_in,
+                       Heads<float> k_out);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> x);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> q,
+                       Heads<BFloat16> k);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const BFloat16> x_in, Heads<BFloat16> x_out);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const BFloat16> q_in, Heads<BFloat16> q_out, Heads<const BFloat16> k_in,
+                       Heads<BFloat16> k_out);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> q,
+                       Heads<Float16> k);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const Float16> x_in, Heads<Float16> x_out);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const Float16> q_in, Heads<Float16> q_out, Heads<const Float16> k_in,
+                       Heads<Float16> k_out);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> x);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> q,
+                       Heads<double> k);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const double> x_in, Heads<double> x_out);
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       Heads<const double> q_in, Heads<double> q_out, Heads<const double> k_in,
+                       Heads<double> k_out);
+
 // cos and sin of the angle pos * inv_freq, in double: the accurate angle every kernel must match.
 // The angle is one double product (error <= half an ulp: <= 2^-30 rad below 2^24), never
 // a float32 product as in Hugging Face (~pos * 2^-24 rad); not scaled by attention_factor.
