@@ -176,12 +176,12 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
 
 namespace {
 
-// Every public Attention: the same validation, whatever the storage type, then the kernel.
+// The checks of every Attention, whatever the storage type, shared by Attention (which runs them
+// before writing) and ValidateAttention (which runs only them), so the two cannot disagree.
 template <typename T>
-void ValidatedAttention(const AttentionOptions& options, Heads<const T> q, Heads<const T> k,
-                        Heads<const T> v, std::span<const int64_t> query_pos,
-                        std::span<const int64_t> key_pos, Heads<float> out) {
-  // Everything is validated before out is written.
+void CheckAttention(const AttentionOptions& options, Heads<const T> q, Heads<const T> k,
+                    Heads<const T> v, std::span<const int64_t> query_pos,
+                    std::span<const int64_t> key_pos, Heads<float> out) {
   q.Validate(kFunction, "q");
   k.Validate(kFunction, "k");
   v.Validate(kFunction, "v");
@@ -224,11 +224,21 @@ void ValidatedAttention(const AttentionOptions& options, Heads<const T> q, Heads
   Require(options.window >= 0, kFunction, "window", "be >= 0 (0 means no window)",
           options.window);
 
+  // Exact, as in RoPE: out may be a slot of a fused buffer whose byte range interleaves with
+  // q's, k's or v's without sharing a row.
   const std::string_view overlap_rule = "not share memory with q, k or v";
-  Require(!Overlaps(out, q), kFunction, "out", overlap_rule, "a view overlapping q");
-  Require(!Overlaps(out, k), kFunction, "out", overlap_rule, "a view overlapping k");
-  Require(!Overlaps(out, v), kFunction, "out", overlap_rule, "a view overlapping v");
+  Require(!RowsOverlap(out, q), kFunction, "out", overlap_rule, "a view overlapping q");
+  Require(!RowsOverlap(out, k), kFunction, "out", overlap_rule, "a view overlapping k");
+  Require(!RowsOverlap(out, v), kFunction, "out", overlap_rule, "a view overlapping v");
+}
 
+// Every public Attention: the checks, then the kernel.
+template <typename T>
+void ValidatedAttention(const AttentionOptions& options, Heads<const T> q, Heads<const T> k,
+                        Heads<const T> v, std::span<const int64_t> query_pos,
+                        std::span<const int64_t> key_pos, Heads<float> out) {
+  // Everything is validated before out is written.
+  CheckAttention(options, q, k, v, query_pos, key_pos, out);
   // No queries: nothing to write. (No keys: every query sees nothing and gets zeros.)
   if (q.Empty()) return;
   // The fused (flash-style) kernel, tested against AttentionReference.
@@ -248,6 +258,20 @@ void Attention(const AttentionOptions& options, Heads<const BFloat16> q,
                std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
                Heads<float> out) {
   ValidatedAttention(options, q, k, v, query_pos, key_pos, out);
+}
+
+void ValidateAttention(const AttentionOptions& options, Heads<const float> q,
+                       Heads<const float> k, Heads<const float> v,
+                       std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
+                       Heads<float> out) {
+  CheckAttention(options, q, k, v, query_pos, key_pos, out);
+}
+
+void ValidateAttention(const AttentionOptions& options, Heads<const BFloat16> q,
+                       Heads<const BFloat16> k, Heads<const BFloat16> v,
+                       std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
+                       Heads<float> out) {
+  CheckAttention(options, q, k, v, query_pos, key_pos, out);
 }
 
 }  // namespace posenc

@@ -9,12 +9,16 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "posenc/positions.h"
+#include "test_support.h"
 
 namespace posenc {
 namespace {
+
+using testing_support::ExpectError;
 
 // A dense [tokens, heads, dim] tensor owning its memory.
 struct Tensor {
@@ -583,10 +587,15 @@ struct Call {
     options.alibi = Alibi{.num_heads = 8};
   }
 
-  // The message of the posenc::Error thrown, or "no error".
-  std::string Error() {
+  // The message of the posenc::Error thrown by Attention (or, when validate_only, by
+  // ValidateAttention), or "no error".
+  std::string Error(bool validate_only = false) {
     try {
-      Attention(options, q_view, k_view, v_view, query_pos, key_pos, out_view);
+      if (validate_only) {
+        ValidateAttention(options, q_view, k_view, v_view, query_pos, key_pos, out_view);
+      } else {
+        Attention(options, q_view, k_view, v_view, query_pos, key_pos, out_view);
+      }
     } catch (const posenc::Error& e) {
       return e.what();
     }
@@ -802,6 +811,83 @@ TEST(AttentionErrors, OutMustNotOverlapInputs) {
   }
 }
 
+TEST(AttentionErrors, OutMayShareAFusedBufferWithoutSharingARow) {
+  // One [tokens, 3, heads, dim] buffer: q and k in slots 0 and 1, out written into slot 2. The
+  // three byte ranges interleave token by token, but no row is shared, so the call is fine.
+  const int64_t tokens = 4, heads = 2, dim = 8;
+  Tensor fused = RandomTensor(tokens, 3 * heads, dim, 5);
+  const auto slot = [&](int64_t s) {
+    return Heads<float>{fused.data.data() + s * heads * dim, tokens, heads, dim, 3 * heads * dim,
+                        dim};
+  };
+  ASSERT_TRUE(Overlaps(slot(2), slot(0)));  // the byte ranges meet: a hull test would refuse
+  Tensor q(tokens, heads, dim), k(tokens, heads, dim);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t d = 0; d < dim; ++d) {
+        q.at(t, h, d) = slot(0).Row(t, h)[d];
+        k.at(t, h, d) = slot(1).Row(t, h)[d];
+      }
+    }
+  }
+  const Tensor v = RandomTensor(tokens, heads, dim, 6);
+  const std::vector<int64_t> pos = PositionRange(0, tokens);
+  AttentionOptions options;
+  options.causal = true;
+  const Tensor expect = RunAttention(options, q, k, v, pos, pos);
+  Attention(options, slot(0), slot(1), v.view(), pos, pos, slot(2));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t d = 0; d < dim; ++d) EXPECT_EQ(slot(2).Row(t, h)[d], expect.at(t, h, d));
+    }
+  }
+
+  // Real overlaps are still refused: out over k's slot, or half a row into it.
+  const std::vector<float> before = fused.data;
+  Heads<float> half_into_k = slot(1);
+  half_into_k.data += dim / 2;
+  for (const Heads<float>& out : {slot(1), half_into_k}) {
+    ExpectError([&] { Attention(options, slot(0), slot(1), v.view(), pos, pos, out); },
+                "[attention] out must not share memory with q, k or v, got a view overlapping k");
+  }
+  EXPECT_EQ(fused.data, before);
+}
+
+TEST(AttentionValidateOnly, ThrowsWhatAttentionThrowsAndWritesNothing) {
+  // Each case breaks one thing in a valid call (or nothing): ValidateAttention gives Attention's
+  // exact message and leaves out alone.
+  const std::vector<std::pair<std::function<void(Call&)>, std::string>> cases = {
+      {[](Call& c) { c.k_view.head_dim = 4; },
+       "[attention] k.head_dim must equal q.head_dim (8), got 4"},
+      {[](Call& c) { c.key_pos[1] = -2; }, "[attention] key_pos[1] must be >= 0, got -2"},
+      {[](Call& c) { c.options.window = -3; },
+       "[attention] window must be >= 0 (0 means no window), got -3"},
+      {[](Call& c) { c.v_view = Heads<const float>::Dense(c.out.data.data() + 100, 5, 2, 6); },
+       "[attention] out must not share memory with q, k or v, got a view overlapping v"},
+      {[](Call&) {}, "no error"},
+  };
+  for (const auto& [breaks, message] : cases) {
+    Call call;
+    breaks(call);
+    EXPECT_EQ(call.Error(/*validate_only=*/true), message);
+    EXPECT_TRUE(call.OutUntouched());
+    EXPECT_EQ(call.Error(), message);
+  }
+  // The bfloat16 form shares the checks.
+  const std::vector<BFloat16> bf(4 * 2 * 8);
+  const auto view = Heads<const BFloat16>::Dense(bf.data(), 4, 2, 8);
+  std::vector<float> out(4 * 2 * 8, 7.0f);
+  const std::vector<int64_t> pos{0, 1, 2, 3}, short_pos{0, 1, 2};
+  ExpectError(
+      [&] {
+        ValidateAttention({}, view, view, view, short_pos, pos,
+                          Heads<float>::Dense(out.data(), 4, 2, 8));
+      },
+      "[attention] query_pos.size() must equal the number of tokens (4), got 3");
+  EXPECT_NO_THROW(
+      ValidateAttention({}, view, view, view, pos, pos, Heads<float>::Dense(out.data(), 4, 2, 8)));
+  EXPECT_EQ(out, std::vector<float>(out.size(), 7.0f));
+}
 
 TEST(Attention, EmptyInputsAreANoOpOrZeros) {
   // No queries (zero tokens or heads): nothing to do, whatever the pointers. No keys: every

@@ -43,8 +43,9 @@ struct AttentionOptions {
   int64_t window = 0;
 };
 
-// Validates everything (views, shapes, grouping, positions >= 0, rope, alibi, scale, window, and
-// that out shares no memory with q, k or v), throwing posenc::Error before out is touched, then
+// Validates everything (views, shapes, grouping, positions, rope, alibi, scale, window, and that
+// no row of out shares a byte with a row of q, k or v: an exact test, so out may be a slot of a
+// fused buffer that q, k or v are slices of), throwing posenc::Error before out is touched, then
 // runs the kernel.
 void Attention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
                Heads<const float> v, std::span<const int64_t> query_pos,
@@ -62,6 +63,19 @@ void Attention(const AttentionOptions& options, Heads<const BFloat16> q,
                Heads<const BFloat16> k, Heads<const BFloat16> v,
                std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
                Heads<float> out);
+
+// Validate only: the twins of the two Attention overloads above, with the same arguments, make
+// exactly their checks (through the same code, in the same order), throw the same posenc::Error,
+// and write nothing. For callers that must refuse a set of calls before running the first (the
+// Python bindings run a batch one call per element and validate every element first).
+void ValidateAttention(const AttentionOptions& options, Heads<const float> q,
+                       Heads<const float> k, Heads<const float> v,
+                       std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
+                       Heads<float> out);
+void ValidateAttention(const AttentionOptions& options, Heads<const BFloat16> q,
+                       Heads<const BFloat16> k, Heads<const BFloat16> v,
+                       std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
+                       Heads<float> out);
 
 // The reference: the unfused composition in double (rotate, score, bias, mask, softmax, weighted
 // sum), the definition every fast attention kernel must match. Same contract as Attention, but
