@@ -429,8 +429,8 @@ void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
   ValidateOutOfPlace(rope, positions, x_in, x_out);
 }
 void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const BFloat16> q_in, Heads<BFloat16> q_out, Heads<const BFloat16> k_in,
-                       Heads<BFloat16> k_out) {
+                       Heads<const BFloat16> q_in, Heads<BFloat16> q_out,
+                       Heads<const BFloat16> k_in, Heads<BFloat16> k_out) {
   ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
 }
 void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x) {

@@ -145,8 +145,8 @@ void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Hea
 void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
                        Heads<const BFloat16> x_in, Heads<BFloat16> x_out);
 void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const BFloat16> q_in, Heads<BFloat16> q_out, Heads<const BFloat16> k_in,
-                       Heads<BFloat16> k_out);
+                       Heads<const BFloat16> q_in, Heads<BFloat16> q_out,
+                       Heads<const BFloat16> k_in, Heads<BFloat16> k_out);
 void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x);
 void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> q,
                        Heads<Float16> k);
