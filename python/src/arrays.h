@@ -168,8 +168,6 @@ class BatchPositions {
   }
   // One list for the whole batch folded into tokens (repeated when shared).
   std::span<const int64_t> Folded(int64_t batch_count);
-  // Every position, in batch order (each once), for checking them all before any kernel runs.
-  std::span<const int64_t> All() const { return all_; }
   int64_t ListSize() const { return tokens_; }
 
  private:

@@ -7,7 +7,6 @@
 #include "bindings.h"
 #include "posenc/attention.h"
 #include "posenc/npy.h"
-#include "posenc/positions.h"
 
 namespace posenc::python {
 namespace {
@@ -44,27 +43,17 @@ py::object AttentionOf(const py::object& q_arg, const py::object& k_arg, const p
                            "query_positions");
   BatchPositions key_pos(key_positions.is_none() ? query_positions : key_positions,
                          k.batch_shape, k.first.tokens, kFn, "key_positions");
-  // Batch elements share their geometry, so the first call validates every element's views;
-  // positions differ per element and are all checked here, before anything is written.
-  ValidatePositions(kFn, query_pos.All(), static_cast<int64_t>(query_pos.All().size()),
-                    "query_positions");
-  ValidatePositions(kFn, key_pos.All(), static_cast<int64_t>(key_pos.All().size()),
-                    "key_positions");
-  if (IsEmpty(q) || v.first.head_dim == 0) return out_object;  // an empty out: nothing to do
-  RequireDisjointBatch(kFn, q, k, v, out);
-  // The library refuses an out whose byte range meets an input's within one element, a stricter
-  // test than the exact one above; the later elements are checked here before the first runs.
-  for (int64_t b = 1; b < q.BatchCount(); ++b) {
-    for (const auto& [input, name] : {std::pair{q.At(b), "q"}, {k.At(b), "k"}, {v.At(b), "v"}}) {
-      Require(!Overlaps(out.At(b), input), kFn, "out", "not share memory with q, k or v",
-              std::string("a view overlapping ") + name);
-    }
-  }
-  {
-    py::gil_scoped_release release;
-    for (int64_t b = 0; b < q.BatchCount(); ++b) {
-      Attention(options, q.At(b), k.At(b), v.At(b), query_pos.At(b), key_pos.At(b), out.At(b));
-    }
+  // Never folded into tokens: a query would see the keys of other batch elements.
+  const auto run = [&](bool validate_only, int64_t b) {
+    const Heads<const T> qb = q.At(b), kb = k.At(b), vb = v.At(b);
+    const Heads<float> ob = out.At(b);
+    validate_only ? ValidateAttention(options, qb, kb, vb, query_pos.At(b), key_pos.At(b), ob)
+                  : Attention(options, qb, kb, vb, query_pos.At(b), key_pos.At(b), ob);
+  };
+  if (q.BatchCount() == 0) {  // no element, but the shapes are still the library's to check
+    ValidateAttention(options, NoTokens(q), NoTokens(k), NoTokens(v), {}, {}, NoTokens(out));
+  } else {
+    RunEachElement(kFn, q.BatchCount(), run, q, k, v, out);
   }
   return out_object;
 }

@@ -28,6 +28,7 @@ int64_t RowSet::Rows() const {
 }
 
 bool RowSet::Nested() const {
+  if (Rows() == 0) return true;
   int64_t span = row_bytes;
   for (auto dim = dims.rbegin(); dim != dims.rend(); ++dim) {
     if (dim->stride < span) return false;
@@ -51,6 +52,7 @@ bool RowSet::Intersects(intptr_t lo, intptr_t hi) const {
 }
 
 bool ShareRows(const RowSet& a, const RowSet& b) {
+  if (a.Rows() == 0 || b.Rows() == 0) return false;  // base and end mean nothing then
   if (a.base >= b.end || b.base >= a.end) return false;
   // Walk the rows of one set and look each up in the other, which must be Nested; when both are,
   // walk the smaller.

@@ -13,7 +13,6 @@
 
 #include "arrays.h"
 #include "posenc/npy.h"
-#include "posenc/positions.h"
 
 namespace posenc::python {
 
@@ -32,6 +31,7 @@ struct RowSet {
   int64_t Rows() const;
   // Whether each stride steps over the whole span of the dims inside it: then no two rows share
   // a byte and address order is index order (every slice or transpose of a contiguous array).
+  // A set without rows (a dim of count 0) is Nested and shares nothing.
   bool Nested() const;
   // Whether a row intersects the byte range [lo, hi); only for a Nested set.
   bool Intersects(intptr_t lo, intptr_t hi) const;
@@ -66,16 +66,10 @@ std::string ByteStrides(const BatchedHeads<T>& view) {
 
 // Throws posenc::Error unless no batch element of a written (non-const) view shares memory with
 // another element of it or with any element of another view: the checks the library makes within
-// one element, made across the whole views before the first element is written.
+// one element, made across the whole views. Every element must have passed the library's
+// validator (so its geometry is well formed).
 template <typename... T>
 void RequireDisjointBatch(std::string_view function, const BatchedHeads<T>&... views) {
-  // A view the library refuses by itself is left to the library's message: every element has
-  // its geometry, so the first call throws before it writes.
-  try {
-    (views.first.Validate(function, views.name), ...);
-  } catch (const Error&) {
-    return;
-  }
   constexpr size_t kCount = sizeof...(T);
   const std::array<RowSet, kCount> rows{RowsOf(views)...};
   const std::array<bool, kCount> written{!std::is_const_v<T>...};
@@ -91,32 +85,53 @@ void RequireDisjointBatch(std::string_view function, const BatchedHeads<T>&... v
   }
 }
 
+// One batch element's view with no tokens: what a batch without elements hands the library's
+// validator, which still checks its shapes (head_dim and the rest) and finds nothing to write.
 template <typename T>
-bool IsEmpty(const BatchedHeads<T>& view) {
-  return view.BatchCount() == 0 || view.first.tokens == 0 || view.first.num_heads == 0;
+Heads<T> NoTokens(const BatchedHeads<T>& view) {
+  Heads<T> element = view.first;
+  element.tokens = 0;
+  return element;
 }
 
-// Calls call(positions, view...) with the GIL released. All views must have the same batch
-// shape. Zero tokens, heads or batch elements are a no-op. In the per-element case every
-// position and the whole views' aliasing are checked first, and the first call validates the
-// (identical) geometry of every element, so nothing is written when an argument is bad.
+// Runs call(validate_only, b) for every batch element b of `views` so that nothing is written
+// when any element's arguments are bad: first call(true, b) for every element, which runs the
+// library's validators (the call's own checks, so a new rule there is checked here too), then the
+// aliasing across elements that the library cannot see, and only then, with the GIL released,
+// call(false, b), the library calls themselves.
+template <typename Call, typename... T>
+void RunEachElement(std::string_view function, int64_t count, const Call& call,
+                    const BatchedHeads<T>&... views) {
+  for (int64_t b = 0; b < count; ++b) call(true, b);
+  RequireDisjointBatch(function, views...);
+  py::gil_scoped_release release;
+  for (int64_t b = 0; b < count; ++b) call(false, b);
+}
+
+// Runs call(validate_only, positions, views...) over a batch whose views all have the same batch
+// shape: once over the whole batch folded into tokens when every view allows it (the library
+// validates that one call), else once per batch element (RunEachElement). A batch without
+// elements is only validated; zero tokens or heads are the library's no-op.
 template <typename Call, typename... T>
 void RunBatched(std::string_view function, BatchPositions& positions, const Call& call,
                 BatchedHeads<T>... views) {
-  if ((IsEmpty(views) || ...)) return;
   const int64_t count = std::get<0>(std::tie(views...)).BatchCount();
+  if (count == 0) {
+    call(true, std::span<const int64_t>(), NoTokens(views)...);
+    return;
+  }
   auto folded = std::make_tuple(views...);
   // `&`, not `&&`: every copy is folded or the per-element originals are used.
   if (std::apply([](auto&... v) { return (v.Fold() & ...); }, folded)) {
     const std::span<const int64_t> all = positions.Folded(count);
     py::gil_scoped_release release;
-    std::apply([&](auto&... v) { call(all, v.first...); }, folded);
+    std::apply([&](auto&... v) { call(false, all, v.first...); }, folded);
     return;
   }
-  ValidatePositions(function, positions.All(), static_cast<int64_t>(positions.All().size()));
-  RequireDisjointBatch(function, views...);
-  py::gil_scoped_release release;
-  for (int64_t b = 0; b < count; ++b) call(positions.At(b), views.At(b)...);
+  RunEachElement(
+      function, count,
+      [&](bool validate_only, int64_t b) { call(validate_only, positions.At(b), views.At(b)...); },
+      views...);
 }
 
 // Throws posenc::Error unless `view` has the batch shape of `first` (names for the message).

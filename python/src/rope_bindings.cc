@@ -60,8 +60,8 @@ void RotateInPlace(const Rope& rope, const py::object& positions, const py::obje
   BatchPositions pos(positions, view.batch_shape, view.first.tokens, kFn);
   RunBatched(
       kFn, pos,
-      [&](std::span<const int64_t> p, Heads<T> v) {
-        ApplyRope(rope, p, v, direction);
+      [&](bool validate_only, std::span<const int64_t> p, Heads<T> v) {
+        validate_only ? ValidateApplyRope(rope, p, v) : ApplyRope(rope, p, v, direction);
       },
       view);
 }
@@ -76,8 +76,8 @@ py::object RotateInto(const Rope& rope, const py::object& positions, const py::o
   BatchPositions pos(positions, in.batch_shape, in.first.tokens, kFn);
   RunBatched(
       kFn, pos,
-      [&](std::span<const int64_t> p, Heads<const T> i, Heads<T> o) {
-        ApplyRope(rope, p, i, o, direction);
+      [&](bool validate_only, std::span<const int64_t> p, Heads<const T> i, Heads<T> o) {
+        validate_only ? ValidateApplyRope(rope, p, i, o) : ApplyRope(rope, p, i, o, direction);
       },
       in, dst);
   return out;
@@ -92,8 +92,8 @@ void RotateQkInPlace(const Rope& rope, const py::object& positions, const py::ob
   BatchPositions pos(positions, qv.batch_shape, qv.first.tokens, kFn);
   RunBatched(
       kFn, pos,
-      [&](std::span<const int64_t> p, Heads<T> qh, Heads<T> kh) {
-        ApplyRope(rope, p, qh, kh, direction);
+      [&](bool validate_only, std::span<const int64_t> p, Heads<T> qh, Heads<T> kh) {
+        validate_only ? ValidateApplyRope(rope, p, qh, kh) : ApplyRope(rope, p, qh, kh, direction);
       },
       qv, kv);
 }
@@ -114,9 +114,10 @@ py::tuple RotateQkInto(const Rope& rope, const py::object& positions, const py::
   BatchPositions pos(positions, qi.batch_shape, qi.first.tokens, kFn);
   RunBatched(
       kFn, pos,
-      [&](std::span<const int64_t> p, Heads<const T> qh, Heads<const T> kh, Heads<T> qoh,
-          Heads<T> koh) {
-        ApplyRope(rope, p, qh, qoh, kh, koh, direction);
+      [&](bool validate_only, std::span<const int64_t> p, Heads<const T> qh, Heads<const T> kh,
+          Heads<T> qoh, Heads<T> koh) {
+        validate_only ? ValidateApplyRope(rope, p, qh, qoh, kh, koh)
+                      : ApplyRope(rope, p, qh, qoh, kh, koh, direction);
       },
       qi, ki, qo, ko);
   return py::make_tuple(q_out, k_out);

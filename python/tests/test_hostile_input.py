@@ -234,10 +234,10 @@ ERRORS = {
         "got list of float32",
     ),
     # Positions: the library's one rule, checked for every batch element
-    # before the first is written.
+    # before the first is written (the index is within the element's list).
     "HF layout in place, later element's position too large": (
         hf_layout_later_position_too_large,
-        "[rope] positions[5] must be <= 2^32 = 4294967296 (kMaxPosition, where "
+        "[rope] positions[2] must be <= 2^32 = 4294967296 (kMaxPosition, where "
         "float32 RoPE stops being accurate), got 1099511627776",
     ),
     "alibi_bias, negative position": (
@@ -352,6 +352,19 @@ def test_disjoint_interleaved_views_are_accepted_across_batch():
     np.testing.assert_array_equal(k, expect_k)
 
 
+@pytest.mark.parametrize("batch", [(), (2,)], ids=["no batch", "batch"])
+def test_attention_out_into_the_v_slot_of_a_fused_qkv_buffer(batch):
+    # q and k are slots 0 and 1 of one fused [..., tokens, 3, heads, dim]
+    # buffer and out is written into slot 2: the byte ranges of the three
+    # interleave token by token, but no row is shared.
+    qkv, v = data(*batch, 5, 3, 2, 8), data(*batch, 5, 2, 8)
+    q, k, slot = (qkv[..., i, :, :] for i in range(3))
+    expect = posenc.attention(q.copy(), k.copy(), v, np.arange(5), causal=True)
+    out = posenc.attention(q, k, v, np.arange(5), causal=True, out=slot)
+    assert out is slot
+    np.testing.assert_array_equal(slot, expect)
+
+
 EMPTY = {
     "rope, zero tokens": (
         lambda: posenc.apply_rope(ROPE, np.arange(0), data(2, 0, 3, 8)),
@@ -404,6 +417,54 @@ EMPTY = {
 @pytest.mark.parametrize("call, shape", EMPTY.values(), ids=EMPTY.keys())
 def test_zero_size_input_is_a_no_op(call, shape):
     assert tuple(call().shape) == shape
+
+
+# Empty inputs are a no-op, but their shapes are still checked: a head_dim
+# that does not fit is refused whatever the size of the batch.
+EMPTY_WRONG_HEAD_DIM = {
+    "rope, zero tokens": (
+        lambda: posenc.apply_rope(ROPE, np.arange(0), data(2, 0, 3, 4)),
+        "[rope] x_in.head_dim must equal rope.head_dim (8), got 4",
+    ),
+    "rope inplace, zero batch, HF layout": (
+        lambda: posenc.apply_rope_inplace(
+            ROPE, np.arange(3), data(0, 3, 3, 4).transpose(0, 2, 1, 3)
+        ),
+        "[rope] x.head_dim must equal rope.head_dim (8), got 4",
+    ),
+    "rope, zero heads, transposed": (
+        lambda: posenc.apply_rope(
+            ROPE, np.arange(3), data(2, 0, 3, 4).transpose(0, 2, 1, 3)
+        ),
+        "[rope] x_in.head_dim must equal rope.head_dim (8), got 4",
+    ),
+    "rope qk, zero batch": (
+        lambda: posenc.apply_rope_qk(
+            ROPE, np.arange(3), data(0, 3, 4, 8), data(0, 3, 2, 4)
+        ),
+        "[rope] k_in.head_dim must equal rope.head_dim (8), got 4",
+    ),
+    "attention, zero queries": (
+        lambda: posenc.attention(
+            data(2, 0, 2, 8), data(2, 3, 2, 4), data(2, 3, 2, 8), [], [0, 1, 2]
+        ),
+        "[attention] k.head_dim must equal q.head_dim (8), got 4",
+    ),
+    "attention, zero batch": (
+        lambda: posenc.attention(
+            data(0, 3, 2, 8), data(0, 3, 2, 4), data(0, 3, 2, 8), np.arange(3)
+        ),
+        "[attention] k.head_dim must equal q.head_dim (8), got 4",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "call, message", EMPTY_WRONG_HEAD_DIM.values(), ids=EMPTY_WRONG_HEAD_DIM.keys()
+)
+def test_zero_size_input_with_the_wrong_head_dim_is_refused(call, message):
+    with pytest.raises(posenc.Error, match="^" + re.escape(message) + "$"):
+        call()
 
 
 def reference_attention(q, k, v):
