@@ -102,7 +102,16 @@ Heads<T> NoTokens(const BatchedHeads<T>& view) {
 template <typename Call, typename... T>
 void RunEachElement(std::string_view function, int64_t count, const Call& call,
                     const BatchedHeads<T>&... views) {
-  for (int64_t b = 0; b < count; ++b) call(true, b);
+  for (int64_t b = 0; b < count; ++b) {
+    try {
+      call(true, b);
+    } catch (const Error& e) {
+      // The library sees one element. Element 0 fails first on anything all elements share
+      // (shapes, strides), so a later element's error is its own: say which.
+      if (b == 0) throw;
+      throw Error(std::string(e.what()) + " (in batch element " + std::to_string(b) + ")");
+    }
+  }
   RequireDisjointBatch(function, views...);
   py::gil_scoped_release release;
   for (int64_t b = 0; b < count; ++b) call(false, b);
