@@ -47,6 +47,9 @@ and shard_heads select a tensor-parallel shard (shard_heads = 0: all heads from 
   m.def(
       "alibi_slopes",
       [](const Alibi& alibi) {
+        alibi.Validate();
+        const int64_t heads[] = {alibi.LocalHeads()};
+        RequireOutputSize(heads, sizeof(double), "alibi", "local_heads", "float64");
         const std::vector<double> slopes = AlibiSlopes(alibi);
         return py::array_t<double>(static_cast<py::ssize_t>(slopes.size()), slopes.data());
       },
