@@ -254,6 +254,9 @@ TEST(HostileCli, IntegersAreDecimalAndInRange) {
        "--positions: must be a decimal integer in [0, 9223372036854775807], got ''"},
       {{"inspect", Config("llama2-7b.json"), "--seq-len", "1e6"},
        "--seq-len: must be a decimal integer in [1, 9223372036854775807], got '1e6'"},
+      {{"inspect", Config("llama2-7b.json"), "--positions", "0,4294967297"},
+       "[inspect] --positions must be <= 2^32 = 4294967296 (kMaxPosition, where float32 RoPE "
+       "stops being accurate), got 4294967297"},
       {{"bench", "--repeats", "0"}, "--repeats: must be a decimal integer in [1, 1000000], got '0'"},
       {{"table", "sinusoidal", "--positions", "3", "--dim", "4", "--base", "0x10", "--output",
         "t.csv"},

@@ -17,6 +17,7 @@
 #include "posenc/alibi.h"
 #include "posenc/error.h"
 #include "posenc/hf_config.h"
+#include "posenc/positions.h"
 
 namespace posenc::cli {
 namespace {
@@ -194,7 +195,7 @@ RopeReport InspectRope(const RopeScheme& scheme, const ModelRopeOptions& options
                         64);
     Json cos = Json::array(), sin = Json::array();
     for (const int64_t pos : options.positions) {
-      Require(pos >= 0, "inspect", "--positions", "be >= 0", pos);
+      ValidatePosition("inspect", "--positions", pos);
       Json c = Json::array(), s = Json::array();
       for (const double w : scaled.inv_freq) {
         const CosSin angle = RopeAngle(pos, w);
