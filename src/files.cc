@@ -55,45 +55,57 @@ int WriteAll(int fd, std::string_view bytes) {
 
 }  // namespace
 
-std::string ReadFileCapped(std::string_view function, const std::string& path,
-                           uint64_t max_bytes) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) {
+InputFile::InputFile(std::string_view function, const std::string& path)
+    : function_(function), path_(path) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below as not regular.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd_ < 0) {
     const int error = errno;
     throw Error(ErrorMessage(function, "path", "name a readable file (" + Reason(error) + ")",
                              Quoted(path)));
   }
   struct stat info {};
-  Require(::fstat(fd.get(), &info) == 0, function, "path", "be a file whose size can be read",
-          Quoted(path));
-  Require(!S_ISDIR(info.st_mode), function, "path", "name a file, not a directory",
-          Quoted(path));
-  Require(S_ISREG(info.st_mode), function, "path",
-          "name a regular file (not a device, pipe or socket)", Quoted(path));
-  const std::string cap = std::to_string(max_bytes) + " bytes";
-  Require(static_cast<uint64_t>(info.st_size) <= max_bytes, function, "path",
-          "name a file of at most " + cap,
-          Quoted(path) + " of " + std::to_string(info.st_size) + " bytes");
-  // The file may grow between stat and read: read at most the cap plus one byte.
-  std::string bytes(static_cast<size_t>(info.st_size) + 1, '\0');
+  const bool sized = ::fstat(fd_, &info) == 0;
+  const char* wrong = !sized                   ? "be a file whose size can be read"
+                      : S_ISDIR(info.st_mode)  ? "name a file, not a directory"
+                      : !S_ISREG(info.st_mode) ? "name a regular file (not a device, pipe or socket)"
+                                               : nullptr;
+  if (wrong != nullptr) {
+    ::close(fd_);
+    throw Error(ErrorMessage(function, "path", wrong, Quoted(path)));
+  }
+  size_ = static_cast<uint64_t>(info.st_size);
+}
+
+InputFile::~InputFile() { ::close(fd_); }
+
+size_t InputFile::ReadAt(uint64_t offset, char* out, size_t n) const {
   size_t filled = 0;
-  while (true) {
-    if (filled == bytes.size()) {
-      Require(bytes.size() <= max_bytes, function, "path", "name a file of at most " + cap,
-              Quoted(path) + " (it grew while being read)");
-      bytes.resize(std::min<uint64_t>(max_bytes + 1, bytes.size() * 2));
-    }
-    const ssize_t got = ::read(fd.get(), bytes.data() + filled, bytes.size() - filled);
+  while (filled < n) {
+    const ssize_t got = ::pread(fd_, out + filled, n - filled, static_cast<off_t>(offset + filled));
     if (got < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       const int error = errno;
-      throw Error(ErrorMessage(function, "path", "be readable to the end (" + Reason(error) + ")",
-                               Quoted(path)));
+      throw Error(ErrorMessage(function_, "path",
+                               "be readable to the end (" + Reason(error) + ")", Quoted(path_)));
     }
     if (got == 0) break;
     filled += static_cast<size_t>(got);
   }
-  bytes.resize(filled);
+  return filled;
+}
+
+std::string ReadFileCapped(std::string_view function, const std::string& path,
+                           uint64_t max_bytes) {
+  const InputFile file(function, path);
+  const std::string cap = "name a file of at most " + std::to_string(max_bytes) + " bytes";
+  Require(file.size() <= max_bytes, function, "path", cap,
+          Quoted(path) + " of " + std::to_string(file.size()) + " bytes");
+  // One byte more than stat said, so that a file that grew since is caught, not cut.
+  std::string bytes(static_cast<size_t>(file.size()) + 1, '\0');
+  bytes.resize(file.ReadAt(0, bytes.data(), bytes.size()));
+  Require(bytes.size() <= file.size(), function, "path", "keep its size while being read",
+          Quoted(path) + " (it grew past " + std::to_string(file.size()) + " bytes)");
   return bytes;
 }
 

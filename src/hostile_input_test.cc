@@ -124,9 +124,9 @@ TEST(HostileInput, FilesAreSizedBeforeTheyAreRead) {
        "[hf_config] path must name a file, not a directory, got '" + dir + "'",
        [&] { return std::filesystem::is_empty(dir); }},
       {"/dev/zero as an .npy", [] { ReadNpy("/dev/zero"); },
-       "[npy.read] path must name an existing regular file, got '/dev/zero'", [] { return true; }},
+       "[npy.read] path must name a regular file (not a device, pipe or socket), got '/dev/zero'", [] { return true; }},
       {"a directory as an .npy", [&] { ReadNpy(dir); },
-       "[npy.read] path must name an existing regular file, got '" + dir + "'",
+       "[npy.read] path must name a file, not a directory, got '" + dir + "'",
        [&] { return std::filesystem::is_empty(dir); }},
       {"17 GiB sparse .npy", [&] { ReadNpy(sparse_npy.path()); },
        "[npy.read] " + sparse_npy.path() +

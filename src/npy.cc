@@ -5,14 +5,9 @@
 // '\n', then the raw C-order data.
 #include "posenc/npy.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cctype>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -249,38 +244,14 @@ class HeaderParser {
   size_t pos_ = 0;
 };
 
-// Reads up to n bytes from `offset` on, retrying short reads; returns how many were read (fewer
-// only at the end of the file).
-size_t ReadUpTo(int fd, uint64_t offset, char* out, size_t n, const std::string& path) {
-  size_t filled = 0;
-  while (filled < n) {
-    const ssize_t got = ::pread(fd, out + filled, n - filled, static_cast<off_t>(offset + filled));
-    if (got < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      ReadError(path, "file", "be readable to the end", std::strerror(errno));
-    }
-    if (got == 0) break;
-    filled += static_cast<size_t>(got);
-  }
-  return filled;
-}
-
 // Reads exactly n bytes or fails: the file shrank after it was sized.
-void ReadExactly(int fd, uint64_t offset, char* out, size_t n, const std::string& path,
-                 uint64_t expected_size) {
-  if (ReadUpTo(fd, offset, out, n, path) != n) {
+void ReadExactly(const InputFile& file, uint64_t offset, char* out, size_t n,
+                 const std::string& path) {
+  if (file.ReadAt(offset, out, n) != n) {
     ReadError(path, "file", "keep its size while being read",
-              "fewer than the " + std::to_string(expected_size) + " bytes it had");
+              "fewer than the " + std::to_string(file.size()) + " bytes it had");
   }
 }
-
-// Closes the descriptor on every way out.
-struct Descriptor {
-  int fd;
-  ~Descriptor() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -295,12 +266,8 @@ std::string NpyShapeString(std::span<const int64_t> shape) {
 }
 
 NpyArray ReadNpy(const std::string& path, uint64_t max_bytes) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below as not regular.
-  const Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
-  struct stat info {};
-  Require(file.fd >= 0 && ::fstat(file.fd, &info) == 0 && S_ISREG(info.st_mode), "npy.read",
-          "path", "name an existing regular file", "'" + path + "'");
-  const auto file_size = static_cast<uint64_t>(info.st_size);
+  const InputFile file("npy.read", path);
+  const uint64_t file_size = file.size();
   if (file_size > max_bytes) {
     ReadError(path, "file", "be at most max_bytes = " + std::to_string(max_bytes) + " bytes",
               std::to_string(file_size) + " bytes");
@@ -309,7 +276,7 @@ NpyArray ReadNpy(const std::string& path, uint64_t max_bytes) {
   // The fixed prefix: magic, version, header length.
   char prefix[kMagic.size() + 2 + 4] = {};
   const size_t prefix_read =
-      ReadUpTo(file.fd, 0, prefix, std::min<uint64_t>(sizeof prefix, file_size), path);
+      file.ReadAt(0, prefix, std::min<uint64_t>(sizeof prefix, file_size));
   const std::string_view start(prefix, prefix_read);
   if (start.size() < kMagic.size() + 2 || start.substr(0, kMagic.size()) != kMagic) {
     ReadError(path, "file", "start with the .npy magic string \"\\x93NUMPY\"",
@@ -340,7 +307,7 @@ NpyArray ReadNpy(const std::string& path, uint64_t max_bytes) {
               std::to_string(header_length) + " bytes");
   }
   std::string header_text(static_cast<size_t>(header_length), '\0');
-  ReadExactly(file.fd, header_start, header_text.data(), header_text.size(), path, file_size);
+  ReadExactly(file, header_start, header_text.data(), header_text.size(), path);
   const auto header = HeaderParser(header_text, path).Parse();
 
   if (header.descr.size() == 3 && header.descr[0] == '>' && header.descr[1] == 'f') {
@@ -373,8 +340,7 @@ NpyArray ReadNpy(const std::string& path, uint64_t max_bytes) {
   array.shape = header.shape;
   array.data.resize(static_cast<size_t>(*count));
   if (item_size == 4 && std::endian::native == std::endian::little) {
-    ReadExactly(file.fd, data_start, reinterpret_cast<char*>(array.data.data()), data_bytes, path,
-                file_size);
+    ReadExactly(file, data_start, reinterpret_cast<char*>(array.data.data()), data_bytes, path);
     return array;
   }
   // float64, or a big-endian host: convert a block at a time, so memory stays the output's.
@@ -382,8 +348,7 @@ NpyArray ReadNpy(const std::string& path, uint64_t max_bytes) {
   std::vector<char> block(kBlockItems * item_size);
   for (size_t done = 0; done < array.data.size();) {
     const size_t items = std::min(kBlockItems, array.data.size() - done);
-    ReadExactly(file.fd, data_start + done * item_size, block.data(), items * item_size, path,
-                file_size);
+    ReadExactly(file, data_start + done * item_size, block.data(), items * item_size, path);
     const char* p = block.data();
     for (size_t i = 0; i < items; ++i, p += item_size) {
       array.data[done + i] =

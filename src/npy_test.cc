@@ -313,7 +313,8 @@ TEST(Npy, MissingFileOrDirectoryIsAnError) {
     FAIL() << "expected posenc::Error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "[npy.read] path must name an existing regular file, got '" + path + "'");
+              "[npy.read] path must name a readable file (No such file or directory), got '" +
+                  path + "'");
   }
   EXPECT_THROW(ReadNpy(testing::TempDir()), Error);
 }

@@ -9,11 +9,33 @@
 
 namespace posenc {
 
+// An open regular file whose size is known before anything is read, read at offsets: for
+// readers that check a header before they allocate for what follows it (ReadNpy). Throws
+// posenc::Error naming `function` and the path for a missing or unreadable file, a directory, or
+// a device, pipe or socket (opened without blocking, so a FIFO cannot hang the caller).
+class InputFile {
+ public:
+  InputFile(std::string_view function, const std::string& path);
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  ~InputFile();
+
+  // The size stat reported when the file was opened.
+  uint64_t size() const { return size_; }
+  // Reads up to n bytes from offset on, retrying short reads; returns how many were read (fewer
+  // only at the end of the file). Throws posenc::Error on a read error.
+  size_t ReadAt(uint64_t offset, char* out, size_t n) const;
+
+ private:
+  std::string function_, path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
 // The whole of a regular file of at most max_bytes bytes. The size is checked with stat before
-// reading, and at most max_bytes + 1 bytes are ever read (a file that grows, or a special file
-// that stat cannot size, is still caught). Throws posenc::Error naming `function` and the path:
-// a missing file, a directory, a device or pipe, a file over the cap (with the cap in the
-// message), or a read error.
+// anything is allocated or read, and one byte more than that size is asked for, so a file that
+// grew in between is an error, not a cut read. Throws posenc::Error naming `function` and the
+// path: InputFile's errors, a file over the cap (with the cap in the message), or a read error.
 std::string ReadFileCapped(std::string_view function, const std::string& path, uint64_t max_bytes);
 
 // Writes bytes to path atomically: into "<path>.tmp-XXXXXX" in the same directory, flushed,
