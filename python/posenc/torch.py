@@ -132,6 +132,13 @@ def _empty(function, shape, dtype, like=None):
     return torch.empty(shape, dtype=dtype)
 
 
+def _real_number(value):
+    """float(value) for numbers only: float("1.5") would let a string through."""
+    if isinstance(value, (str, bytes, bytearray)):
+        raise TypeError(type(value).__name__)
+    return float(value)
+
+
 def _instance_or_none(cls):
     """A check that raises TypeError unless its value is None or a cls."""
 
@@ -523,7 +530,7 @@ def attention(
     # What the binding could not convert, named here: pybind11 would list its
     # whole signature instead.
     for name, value, fits, rule in (
-        ("scale", scale, float, "be a number (0: 1 / sqrt(head_dim))"),
+        ("scale", scale, _real_number, "be a number (0: 1 / sqrt(head_dim))"),
         ("window", window, operator.index, "be an int (0: no window)"),
         ("alibi", alibi, _instance_or_none(_core.Alibi), "be None or a posenc.Alibi"),
         ("rope", rope, _instance_or_none(_core.Rope), _ROPE_RULE),

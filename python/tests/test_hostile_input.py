@@ -300,6 +300,10 @@ ERRORS = {
         torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale=None)),
         "[attention] scale must be a number (0: 1 / sqrt(head_dim)), got NoneType",
     ),
+    "torch attention, scale as a string": (
+        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale="1.5")),
+        "[attention] scale must be a number (0: 1 / sqrt(head_dim)), got str",
+    ),
     "torch attention, module as rope": (
         torch_float_positions(
             lambda q: pt.attention(q, q, q, [0, 1, 2], rope=pt.RotaryEmbedding(8))
