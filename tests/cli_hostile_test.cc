@@ -154,6 +154,31 @@ TEST(HostileCli, DemoFolderIsNeverParsedByAShellOrGnuplot) {
   EXPECT_TRUE(fs::exists(dir / out / "report.html"));
 }
 
+TEST(HostileCli, ConfigTextCannotReachTheTerminalAsEscapeSequences) {
+  const fs::path dir = Scratch("terminal");
+  // OSC (retitle the window), CSI (clear the screen) as ESC [ and as the C1 byte U+009B, and an
+  // ordinary non-ASCII name that must stay readable.
+  const std::string model_type = "x\x1b]0;owned\x07\x1b[2J\u009b2Jllama-\u00e9";
+  WriteText(dir / "rope.json", nlohmann::json({{"model_type", model_type}, {"hidden_size", 256},
+                                               {"num_attention_heads", 4},
+                                               {"rope_theta", 10000.0}})
+                                   .dump());
+  WriteText(dir / "bad.json", nlohmann::json({{"model_type", model_type}, {"hidden_size", 256},
+                                              {"num_attention_heads", 4},
+                                              {"rope_theta", -1.0}})
+                                  .dump());
+  for (const std::string& config : {"rope.json", "bad.json"}) {
+    const CliResult run = Posenc({"inspect", config}, dir);
+    EXPECT_EQ(run.output.find('\x1b'), std::string::npos) << config;
+    EXPECT_EQ(run.output.find("\xc2\x9b"), std::string::npos) << config;
+  }
+  const CliResult run = Posenc({"inspect", "rope.json"}, dir);
+  EXPECT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("RoPE (x\\x1b]0;owned\\x07\\x1b[2J\\xc2\\x9b2Jllama-\u00e9)"),
+            std::string::npos)
+      << run.output;
+}
+
 // ---------------------------------------------------------------------------------------------
 // No lost data: a failed write leaves the old file as it was and exits non-zero.
 

@@ -18,6 +18,7 @@
 #include "posenc/error.h"
 #include "posenc/hf_config.h"
 #include "posenc/positions.h"
+#include "printable.h"
 
 namespace posenc::cli {
 namespace {
@@ -227,13 +228,14 @@ std::string Number(const Json& value) {
 }
 
 void PrintRope(const Json& r, const std::vector<PairRow>& rows) {
-  std::cout << "scheme        RoPE (" << (r["model_type"] == "" ? "model_type not given"
-                                                                 : r["model_type"].get<std::string>())
+  std::cout << "scheme        RoPE ("
+            << (r["model_type"] == "" ? "model_type not given"
+                                      : Printable(r["model_type"].get<std::string>()))
             << "), " << r["layout"].get<std::string>() << " pairs, "
             << r["num_attention_heads"] << " heads (" << r["num_key_value_heads"] << " kv)\n";
   if (r["layer_types"].size() > 1) {
-    std::cout << "layer types   " << r["layer_types"].dump() << "; showing "
-              << r["layer_type"].get<std::string>() << "\n";
+    std::cout << "layer types   " << Printable(r["layer_types"].dump()) << "; showing "
+              << Printable(r["layer_type"].get<std::string>()) << "\n";
   }
   std::cout << "rope_type     " << r["rope_type"].get<std::string>() << "   theta "
             << Number(r["rope_theta"]) << "   head_dim " << r["head_dim"] << "   rotary_dim "
@@ -271,8 +273,10 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows) {
       }
     }
   }
-  for (const auto& note : r["notes"]) std::cout << "note: " << note.get<std::string>() << "\n";
-  if (r.contains("chart")) std::cout << "chart: " << r["chart"].get<std::string>() << "\n";
+  for (const auto& note : r["notes"]) {
+    std::cout << "note: " << Printable(note.get<std::string>()) << "\n";
+  }
+  if (r.contains("chart")) std::cout << "chart: " << Printable(r["chart"].get<std::string>()) << "\n";
 }
 
 // The chart is written as <folder>/<stem>.png beside .svg and .gp: the name must say so.
@@ -352,7 +356,8 @@ void AddInspectCommand(CLI::App& app) {
       return;
     }
     for (const auto& [key, value] : out.items()) {
-      std::cout << key << ": " << (value.is_string() ? value.get<std::string>() : value.dump())
+      std::cout << key << ": "
+                << Printable(value.is_string() ? value.get<std::string>() : value.dump())
                 << "\n";
     }
   });

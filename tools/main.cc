@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "posenc/error.h"
+#include "printable.h"
 
 namespace {
 
@@ -45,7 +46,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     status = app.exit(e);
   } catch (const std::exception& e) {
-    std::cerr << "posenc: " << e.what() << "\n";
+    // Messages quote configs and paths: printed so that no escape sequence reaches the terminal.
+    std::cerr << "posenc: " << posenc::cli::Printable(e.what()) << "\n";
     status = 1;
   }
   if (!FlushStandardOutput() && status == 0) status = 1;
