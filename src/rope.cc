@@ -21,12 +21,20 @@ namespace {
 constexpr std::string_view kFn = "rope";
 
 // The dimension rules shared by Rope::Validate and Rope::Default.
-void ValidateDims(int64_t head_dim, int64_t rotary_dim) {
+void ValidateDims(int64_t head_dim, int64_t rotary_dim, int64_t rotary_offset) {
   Require(head_dim > 0, kFn, "head_dim", "be positive", head_dim);
+  Require(rotary_offset >= 0, kFn, "rotary_offset", "be >= 0", rotary_offset);
   Require(rotary_dim >= 2, kFn, "rotary_dim", "be >= 2", rotary_dim);
   if (rotary_dim % 2 != 0 || rotary_dim > head_dim) {  // the message only on failure
     Require(false, kFn, "rotary_dim",
             "be even and <= head_dim (" + std::to_string(head_dim) + ")", rotary_dim);
+  }
+  // Subtracted, not added: rotary_offset + rotary_dim could overflow.
+  if (rotary_offset > head_dim - rotary_dim) {
+    Require(false, kFn, "rotary_offset",
+            "be <= head_dim - rotary_dim (" + std::to_string(head_dim) + " - " +
+                std::to_string(rotary_dim) + " = " + std::to_string(head_dim - rotary_dim) + ")",
+            rotary_offset);
   }
 }
 
@@ -103,6 +111,7 @@ void RotateWithKernel(const Rope& rope, std::span<const int64_t> positions,
   args.layout = rope.layout;
   args.tokens = views.begin()->in.tokens;
   args.head_dim = rope.head_dim;
+  args.rotary_offset = rope.rotary_offset;
   args.rotary_dim = rope.rotary_dim;
   args.inv_freq = rope.inv_freq.data();
   args.cos_scale = rope.attention_factor;
@@ -224,10 +233,11 @@ template <typename T>
 void RopeReference(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
                    Heads<T> x_out, RopeDirection direction) {
   const int64_t half = rope.rotary_dim / 2;
-  // Pair i is features (i * step, i * step + offset).
+  const int64_t begin = rope.rotary_offset, end = rope.rotary_offset + rope.rotary_dim;
+  // Pair i is features (begin + i * step, begin + i * step + partner).
   const bool interleaved = rope.layout == RopeLayout::kInterleaved;
   const int64_t step = interleaved ? 2 : 1;
-  const int64_t offset = interleaved ? 1 : half;
+  const int64_t partner = interleaved ? 1 : half;
   // Forward: a R(phi). Inverse: its transpose a R(-phi).
   const double sign = direction == RopeDirection::kInverse ? -1.0 : 1.0;
   const double a = rope.attention_factor;
@@ -242,14 +252,15 @@ void RopeReference(const Rope& rope, std::span<const int64_t> positions, Heads<c
       const T* in = x_in.Row(t, h);
       T* out = x_out.Row(t, h);
       for (int64_t i = 0; i < half; ++i) {
-        const int64_t j0 = i * step, j1 = j0 + offset;
+        const int64_t j0 = begin + i * step, j1 = j0 + partner;
         // Read both before writing either: in and out may be the same memory.
         const double x0 = Widen(in[j0]), x1 = Widen(in[j1]);
         out[j0] = Narrow<T>(x0 * table[i].cos - x1 * table[i].sin);
         out[j1] = Narrow<T>(x0 * table[i].sin + x1 * table[i].cos);
       }
       if (in != out) {
-        for (int64_t d = rope.rotary_dim; d < x_in.head_dim; ++d) out[d] = in[d];
+        for (int64_t d = 0; d < begin; ++d) out[d] = in[d];
+        for (int64_t d = end; d < x_in.head_dim; ++d) out[d] = in[d];
       }
     }
   }
@@ -268,19 +279,21 @@ std::vector<double> DefaultInvFreq(double base, int64_t rotary_dim) {
   return inv_freq;
 }
 
-Rope Rope::Default(int64_t head_dim, double base, RopeLayout layout, int64_t rotary_dim) {
+Rope Rope::Default(int64_t head_dim, double base, RopeLayout layout, int64_t rotary_dim,
+                   int64_t rotary_offset) {
   Rope rope;
   rope.head_dim = head_dim;
-  rope.rotary_dim = rotary_dim == 0 ? head_dim : rotary_dim;
+  rope.rotary_dim = rotary_dim == 0 ? head_dim - rotary_offset : rotary_dim;
   rope.layout = layout;
-  ValidateDims(rope.head_dim, rope.rotary_dim);
+  rope.rotary_offset = rotary_offset;
+  ValidateDims(rope.head_dim, rope.rotary_dim, rope.rotary_offset);
   rope.inv_freq = DefaultInvFreq(base, rope.rotary_dim);
   rope.attention_factor = 1.0;
   return rope;
 }
 
 void Rope::Validate() const {
-  ValidateDims(head_dim, rotary_dim);
+  ValidateDims(head_dim, rotary_dim, rotary_offset);
   Require(layout == RopeLayout::kHalfSplit || layout == RopeLayout::kInterleaved, kFn, "layout",
           "be kHalfSplit or kInterleaved", static_cast<int>(layout));
   // Messages are built only on failure: Validate runs on every call, a decode step included.

@@ -9,6 +9,9 @@
 //                 y[i + h]    = x[i] s[i] + x[i + h] c[i]        h = rotary_dim / 2
 //   kInterleaved: y = x * [c0 c0 c1 c1 ...] + swap_pairs(x) * [-s0 s0 -s1 s1 ...]
 //
+// Only features [rotary_offset, rotary_offset + rotary_dim) of a row rotate (pairs counted from
+// rotary_offset); out of place, the features before and after them are copied unchanged.
+//
 // A row's last partial vector goes through a small stack buffer: Highway 1.0.3's MaskedLoad
 // reads the whole vector on SSE4 and for 16-bit lanes on AVX2 (and needs alignment there), so it
 // is not safe at the end of a row.
@@ -194,7 +197,12 @@ void RopeKernelT(const internal::RopeKernelArgs& args) {
   const double* HWY_RESTRICT step_sin = step.get() + pairs;
   int64_t rows = 0;
   for (int n = 0; n < args.num_tensors; ++n) rows += args.tensors[n].num_heads;
-  const size_t pass_bytes = static_cast<size_t>(args.head_dim - args.rotary_dim) * sizeof(T);
+  // Pass-through features: [0, rotary_offset) before the rotated block, [rotary_end, head_dim)
+  // after it.
+  const size_t rotary_offset = static_cast<size_t>(args.rotary_offset);
+  const size_t rotary_end = rotary_offset + rotary_dim;
+  const size_t lead_bytes = rotary_offset * sizeof(T);
+  const size_t tail_bytes = (static_cast<size_t>(args.head_dim) - rotary_end) * sizeof(T);
 
   internal::ForRanges(args.tokens, args.tokens * rows * args.head_dim,
                            [&](int64_t begin, int64_t end) {
@@ -218,12 +226,15 @@ void RopeKernelT(const internal::RopeKernelArgs& args) {
           const T* in = in_token + h * x.in_head_stride;
           T* out = out_token + h * x.out_head_stride;
           if (interleaved) {
-            RotateRowInterleaved(df, in, out, rotary_dim, cos_table, sin_table);
+            RotateRowInterleaved(df, in + rotary_offset, out + rotary_offset, rotary_dim,
+                                 cos_table, sin_table);
           } else {
-            RotateRowHalfSplit(df, in, out, half, cos_table, sin_table);
+            RotateRowHalfSplit(df, in + rotary_offset, out + rotary_offset, half, cos_table,
+                               sin_table);
           }
-          if (pass_bytes != 0 && in != out) {
-            std::memcpy(out + rotary_dim, in + rotary_dim, pass_bytes);
+          if (in != out) {
+            if (lead_bytes != 0) std::memcpy(out, in, lead_bytes);
+            if (tail_bytes != 0) std::memcpy(out + rotary_end, in + rotary_end, tail_bytes);
           }
         }
       }

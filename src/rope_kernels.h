@@ -26,6 +26,7 @@ struct RopeKernelArgs {
   RopeLayout layout = RopeLayout::kHalfSplit;
   int64_t tokens = 0;
   int64_t head_dim = 0;
+  int64_t rotary_offset = 0;  // features [rotary_offset, rotary_offset + rotary_dim) rotate
   int64_t rotary_dim = 0;
   const double* inv_freq = nullptr;  // rotary_dim / 2 entries
   double cos_scale = 1.0;            // attention_factor

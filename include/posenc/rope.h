@@ -13,6 +13,15 @@
 //       features  [ x0  x1 | x2  x3 | x4  x5 | x6  x7 | pass ... ]    cos table [c0 c0 c1 c1 c2 c2 c3 c3]
 //
 // Features at and past rotary_dim pass through untouched (partial rotary, e.g. GPT-NeoX, Phi).
+// With rotary_offset r the rotated block starts at feature r instead of 0: features
+// [r, r + rotary_dim) rotate in the layout above, pairs counted from r (half-split pair i =
+// (r + i, r + i + rotary_dim/2); interleaved pair i = (r + 2i, r + 2i + 1)), and every other
+// feature passes through untouched. DeepSeek V2/V3 multi-head latent attention (MLA) keeps each
+// q and k head as [128 unrotated "nope" features | 64 rotated "rope" features]: head_dim 192,
+// rotary_offset 128, rotary_dim 64, rotated in place inside the full head.
+//
+//       rotary_offset = 4, rotary_dim = 4, kHalfSplit:
+//       features  [ pass pass pass pass | x0  x1 | x2  x3 | pass ... ]  pairs (x0, x2), (x1, x3)
 // The two layouts are equivalent up to a fixed permutation of the projection weights, but are not
 // interchangeable on the same weights.
 //
@@ -55,14 +64,22 @@ std::vector<double> DefaultInvFreq(double base, int64_t rotary_dim);
 
 struct Rope {
   int64_t head_dim = 0;
-  int64_t rotary_dim = 0;  // even, 2 <= rotary_dim <= head_dim
+  int64_t rotary_dim = 0;  // even, 2 <= rotary_dim <= head_dim - rotary_offset
   RopeLayout layout = RopeLayout::kHalfSplit;
   std::vector<double> inv_freq;    // rotary_dim / 2 entries, finite and >= 0
   double attention_factor = 1.0;   // finite and > 0; multiplies cos and sin
+  // Features [rotary_offset, rotary_offset + rotary_dim) rotate, in `layout` with pairs counted
+  // from rotary_offset; all others pass through untouched. rotary_offset >= 0 (odd is allowed)
+  // and rotary_offset + rotary_dim <= head_dim. Last, so that positional initialisers of the
+  // fields above keep their meaning.
+  int64_t rotary_offset = 0;  // first rotated feature
 
-  // Plain RoPE over the first rotary_dim features (0 means all of head_dim).
+  // Plain RoPE over the rotary_dim features from rotary_offset (rotary_dim 0 means
+  // head_dim - rotary_offset: everything from rotary_offset on). inv_freq, and so any cos and
+  // sin table, has rotary_dim / 2 entries and does not depend on the offset.
   static Rope Default(int64_t head_dim, double base = 10000.0,
-                      RopeLayout layout = RopeLayout::kHalfSplit, int64_t rotary_dim = 0);
+                      RopeLayout layout = RopeLayout::kHalfSplit, int64_t rotary_dim = 0,
+                      int64_t rotary_offset = 0);
 
   // Throws posenc::Error naming the field, value and rule.
   void Validate() const;
@@ -176,8 +193,8 @@ CosSin RopeAngle(int64_t pos, double inv_freq);
 // The scalar reference twin of ApplyRope, in double arithmetic: the definition the fast kernels
 // are tested against. Same contract as the out-of-place ApplyRope for one tensor; in place when
 // x_in and x_out are the same memory (partial overlap is not allowed). cos and sin are computed
-// once per (token, pair) and shared by all heads; features past rotary_dim are copied when not in
-// place. Assumes validated input (no checks).
+// once per (token, pair) and shared by all heads; features outside [rotary_offset, rotary_offset +
+// rotary_dim) are copied when not in place. Assumes validated input (no checks).
 void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         Heads<const float> x_in, Heads<float> x_out, RopeDirection direction);
 // The twins for bfloat16 and float16 storage: the double result is rounded to float, then to the
