@@ -9,20 +9,16 @@
 #include <utility>
 
 #include "float32_range.h"
+#include "hf_config_reader.h"
+#include "hf_json.h"
 #include "posenc/error.h"
 #include "posenc/files.h"
 
 namespace posenc {
 namespace {
 
-using Json = nlohmann::json;
+using namespace hf_json;  // NOLINT(google-build-using-namespace): the loader's vocabulary
 
-constexpr const char* kFn = "hf_config";
-constexpr size_t kMaxBytes = size_t{64} << 20;  // real configs are a few kB
-constexpr int kMaxDepth = 64;                     // real configs nest 3 or 4 levels
-constexpr int64_t kMaxHeadDim = int64_t{1} << 16;
-constexpr int64_t kMaxHeads = int64_t{1} << 20;
-constexpr int64_t kMaxPositions = int64_t{1} << 53;  // exact in double
 constexpr double kDefaultTheta = 10000.0;
 
 // Model families, by config.json model_type.
@@ -30,148 +26,23 @@ constexpr std::string_view kLlamaFamily[] = {  // model-level default ignores pa
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
     "gemma2", "gemma3", "gemma3_text", "deepseek_v2", "deepseek_v3"};
 constexpr std::string_view kPartialRotaryDefault[] = {  // own default that applies it
-    "gpt_neox", "phi", "phi3", "gptj", "stablelm", "persimmon"};
+    "gpt_neox", "phi", "phi3", "gptj", "stablelm", "persimmon", "glm", "glm4", "glm4_moe"};
 constexpr std::string_view kOtherRopeModels[] = {
-    "nomic_bert", "gpt_oss", "olmo", "olmo2", "starcoder2", "cohere", "falcon", "gemma4",
-    "gemma4_text", "internlm2", "granite"};
-constexpr std::string_view kNoPositionModels[] = {"mamba", "mamba2", "falcon_mamba", "rwkv"};
+    "nomic_bert", "gpt_oss", "olmo", "olmo2", "olmo3", "starcoder2", "cohere", "cohere2",
+    "falcon", "gemma4", "gemma4_text", "internlm2", "granite", "llama4", "llama4_text",
+    "smollm3", "exaone4", "chatglm", "modernbert", "mistral3", "ministral", "ministral3",
+    "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text",
+    "qwen3_next", "phimoe", "stablelm_epoch"};
+// Attention layers without positions, between state-space layers (docs/MODELS.md).
+constexpr std::string_view kNoPositionModels[] = {"mamba", "mamba2", "falcon_mamba", "rwkv",
+                                                  "nemotron_h", "jamba"};
+// Rotation of interleaved pairs (2i, 2i + 1) (docs/MODELS.md cites each model's code).
+constexpr std::string_view kInterleavedModels[] = {"gptj", "deepseek_v2", "cohere", "cohere2",
+                                                   "chatglm", "glm", "glm4", "llama4",
+                                                   "llama4_text"};
 constexpr std::string_view kRopeTypes[] = {"default", "linear", "dynamic", "yarn",
                                            "longrope", "llama3", "proportional"};
 
-template <size_t N>
-bool In(std::string_view value, const std::string_view (&list)[N]) {
-  return std::find(std::begin(list), std::end(list), value) != std::end(list);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Errors name the key as written in the file and show the value as JSON.
-
-std::string Shown(const Json* value) {
-  if (value == nullptr) return "nothing (the key is missing)";
-  std::string text = value->dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
-}
-
-[[noreturn]] void Fail(std::string_view key, std::string_view rule, const Json* value) {
-  throw Error(ErrorMessage(kFn, key, rule, Shown(value)));
-}
-
-// A JSON object and the dotted path it sits at ("" at the top, "rope_scaling." below it).
-struct Node {
-  const Json& object;
-  std::string path;
-
-  std::string Key(std::string_view key) const { return path + std::string(key); }
-  const Json* Find(std::string_view key) const {
-    const auto it = object.find(std::string(key));
-    return it == object.end() ? nullptr : &*it;
-  }
-  // Present and not null: Hugging Face's config classes treat null as absent.
-  const Json* Value(std::string_view key) const {
-    const Json* value = Find(key);
-    return value != nullptr && !value->is_null() ? value : nullptr;
-  }
-};
-
-const Json& EmptyObject() {
-  static const Json kEmpty = Json::object();
-  return kEmpty;
-}
-
-// A finite number that satisfies `ok`; rule reads "be a number >= 1" etc.
-template <typename Ok>
-double AsNumber(const Node& node, std::string_view key, const Json& value, std::string_view rule,
-                Ok ok) {
-  if (!value.is_number() || !std::isfinite(value.get<double>()) || !ok(value.get<double>())) {
-    Fail(node.Key(key), rule, &value);
-  }
-  return value.get<double>();
-}
-
-template <typename Ok>
-std::optional<double> OptionalNumber(const Node& node, std::string_view key,
-                                     std::string_view rule, Ok ok) {
-  const Json* value = node.Value(key);
-  if (value == nullptr) return std::nullopt;
-  return AsNumber(node, key, *value, rule, ok);
-}
-
-template <typename Ok>
-double RequiredNumber(const Node& node, std::string_view key, std::string_view rule, Ok ok) {
-  const Json* value = node.Value(key);
-  if (value == nullptr) Fail(node.Key(key), rule, node.Find(key));
-  return AsNumber(node, key, *value, rule, ok);
-}
-
-std::string IntRule(int64_t lo, int64_t hi) {
-  return "be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-}
-
-// Integers may be written as 4096 or 4096.0 (Python writes both); nothing else.
-std::optional<int64_t> OptionalInt(const Node& node, std::string_view key, int64_t lo,
-                                   int64_t hi) {
-  const Json* value = node.Value(key);
-  if (value == nullptr) return std::nullopt;
-  const bool integral = value->is_number() && std::isfinite(value->get<double>()) &&
-                        std::trunc(value->get<double>()) == value->get<double>();
-  if (!integral) Fail(node.Key(key), IntRule(lo, hi), value);
-  const double v = value->get<double>();
-  if (v < static_cast<double>(lo) || v > static_cast<double>(hi)) {
-    Fail(node.Key(key), IntRule(lo, hi), value);
-  }
-  return value->is_number_float() ? static_cast<int64_t>(v) : value->get<int64_t>();
-}
-
-int64_t RequiredInt(const Node& node, std::string_view key, int64_t lo, int64_t hi) {
-  const std::optional<int64_t> value = OptionalInt(node, key, lo, hi);
-  if (!value) Fail(node.Key(key), IntRule(lo, hi), node.Find(key));
-  return *value;
-}
-
-// The first of several spellings of one key that the config has (e.g. n_head for GPT-J).
-std::string_view FirstKey(const Node& node, std::initializer_list<std::string_view> keys) {
-  for (std::string_view key : keys) {
-    if (node.Value(key) != nullptr) return key;
-  }
-  return *keys.begin();
-}
-
-std::optional<std::string> OptionalString(const Node& node, std::string_view key) {
-  const Json* value = node.Value(key);
-  if (value == nullptr) return std::nullopt;
-  if (!value->is_string()) Fail(node.Key(key), "be a string", value);
-  return value->get<std::string>();
-}
-
-const auto kPositive = [](double v) { return v > 0; };
-const auto kAtLeastOne = [](double v) { return v >= 1; };
-const auto kNonNegative = [](double v) { return v >= 0; };
-const auto kUnitInterval = [](double v) { return v > 0 && v <= 1; };
-
-// ---------------------------------------------------------------------------------------------
-// Hostile input is rejected before the parser sees it: nlohmann's dump and comparisons recurse.
-
-void CheckShape(std::string_view text) {
-  Require(text.size() <= kMaxBytes, kFn, "config", "be at most 64 MiB",
-          std::to_string(text.size()) + " bytes");
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      Require(++depth <= kMaxDepth, kFn, "config", "nest at most 64 levels deep",
-              "deeper nesting");
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // RoPE.
@@ -190,12 +61,6 @@ void Note(RopeScheme& scheme, std::string note) {
   }
 }
 
-std::string Format(double value) {
-  std::ostringstream out;
-  out.precision(17);
-  out << value;
-  return out.str();
-}
 
 int64_t ReadHeadDim(const Node& top, const std::string& model_type, int64_t heads) {
   // DeepSeek's rotary part of each head is qk_rope_head_dim (HF copies it into head_dim).
@@ -203,6 +68,7 @@ int64_t ReadHeadDim(const Node& top, const std::string& model_type, int64_t head
       top.Value("qk_rope_head_dim") != nullptr) {
     return RequiredInt(top, "qk_rope_head_dim", 2, kMaxHeadDim);
   }
+  if (model_type == "chatglm") return RequiredInt(top, "kv_channels", 2, kMaxHeadDim);
   if (const auto head_dim = OptionalInt(top, "head_dim", 2, kMaxHeadDim)) return *head_dim;
   const std::string_view hidden_key = FirstKey(top, {"hidden_size", "n_embd"});
   const int64_t hidden = RequiredInt(top, hidden_key, 2, kMaxHeadDim * kMaxHeads);
@@ -342,8 +208,8 @@ Llama3Scaling ReadLlama3(const RopeContext& c, const Node& dict) {
   const double low = rule.low_freq_factor;
   rule.high_freq_factor = RequiredNumber(
       dict, "high_freq_factor",
-      "be a number > low_freq_factor (" + Format(low) + ") (required by rope_type \"llama3\")",
-      [low](double v) { return v > low; });
+      "be a number >= low_freq_factor (" + Format(low) + ") (required by rope_type \"llama3\")",
+      [low](double v) { return v >= low; });
   rule.original_max_positions = ReadOriginalMax(c, dict);
   return rule;
 }
@@ -353,6 +219,11 @@ std::string ReadRopeType(const RopeContext& c, const Node& dict, std::string& ke
   key = dict.Key(dict.Value("rope_type") != nullptr ? "rope_type" : "type");
   const std::string_view field = dict.Value("rope_type") != nullptr ? "rope_type" : "type";
   std::string type = OptionalString(dict, field).value_or("default");
+  if (type == "mrope") {  // Qwen2-VL's configs: the frequencies are the default rule's
+    Note(c.scheme, key + " \"mrope\" computes the default frequencies (Hugging Face maps it to "
+                         "\"default\"); mrope_section is reported separately");
+    type = "default";
+  }
   if (type == "su" || (type == "yarn" && c.model_type == "phi3")) {
     Note(c.scheme, key + " \"" + type + "\" is Phi-3's legacy name for \"longrope\"");
     type = "longrope";
@@ -367,6 +238,11 @@ std::string ReadRopeType(const RopeContext& c, const Node& dict, std::string& ke
 double ReadTheta(const RopeContext& c, const Node& dict, std::optional<double> theta_override) {
   const std::string rule = "be a number > 0";
   if (theta_override) return *theta_override;
+  if (c.model_type == "chatglm") {  // ChatGLM's RotaryEmbedding: base = 10000 * rope_ratio
+    const double ratio =
+        OptionalNumber(c.top, "rope_ratio", rule, kPositive).value_or(1.0);
+    return kDefaultTheta * ratio;
+  }
   if (const auto theta = OptionalNumber(dict, "rope_theta", rule, kPositive)) return *theta;
   if (const auto theta = OptionalNumber(c.top, "rope_theta", rule, kPositive)) return *theta;
   if (c.model_type == "gpt_neox") {
@@ -384,6 +260,12 @@ double ReadTheta(const RopeContext& c, const Node& dict, std::optional<double> t
 int64_t ReadRotaryDim(const RopeContext& c, const Node& dict, const std::string& type) {
   if (c.model_type == "gptj") {
     return OptionalInt(c.top, "rotary_dim", 2, c.head_dim).value_or(c.head_dim);
+  }
+  if (c.model_type == "chatglm") {  // ChatGLM rotates the first half of each head
+    Require(c.head_dim % 4 == 0, kFn, c.top.Key("kv_channels"),
+            "be a multiple of 4 (ChatGLM rotates the first half of each head, in pairs)",
+            c.head_dim);
+    return c.head_dim / 2;
   }
   std::string key = dict.Key("partial_rotary_factor");
   std::optional<double> p = OptionalNumber(dict, "partial_rotary_factor", "be a number in (0, 1]",
@@ -505,16 +387,69 @@ bool IsPerLayer(const Json& params) {
                      [](const Json& value) { return value.is_object(); });
 }
 
+// Grouped-query heads under each family's name for them.
+int64_t ReadKeyValueHeads(const Node& top, const std::string& model_type, int64_t heads) {
+  if (model_type == "chatglm") {  // ChatGLM2/3: multi_query_attention with multi_query_group_num
+    const Json* mqa = top.Value("multi_query_attention");
+    if (mqa != nullptr && !mqa->is_boolean()) Fail(top.Key("multi_query_attention"),
+                                                   "be true or false", mqa);
+    if (mqa == nullptr || !mqa->get<bool>()) return heads;
+    return RequiredInt(top, "multi_query_group_num", 1, heads);
+  }
+  if (model_type == "falcon") {  // also RefinedWeb / RefinedWebModel
+    const std::string_view key = FirstKey(top, {"num_kv_heads", "n_head_kv"});
+    const Json* new_arch = top.Value("new_decoder_architecture");
+    const bool is_new = (new_arch != nullptr && new_arch->is_boolean() && new_arch->get<bool>()) ||
+                        top.Value("n_head_kv") != nullptr;
+    if (is_new && top.Value(key) != nullptr) return RequiredInt(top, key, 1, heads);
+    const Json* mq = top.Value("multi_query");
+    if (mq != nullptr && !mq->is_boolean()) Fail(top.Key("multi_query"), "be true or false", mq);
+    return mq != nullptr && mq->get<bool>() ? 1 : heads;
+  }
+  return OptionalInt(top, "num_key_value_heads", 1, heads).value_or(heads);
+}
+
+// M-RoPE's sections (Qwen2-VL family): they must cover the rotary pairs exactly.
+void ReadMropeSection(const Node& dict, RopeScheme& scheme, int64_t rotary_dim) {
+  const Json* section = dict.Value("mrope_section");
+  if (section == nullptr) return;
+  const std::string rule = "be a list of positive integers summing to rotary_dim / 2 = " +
+                           std::to_string(rotary_dim / 2);
+  if (!section->is_array() || section->empty() || section->size() > 4) {
+    Fail(dict.Key("mrope_section"), rule, section);
+  }
+  int64_t total = 0;
+  for (size_t i = 0; i < section->size(); ++i) {
+    const Json& value = (*section)[i];
+    if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
+        value.get<int64_t>() > kMaxHeadDim) {
+      Fail(dict.Key("mrope_section[" + std::to_string(i) + "]"), IntRule(1, kMaxHeadDim), &value);
+    }
+    const int64_t pairs = value.get<int64_t>();
+    scheme.mrope_section.push_back(pairs);
+    total += pairs;
+  }
+  if (total != rotary_dim / 2) Fail(dict.Key("mrope_section"), rule, section);
+  const Json* interleaved = dict.Value("mrope_interleaved");
+  if (interleaved != nullptr && !interleaved->is_boolean()) {
+    Fail(dict.Key("mrope_interleaved"), "be true or false", interleaved);
+  }
+  scheme.mrope_interleaved = interleaved != nullptr && interleaved->get<bool>();
+  Note(scheme, "M-RoPE (" + dict.Key("mrope_section") + "): for text tokens, whose three "
+               "position streams are equal, it is this 1-D RoPE exactly; image and video tokens "
+               "need (time, height, width) positions, which 1-D RoPE cannot express");
+}
+
 RopeScheme ReadRope(const Node& top, const std::string& model_type) {
   RopeScheme scheme;
   scheme.model_type = model_type;
   const std::string_view heads_key = FirstKey(top, {"num_attention_heads", "n_head"});
   scheme.num_attention_heads = RequiredInt(top, heads_key, 1, kMaxHeads);
-  scheme.num_key_value_heads =
-      OptionalInt(top, "num_key_value_heads", 1, kMaxHeads).value_or(scheme.num_attention_heads);
+  scheme.num_key_value_heads = ReadKeyValueHeads(top, model_type, scheme.num_attention_heads);
   scheme.max_position_embeddings = OptionalInt(
-      top, FirstKey(top, {"max_position_embeddings", "n_positions"}), 1, kMaxPositions);
-  if (model_type == "gptj" || model_type == "deepseek_v2") {
+      top, FirstKey(top, {"max_position_embeddings", "n_positions", "seq_length"}), 1,
+      kMaxPositions);
+  if (In(model_type, kInterleavedModels)) {
     scheme.layout = RopeLayout::kInterleaved;
   } else if (model_type == "deepseek_v3") {
     const Json* interleave = top.Value("rope_interleave");
@@ -551,10 +486,42 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
         RequiredNumber(top, "rope_local_base_freq", "be a number > 0", kPositive);
     scheme.layers.push_back(ReadLayer(c, Node{EmptyObject(), ""}, "sliding_attention", false,
                                       local_theta));
+  } else if (model_type == "modernbert") {
+    // ModernBertAttention: global layers rotate at global_rope_theta, local (sliding) layers at
+    // local_rope_theta; both plain RoPE.
+    for (auto [layer_type, key, fallback] :
+         {std::tuple{"full_attention", "global_rope_theta", 160000.0},
+          std::tuple{"sliding_attention", "local_rope_theta", 10000.0}}) {
+      const std::optional<double> theta =
+          OptionalNumber(top, key, "be a number > 0", kPositive);
+      if (!theta) Note(scheme, std::string(key) + " absent: " + Format(fallback) +
+                                   " (ModernBertConfig's default)");
+      scheme.layers.push_back(ReadLayer(c, dict, layer_type, false, theta.value_or(fallback)));
+    }
   } else {
     scheme.layers.push_back(ReadLayer(c, dict, "", false));
+    ReadMropeSection(dict, scheme, scheme.layers.back().rotary_dim);
   }
 
+  // DeepSeek V2/V3 multi-head latent attention: the q/k head is [qk_nope_head_dim features that
+  // never rotate | qk_rope_head_dim rotated ones] (DeepseekV3Attention splits q into q_nope and
+  // q_pe and concatenates them back in that order).
+  if ((model_type == "deepseek_v2" || model_type == "deepseek_v3") &&
+      top.Value("qk_nope_head_dim") != nullptr && top.Value("qk_rope_head_dim") != nullptr) {
+    const int64_t nope = RequiredInt(top, "qk_nope_head_dim", 0, kMaxHeadDim);
+    for (RopeLayerScheme& layer : scheme.layers) {
+      layer.rotary_offset = nope;
+      layer.head_dim = nope + layer.head_dim;
+    }
+  }
+
+  // Gemma 2/3 scale scores by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2.
+  if (model_type == "gemma2" || model_type == "gemma3" || model_type == "gemma3_text") {
+    if (const auto scalar =
+            OptionalNumber(top, "query_pre_attn_scalar", "be a number > 0", kPositive)) {
+      scheme.softmax_scale = 1.0 / std::sqrt(*scalar);
+    }
+  }
   if (scheme.softmax_scale_multiplier && top.Value("qk_nope_head_dim") != nullptr &&
       top.Value("qk_rope_head_dim") != nullptr) {
     const int64_t qk_head_dim = RequiredInt(top, "qk_nope_head_dim", 1, kMaxHeadDim) +
@@ -591,7 +558,7 @@ AlibiScheme ReadMptAlibi(const Node& top) {
 }
 
 LearnedPositionScheme ReadLearned(const Node& top, const std::string& model_type) {
-  const bool gpt2_keys = model_type == "gpt2" || model_type == "gpt_bigcode";
+  const bool gpt2_keys = model_type == "gpt2" || model_type == "gpt_bigcode";  // else opt, bert
   if (model_type == "bert") {
     const std::string kind = OptionalString(top, "position_embedding_type").value_or("absolute");
     if (kind != "absolute") {
@@ -613,10 +580,54 @@ bool HasRopeKeys(const Node& top) {
   return false;
 }
 
-PositionScheme Read(const Json& root) {
-  if (!root.is_object()) Fail("config", "be a JSON object", &root);
-  const Node top{root, ""};
-  const std::string model_type = OptionalString(top, "model_type").value_or("");
+// Baichuan's remote code decides by model: Baichuan-7B (architectures BaiChuanForCausalLM) and
+// Baichuan2-7B (hidden_size 4096) rotate; Baichuan-13B and Baichuan2-13B add ALiBi biases. vLLM's
+// baichuan.py makes the same choice (BaiChuanForCausalLM: RoPE; BaichuanForCausalLM: RoPE when
+// hidden_size == 4096, else ALiBi).
+bool BaichuanUsesRope(const Node& top) {
+  const Json* architectures = top.Value("architectures");
+  if (architectures != nullptr && architectures->is_array()) {
+    for (const Json& name : *architectures) {
+      if (name.is_string() && name.get<std::string>() == "BaiChuanForCausalLM") return true;
+    }
+  }
+  return RequiredInt(top, "hidden_size", 1, kMaxHeadDim * kMaxHeads) == 4096;
+}
+
+// T5's relative buckets (T5Config: relative_attention_num_buckets 32, _max_distance 128).
+RelativeBiasScheme ReadRelativeBias(const Node& top, const std::string& model_type) {
+  RelativeBiasScheme scheme{.model_type = model_type};
+  scheme.num_heads = RequiredInt(top, "num_heads", 1, kMaxHeads);
+  const std::optional<int64_t> buckets =
+      OptionalInt(top, "relative_attention_num_buckets", 0, int64_t{1} << 20);
+  const std::optional<int64_t> distance =
+      OptionalInt(top, "relative_attention_max_distance", 0, kMaxPositions);
+  if (!buckets) scheme.notes.push_back("relative_attention_num_buckets absent: 32 (T5Config)");
+  if (!distance) scheme.notes.push_back("relative_attention_max_distance absent: 128 (T5Config)");
+  scheme.num_buckets = buckets.value_or(32);
+  scheme.max_distance = distance.value_or(128);
+  // The encoder halves the buckets (keys before / after the query) and each half keeps half of
+  // its buckets exact: at least 4 buckets leave one exact bucket per side.
+  if (scheme.num_buckets < 4) {
+    Fail(top.Key("relative_attention_num_buckets"),
+         "be an integer >= 4 (the encoder splits them by direction, then into exact and "
+         "logarithmic halves)",
+         top.Find("relative_attention_num_buckets"));
+  }
+  if (scheme.max_distance <= scheme.num_buckets / 2) {
+    Fail(top.Key("relative_attention_max_distance"),
+         "be > relative_attention_num_buckets / 2 (" + std::to_string(scheme.num_buckets / 2) +
+             "), the distances that get exact buckets",
+         top.Find("relative_attention_max_distance"));
+  }
+  scheme.encoder_layers = OptionalInt(top, "num_layers", 1, kMaxLayers).value_or(6);
+  scheme.decoder_layers =
+      OptionalInt(top, "num_decoder_layers", 1, kMaxLayers).value_or(scheme.encoder_layers);
+  scheme.bias_in_every_layer = model_type == "umt5";
+  return scheme;
+}
+
+PositionScheme ReadScheme(const Node& top, const std::string& model_type) {
   if (model_type == "bloom") {
     return AlibiScheme{.model_type = model_type,
                        .num_heads = RequiredInt(top, FirstKey(top, {"n_head", "num_attention_heads"}),
@@ -626,7 +637,7 @@ PositionScheme Read(const Json& root) {
   if (model_type == "mpt") return ReadMptAlibi(top);
   if (model_type == "falcon" && top.Value("alibi") != nullptr) {
     const Json* alibi = top.Value("alibi");
-    if (!alibi->is_boolean()) Fail("alibi", "be true or false", alibi);
+    if (!alibi->is_boolean()) Fail(top.Key("alibi"), "be true or false", alibi);
     if (alibi->get<bool>()) {
       return AlibiScheme{
           .model_type = model_type,
@@ -635,9 +646,31 @@ PositionScheme Read(const Json& root) {
           .notes = {}};
     }
   }
+  if (model_type == "baichuan") {
+    if (!BaichuanUsesRope(top)) {
+      return AlibiScheme{.model_type = model_type,
+                         .num_heads = RequiredInt(top, "num_attention_heads", 1, kMaxHeads),
+                         .notes = {"Baichuan 13B models add ALiBi biases (their remote code; "
+                                   "architectures is not BaiChuanForCausalLM and hidden_size is "
+                                   "not 4096)"}};
+    }
+    RopeScheme rope = ReadRope(top, model_type);
+    Note(rope, "Baichuan 7B models rotate (their remote code; architectures "
+               "BaiChuanForCausalLM or hidden_size 4096)");
+    return rope;
+  }
   if (model_type == "gpt2" || model_type == "gpt_bigcode" || model_type == "gpt_neo" ||
       model_type == "bert") {
     return ReadLearned(top, model_type);
+  }
+  if (model_type == "opt") {
+    LearnedPositionScheme opt = ReadLearned(top, model_type);
+    opt.offset = 2;  // OPTLearnedPositionalEmbedding: "OPT is set up so that if padding_idx is
+                     // specified then offset the embedding ids by 2"
+    return opt;
+  }
+  if (model_type == "t5" || model_type == "mt5" || model_type == "umt5") {
+    return ReadRelativeBias(top, model_type);
   }
   if (In(model_type, kNoPositionModels)) return NoPositionScheme{model_type};
   if (In(model_type, kLlamaFamily) || In(model_type, kPartialRotaryDefault) ||
@@ -645,46 +678,111 @@ PositionScheme Read(const Json& root) {
     return ReadRope(top, model_type);
   }
   if (model_type.empty()) {
-    Fail("model_type",
+    Fail(top.Key("model_type"),
          "be present (or the config must have rope_theta, rope_scaling or rope_parameters)",
          top.Find("model_type"));
   }
-  Fail("model_type", "name a model whose position scheme posenc knows", top.Find("model_type"));
+  const Json shown = model_type;
+  Fail(top.Key("model_type"),
+       "name a model whose position scheme posenc knows (docs/MODELS.md lists them); for another "
+       "RoPE model, rope_theta (or rope_parameters) says how it rotates",
+       &shown);
 }
 
 }  // namespace
 
+namespace hf_json {
+
+namespace {
+
+// Multimodal wrappers whose text_config may omit model_type.
+constexpr std::pair<std::string_view, std::string_view> kWrapperTextModels[] = {
+    {"llama4", "llama4_text"}, {"gemma3", "gemma3_text"}, {"gemma4", "gemma4_text"},
+    {"mistral3", "mistral"},   {"qwen3_vl", "qwen3_vl_text"}};
+
+// Config-class defaults that released configs rely on (Gemma 3's multimodal text_config leaves
+// out its head shape and RoPE bases), from Gemma3TextConfig and Llama4TextConfig.
+struct FamilyDefault {
+  std::string_view model_type, key, value_json, config_class;
+};
+constexpr FamilyDefault kFamilyDefaults[] = {
+    {"gemma3_text", "num_attention_heads", "8", "Gemma3TextConfig"},
+    {"gemma3_text", "num_key_value_heads", "4", "Gemma3TextConfig"},
+    {"gemma3_text", "head_dim", "256", "Gemma3TextConfig"},
+    {"gemma3_text", "num_hidden_layers", "26", "Gemma3TextConfig"},
+    {"gemma3_text", "max_position_embeddings", "131072", "Gemma3TextConfig"},
+    {"gemma3_text", "rope_theta", "1000000.0", "Gemma3TextConfig"},
+    {"gemma3_text", "rope_local_base_freq", "10000.0", "Gemma3TextConfig"},
+    {"gemma3_text", "sliding_window", "4096", "Gemma3TextConfig"},
+    {"llama4_text", "num_attention_heads", "40", "Llama4TextConfig"},
+    {"llama4_text", "num_key_value_heads", "8", "Llama4TextConfig"},
+    {"llama4_text", "head_dim", "128", "Llama4TextConfig"},
+    {"llama4_text", "num_hidden_layers", "48", "Llama4TextConfig"},
+    {"llama4_text", "rope_theta", "500000", "Llama4TextConfig"},
+    {"llama4_text", "attention_chunk_size", "8192", "Llama4TextConfig"},
+};
+
+}  // namespace
+
+LanguageModel SelectLanguageModel(const Json& root) {
+  if (!root.is_object()) Fail("config", "be a JSON object", &root);
+  const Node top{root, ""};
+  const std::string wrapper_type = OptionalString(top, "model_type").value_or("");
+  LanguageModel model;
+  const Json* text_config = top.Value("text_config");
+  if (text_config != nullptr) {
+    if (!text_config->is_object()) Fail("text_config", "be an object", text_config);
+    model.config = *text_config;
+    model.prefix = "text_config.";
+    model.model_type = OptionalString(Node{*text_config, model.prefix}, "model_type").value_or("");
+    if (model.model_type.empty()) {
+      model.model_type = wrapper_type;
+      for (const auto& [wrapper, text] : kWrapperTextModels) {
+        if (wrapper == wrapper_type) model.model_type = std::string(text);
+      }
+      if (model.model_type.empty()) {
+        Fail("text_config.model_type", "be present (or the wrapper's model_type)", nullptr);
+      }
+      model.notes.push_back("text_config.model_type absent: \"" + model.model_type +
+                            "\", the text model of \"" + wrapper_type + "\"");
+    }
+  } else {
+    model.config = root;
+    model.model_type = wrapper_type;
+  }
+  if (model.model_type == "RefinedWeb" || model.model_type == "RefinedWebModel") {
+    model.notes.push_back("model_type \"" + model.model_type + "\" is Falcon's original name "
+                          "(its remote code): read as falcon");
+    model.model_type = "falcon";
+  }
+  for (const FamilyDefault& d : kFamilyDefaults) {
+    if (d.model_type != model.model_type) continue;
+    const std::string key(d.key);
+    if (model.config.contains(key) && !model.config[key].is_null()) continue;
+    // A v5 config keeps its bases in rope_parameters; do not add the legacy keys beside it.
+    if ((key == "rope_theta" || key == "rope_local_base_freq") &&
+        model.config.contains("rope_parameters")) {
+      continue;
+    }
+    model.config[key] = Json::parse(d.value_json);
+    model.notes.push_back(model.prefix + key + " absent: " + std::string(d.value_json) + " (" +
+                          std::string(d.config_class) + "'s default)");
+  }
+  return model;
+}
+
+PositionScheme ReadPositionScheme(const Node& top, const std::string& model_type) {
+  return ReadScheme(top, model_type);
+}
+
+}  // namespace hf_json
+
 PositionScheme ParseHfConfig(std::string_view json_text) {
-  CheckShape(json_text);
-  Json root;
-  try {
-    root = Json::parse(json_text.begin(), json_text.end());
-  } catch (const Json::exception& e) {
-    throw Error(ErrorMessage(kFn, "config", "be valid JSON", e.what()));
-  }
-  try {
-    return Read(root);
-  } catch (const Error& e) {
-    // Multimodal wrappers (Llama 4, Gemma 3, Qwen2-VL, ...) nest the language model's keys.
-    const auto text_config = root.is_object() ? root.find("text_config") : root.end();
-    if (text_config == root.end() || !text_config->is_object()) throw;
-    throw Error(std::string(e.what()) +
-                " (the keys may be under \"text_config\": this looks like a multimodal wrapper "
-                "config; posenc reads the top level only, so pass the text_config object)");
-  } catch (const Json::exception& e) {
-    // Every access above is type-checked first; this is a backstop, not a code path.
-    throw Error(ErrorMessage(kFn, "config", "be readable", e.what()));
-  }
+  return DescribeModel(json_text).scheme;
 }
 
 PositionScheme LoadHfConfig(const std::filesystem::path& path) {
-  // Sized by stat before anything is read: a huge or endless file costs no memory.
-  const std::string text = ReadFileCapped(kFn, path.string(), kMaxBytes);
-  try {
-    return ParseHfConfig(text);
-  } catch (const Error& e) {
-    throw Error(std::string(e.what()) + " (in " + path.string() + ")");
-  }
+  return LoadModelPositions(path).scheme;
 }
 
 RopeFrequencies ComputeRopeFrequencies(const RopeLayerScheme& layer,
@@ -699,7 +797,8 @@ Rope MakeRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
             .rotary_dim = layer.rotary_dim,
             .layout = scheme.layout,
             .inv_freq = std::move(frequencies.inv_freq),
-            .attention_factor = frequencies.attention_factor};
+            .attention_factor = frequencies.attention_factor,
+            .rotary_offset = layer.rotary_offset};
   rope.Validate();
   return rope;
 }

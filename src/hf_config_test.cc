@@ -253,7 +253,7 @@ TEST(HfConfigModels, RopeModelsGiveTheReferenceDimensions) {
       {"llama3.1-8b.json", "llama3", 128, 128, 5e5, 1.0},
       {"qwen2.5-7b-instruct-yarn.json", "yarn", 128, 128, 1e6, 0.1 * std::log(4.0) + 1},
       {"phi3-128k-longrope.json", "longrope", 96, 96, 1e4, std::sqrt(1 + std::log(32.0) / std::log(4096.0))},
-      {"deepseek-v3.json", "yarn", 64, 64, 1e4, 1.0},
+      {"deepseek-v3.json", "yarn", 192, 64, 1e4, 1.0},  // 128 unrotated + 64 rotated
       {"gpt-neox-20b.json", "default", 96, 24, 1e4, 1.0},
       {"phi-2.json", "default", 80, 32, 1e4, 1.0},
       {"gpt-oss-20b.json", "yarn", 64, 64, 1.5e5, 0.1 * std::log(32.0) + 1},
@@ -553,7 +553,7 @@ TEST(HfConfigErrors, WrongTypesNameTheKey) {
   ExpectError(config.dump(), "[hf_config] head_dim must be an integer in [2, 65536], got 1e+30");
   config = Llama({{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
                   {"high_freq_factor", 1.0}});
-  ExpectError(config.dump(), "[hf_config] rope_scaling.high_freq_factor must be a number > "
+  ExpectError(config.dump(), "[hf_config] rope_scaling.high_freq_factor must be a number >= "
                              "low_freq_factor (4) (required by rope_type \"llama3\"), got 1.0");
   config = ReadJson(ConfigPath("phi3-128k-longrope.json"));
   config["rope_scaling"]["short_factor"].erase(0);
@@ -573,9 +573,10 @@ TEST(HfConfigErrors, WrongTypesNameTheKey) {
 }
 
 TEST(HfConfigErrors, UnknownModelsAndShapes) {
-  ExpectError(R"({"model_type": "t5", "d_model": 512})",
-              "[hf_config] model_type must name a model whose position scheme posenc knows, got "
-              "\"t5\"");
+  ExpectError(R"({"model_type": "xlnet", "d_model": 512})",
+              "[hf_config] model_type must name a model whose position scheme posenc knows "
+              "(docs/MODELS.md lists them); for another RoPE model, rope_theta (or "
+              "rope_parameters) says how it rotates, got \"xlnet\"");
   ExpectError(R"({"hidden_size": 512})",
               "[hf_config] model_type must be present (or the config must have rope_theta, "
               "rope_scaling or rope_parameters), got nothing (the key is missing)");
@@ -658,23 +659,16 @@ TEST(HfConfigErrors, OddHeadDimIsBlamedOnTheHead) {
               "partial_rotary_factor every feature of the head rotates, got 65");
 }
 
-TEST(HfConfigErrors, WrapperConfigsPointToTextConfig) {
-  // Llama 4 / Gemma 3 / Qwen2-VL style: the language model's keys sit under text_config.
-  const Json wrapper{{"model_type", "llama4"},
-                     {"text_config", {{"model_type", "llama4_text"}, {"rope_theta", 500000.0}}}};
+TEST(HfConfigErrors, NestedConfigsNameTheInnerKey) {
+  // Qwen2-VL style: the language model's keys sit under text_config; a missing one is named
+  // with its path.
+  const Json wrapper{{"model_type", "qwen2_vl"},
+                     {"text_config", {{"model_type", "qwen2_vl_text"}, {"hidden_size", 3584}}}};
   ExpectError(wrapper.dump(),
-              "[hf_config] model_type must name a model whose position scheme posenc knows, got "
-              "\"llama4\" (the keys may be under \"text_config\": this looks like a multimodal "
-              "wrapper config; posenc reads the top level only, so pass the text_config object)");
-  const Json gemma{{"model_type", "gemma3"}, {"text_config", Llama()}};
-  try {
-    ParseHfConfig(gemma.dump());
-    ADD_FAILURE() << "expected posenc::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("(the keys may be under \"text_config\""),
-              std::string::npos)
-        << e.what();
-  }
+              "[hf_config] text_config.num_attention_heads must be an integer in [1, 1048576], "
+              "got nothing (the key is missing)");
+  ExpectError(R"({"model_type": "llama4", "text_config": [1]})",
+              "[hf_config] text_config must be an object, got [1]");
 }
 
 }  // namespace

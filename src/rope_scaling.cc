@@ -91,8 +91,8 @@ void Validate(const Llama3Scaling& rule, double, int64_t) {
   Require(std::isfinite(rule.low_freq_factor) && rule.low_freq_factor > 0, kFn,
           "low_freq_factor", "be finite and > 0", rule.low_freq_factor);
   // The smoothing weight divides by high - low.
-  Require(std::isfinite(rule.high_freq_factor) && rule.high_freq_factor > rule.low_freq_factor,
-          kFn, "high_freq_factor", "be finite and > low_freq_factor", rule.high_freq_factor);
+  Require(std::isfinite(rule.high_freq_factor) && rule.high_freq_factor >= rule.low_freq_factor,
+          kFn, "high_freq_factor", "be finite and >= low_freq_factor", rule.high_freq_factor);
 }
 
 void Validate(const ProportionalScaling& rule, double, int64_t) {
@@ -270,7 +270,10 @@ Scaled<T> Frequencies(const Llama3Scaling& rule, double base, int64_t rotary_dim
     // The reference divides a scalar by a tensor as reciprocal-then-multiply.
     const T wavelength = (T(1) / w) * static_cast<T>(2.0 * std::numbers::pi);
     const T kept_or_divided = wavelength > low_freq_wavelength ? w / factor : w;
-    const bool medium = !(wavelength < high_freq_wavelength) && !(wavelength > low_freq_wavelength);
+    // With low_freq_factor == high_freq_factor (Llama 4) the band is empty: a hard cutoff. The
+    // reference would divide 0 by 0 for a wavelength exactly at the cutoff; posenc keeps it.
+    const bool medium = rule.high_freq_factor > rule.low_freq_factor &&
+                        !(wavelength < high_freq_wavelength) && !(wavelength > low_freq_wavelength);
     if (medium) {
       const T smooth = ((T(1) / wavelength) * static_cast<T>(l0) -
                         static_cast<T>(rule.low_freq_factor)) /

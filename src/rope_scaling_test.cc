@@ -202,6 +202,25 @@ TEST(RopeScaling, TypeNamesAreHuggingFaces) {
   EXPECT_EQ(RopeTypeName(ProportionalScaling{}), "proportional");
 }
 
+// Llama 4 Scout: llama3 with low_freq_factor == high_freq_factor == 1, an empty smoothing band.
+// Every wavelength 2 pi / w above L0 = 8192 is divided by the factor 16, the rest kept, and
+// nothing is NaN (the band's formula would divide by high - low = 0).
+TEST(RopeScaling, Llama3WithEqualBandFactorsIsAHardCutoff) {
+  const Llama3Scaling scout{.factor = 16.0, .low_freq_factor = 1.0, .high_freq_factor = 1.0,
+                            .original_max_positions = 8192};
+  const auto scaled = ComputeRopeFrequencies(500000.0, 128, scout, kExact).inv_freq;
+  ASSERT_EQ(scaled.size(), 64u);
+  int divided = 0;
+  for (size_t i = 0; i < scaled.size(); ++i) {
+    const double w = std::pow(500000.0, -2.0 * static_cast<double>(i) / 128.0);
+    const bool long_wave = 2.0 * std::numbers::pi / w > 8192.0;
+    divided += long_wave;
+    EXPECT_DOUBLE_EQ(scaled[i], long_wave ? w / 16.0 : w) << i;
+  }
+  // 2 pi 500000^(2i/128) > 8192 from i = 35 on (i = 34: 6695; i = 35: 8219).
+  EXPECT_EQ(divided, 29);
+}
+
 TEST(RopeScaling, BadFieldsAreClearErrors) {
   ExpectError([] { ComputeRopeFrequencies(10000.0, 64, LinearScaling{0.5}); },
               "[rope_scaling] factor must be finite and >= 1, got 0.5");
@@ -212,9 +231,9 @@ TEST(RopeScaling, BadFieldsAreClearErrors) {
               "[rope_scaling] rotary_dim must be >= 4 for dynamic scaling, got 2");
   ExpectError(
       [] {
-        ComputeRopeFrequencies(10000.0, 64, Llama3Scaling{8.0, 4.0, 4.0, 8192});
+        ComputeRopeFrequencies(10000.0, 64, Llama3Scaling{8.0, 4.0, 3.0, 8192});
       },
-      "[rope_scaling] high_freq_factor must be finite and > low_freq_factor, got 4");
+      "[rope_scaling] high_freq_factor must be finite and >= low_freq_factor, got 3");
   ExpectError(
       [] {
         ComputeRopeFrequencies(10000.0, 8,

@@ -51,8 +51,9 @@ namespace posenc {
 struct RopeLayerScheme {
   std::string layer_type;      // "" for a flat config, else the per-layer key ("full_attention")
   std::string parameters_key;  // where it was read: "rope_scaling", "rope_parameters.x", or ""
-  int64_t head_dim = 0;
+  int64_t head_dim = 0;        // the full q/k head (DeepSeek MLA: qk_nope + qk_rope = 192)
   int64_t rotary_dim = 0;      // features rotated; proportional: head_dim (ref §7)
+  int64_t rotary_offset = 0;   // first rotated feature (DeepSeek MLA: qk_nope_head_dim)
   double rope_theta = 10000.0;
   RopeScaling scaling;
 };
@@ -63,12 +64,18 @@ struct RopeScheme {
   int64_t num_key_value_heads = 0;
   std::optional<int64_t> max_position_embeddings;           // M, when the config has it
   std::optional<int64_t> original_max_position_embeddings;  // L0 of llama3 / yarn / longrope
-  RopeLayout layout = RopeLayout::kHalfSplit;  // GPT-J and DeepSeek: interleaved pairs
+  RopeLayout layout = RopeLayout::kHalfSplit;  // interleaved: GPT-J, Cohere, GLM, DeepSeek,
+                                               // Llama 4 (docs/MODELS.md)
   std::vector<RopeLayerScheme> layers;         // one per layer type; at least one
   // DeepSeek V2/V3 attention multiplies its softmax scale by g(s, mscale_all_dim)^2 (ref §4);
   // softmax_scale is (qk_nope_head_dim + qk_rope_head_dim)^-1/2 times that, when both are known.
   std::optional<double> softmax_scale_multiplier;
   std::optional<double> softmax_scale;
+  // Qwen2-VL / Qwen2.5-VL / Qwen3-VL M-RoPE: rotary pairs per position stream (time, height,
+  // width), in blocks or interleaved across pairs. Empty for 1-D RoPE. For text tokens (equal
+  // streams) M-RoPE is this 1-D RoPE exactly; image and video tokens need 3-D positions.
+  std::vector<int64_t> mrope_section;
+  bool mrope_interleaved = false;
   std::vector<std::string> notes;  // defaults taken and reference quirks reproduced
 };
 
@@ -83,18 +90,33 @@ struct AlibiScheme {
 // A trained table of max_positions x dim added to the token embeddings (posenc/learned.h).
 struct LearnedPositionScheme {
   std::string model_type;
-  int64_t max_positions = 0;
+  int64_t max_positions = 0;  // positions the model was trained on
   int64_t dim = 0;
+  int64_t offset = 0;  // row of position 0 (OPT: 2, its table has max_positions + 2 rows)
+};
+
+// T5's learned relative-position buckets (posenc/relative_bias.h): the encoder's are
+// bidirectional, the decoder's causal, with the same counts.
+struct RelativeBiasScheme {
+  std::string model_type;
+  int64_t num_heads = 0;
+  int64_t num_buckets = 32;
+  int64_t max_distance = 128;
+  int64_t encoder_layers = 0;
+  int64_t decoder_layers = 0;
+  bool bias_in_every_layer = false;  // UMT5: each layer its own table; T5: the first of a stack
+  std::vector<std::string> notes;
 };
 
 struct NoPositionScheme {
   std::string model_type;
 };
 
-using PositionScheme =
-    std::variant<RopeScheme, AlibiScheme, LearnedPositionScheme, NoPositionScheme>;
+using PositionScheme = std::variant<RopeScheme, AlibiScheme, LearnedPositionScheme,
+                                    NoPositionScheme, RelativeBiasScheme>;
 
 // Parses config.json text. Throws posenc::Error (see the header comment); never anything else.
+// The model-level part of DescribeModel (posenc/model_positions.h), which also lists each layer.
 PositionScheme ParseHfConfig(std::string_view json_text);
 
 // Reads and parses a file. The file is sized with stat before it is read, so a missing file, a
