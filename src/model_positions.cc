@@ -39,6 +39,16 @@ std::optional<bool> OptionalBool(const Node& top, std::string_view key) {
   return value->get<bool>();
 }
 
+// Python truthiness of a flag that released configs write as a number (Llama 4 Scout:
+// "attn_temperature_tuning": 4), as `if config.flag` reads it.
+std::optional<bool> OptionalTruthy(const Node& top, std::string_view key) {
+  const Json* value = top.Value(key);
+  if (value == nullptr) return std::nullopt;
+  if (value->is_boolean()) return value->get<bool>();
+  if (value->is_number() && std::isfinite(value->get<double>())) return value->get<double>() != 0;
+  Fail(top.Key(key), "be true, false or a number (read as Python's truth value)", value);
+}
+
 // A list of exactly n entries, each checked by `read`.
 template <typename Read>
 void ReadPerLayerList(const Node& top, std::string_view key, int64_t n, std::string_view what,
@@ -129,6 +139,10 @@ std::vector<std::string> ReadLayerTypes(const Node& top, const std::string& mode
     const int64_t offset = OptionalInt(top, "attn_layer_offset", 0, period - 1).value_or(4);
     every([&](int64_t i) { return i % period == offset ? "attention" : "mamba"; });
   }
+  // As the config classes fill layer_types: every other layer attends to all keys.
+  for (std::string& type : types) {
+    if (type.empty()) type = kFull;
+  }
   return types;
 }
 
@@ -167,7 +181,8 @@ int64_t ReadWindow(const Node& top, const std::string& model_type) {
   }
   if (OptionalBool(top, "use_sliding_window") == false && !In(model_type, kQwenWindowModels)) {
     Fail(top.Key("use_sliding_window"),
-         "not be false when layer_types names sliding_attention layers (conflicting window keys)",
+         "not be false when sliding_window gives sliding layers their window (conflicting "
+         "window keys)",
          top.Find("use_sliding_window"));
   }
   return RequiredInt(top, "sliding_window", 1, kMaxPositions);
@@ -269,7 +284,7 @@ std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model
   // (Llama4TextConfig.layer_types; Llama4TextAttention's attn_temperature_tuning).
   if (model_type == "llama4_text") {
     const std::optional<int64_t> chunk = OptionalInt(top, "attention_chunk_size", 1, kMaxPositions);
-    const bool tuning = OptionalBool(top, "attn_temperature_tuning").value_or(true);
+    const bool tuning = OptionalTruthy(top, "attn_temperature_tuning").value_or(true);
     LogFloorQueryScale temperature{
         .rule = "llama4_attn_temperature",
         .beta = OptionalNumber(top, "attn_scale", "be a number >= 0", kNonNegative).value_or(0.1),
