@@ -175,6 +175,23 @@ TEST(ModelPositionsGolden, EmbeddingGemmaLocalGlobalBidirectional) {
                    Golden("gemma3_text-embeddinggemma-300m")["query_scale"]["scaling"].get<double>());
 }
 
+// ModernBERT: global layers 0, 3, 6, ... at theta 160000; the others see 64 keys each side.
+TEST(ModelPositionsGolden, ModernBertGlobalEveryThirdLayer) {
+  const std::string name = "modernbert-modernbert-large-zeroshot-v2.0";
+  ExpectLayersMatchGolden(name, "real/" + name + ".json");
+  ExpectFrequenciesMatchGolden(name, "real/" + name + ".json");
+  ExpectRotationMatchesGolden(name, "real/" + name + ".json", 0);
+  const ModelPositions model = LoadModelPositions(ConfigsDir() + "real/" + name + ".json");
+  for (const Json& expected : Golden(name)["layers"]) {
+    const LayerPositions& layer = model.layers[expected["layer"].get<size_t>()];
+    EXPECT_FALSE(layer.causal);
+    if (!expected["window_left"].is_null()) {
+      EXPECT_TRUE(layer.symmetric_window);
+      EXPECT_EQ(layer.sliding_window / 2, expected["window_left"].get<int64_t>());
+    }
+  }
+}
+
 TEST(ModelPositionsGolden, ChatGlmRotatesHalfTheHeadInterleaved) {
   for (const std::string name : {"chatglm-chatglm2-6b", "chatglm-glm-4-9b-chat"}) {
     ExpectLayersMatchGolden(name, "real/" + name + ".json");
