@@ -66,6 +66,7 @@ std::vector<float> Floats(const std::vector<T>& v) {
 
 struct Shape {
   int64_t tokens, heads, kv_heads, head_dim, rotary_dim;
+  int64_t rotary_offset;  // features before the rotated block (DeepSeek MLA: 128 of 192)
   bool heads_outer;  // [heads, tokens] order (Hugging Face's [batch, heads, seq, dim])
   int64_t gap;       // extra elements between rows: a strided view
   size_t pad;        // elements before the data: a misaligned pointer
@@ -92,7 +93,7 @@ void ExpectNearTwin(const std::vector<T>& got, const std::vector<T>& want,
     for (int64_t h = 0; h < view.num_heads; ++h) {
       const size_t row = base + static_cast<size_t>(t * view.token_stride + h * view.head_stride);
       for (int64_t i = 0; i < half; ++i) {
-        const size_t j0 = row + (interleaved ? 2 * i : i);
+        const size_t j0 = row + static_cast<size_t>(rope.rotary_offset) + (interleaved ? 2 * i : i);
         const size_t j1 = j0 + (interleaved ? 1 : half);
         const double scale = std::abs(ToFloat(input[j0])) + std::abs(ToFloat(input[j1]));
         const double bound = tol.relative * scale * rope.attention_factor + tol.absolute;
@@ -108,7 +109,7 @@ void ExpectNearTwin(const std::vector<T>& got, const std::vector<T>& want,
 // Runs one shape through the in-place q+k and out-of-place q+k ApplyRope and the twin.
 template <typename T>
 void CheckShape(const Shape& s, RopeLayout layout, RopeDirection direction, uint32_t seed) {
-  Rope rope = Rope::Default(s.head_dim, 10000.0, layout, s.rotary_dim);
+  Rope rope = Rope::Default(s.head_dim, 10000.0, layout, s.rotary_dim, s.rotary_offset);
   rope.attention_factor = seed % 3 == 0 ? 1.25 : 1.0;
   std::mt19937_64 gen(seed);
   std::uniform_int_distribution<int64_t> pos_dist(0, int64_t{1} << 24);
@@ -162,7 +163,7 @@ void CheckShape(const Shape& s, RopeLayout layout, RopeDirection direction, uint
     if (j < s.pad) return false;
     const int64_t e = static_cast<int64_t>(j - s.pad);
     if (e >= s.tokens * heads * row) return false;
-    return e % row < s.rotary_dim;
+    return e % row >= s.rotary_offset && e % row < s.rotary_offset + s.rotary_dim;
   };
   for (size_t j = 0; j < q.storage.size(); ++j) {
     if (rotated(j, s.heads)) continue;
@@ -184,8 +185,13 @@ void CheckAllShapes() {
       for (int64_t pairs = 1; pairs <= 2 * kMaxLanes + 1; ++pairs) {
         const RopeDirection direction = kDirections[pairs % 2];
         const int64_t rotary_dim = 2 * pairs;
-        const int64_t head_dim = rotary_dim + (pairs % 3 == 0 ? 3 : 0);  // partial rotary
-        const Shape shape{1 + pairs % 4, 1 + pairs % 3, 1 + pairs % 2, head_dim, rotary_dim,
+        // Features before the rotated block: none, odd counts (the block starts misaligned)
+        // and a whole vector's worth.
+        constexpr int64_t kOffsets[] = {0, 1, 3, 8};
+        const int64_t rotary_offset = kOffsets[(pairs / 2) % 4];
+        const int64_t head_dim = rotary_offset + rotary_dim + (pairs % 3 == 0 ? 3 : 0);
+        const Shape shape{1 + pairs % 4,  1 + pairs % 3, 1 + pairs % 2,
+                          head_dim,       rotary_dim,    rotary_offset,
                           pairs % 4 == 1, pairs % 5 == 0 ? 5 : 0, static_cast<size_t>(pairs % 3)};
         SCOPED_TRACE("pairs " + std::to_string(pairs) + " layout " +
                      std::to_string(static_cast<int>(layout)));
@@ -194,10 +200,13 @@ void CheckAllShapes() {
       }
     }
     // A large call, which takes the threaded path.
-    CheckShape<T>({300, 8, 2, 128, 128, false, 0, 1}, RopeLayout::kHalfSplit,
+    CheckShape<T>({300, 8, 2, 128, 128, 0, false, 0, 1}, RopeLayout::kHalfSplit,
                   RopeDirection::kForward, 99);
-    CheckShape<T>({300, 8, 2, 96, 64, true, 3, 0}, RopeLayout::kInterleaved,
+    CheckShape<T>({300, 8, 2, 96, 64, 0, true, 3, 0}, RopeLayout::kInterleaved,
                   RopeDirection::kInverse, 98);
+    // DeepSeek V2/V3 MLA: 128 unrotated features, then 64 rotated, in a head of 192.
+    CheckShape<T>({300, 8, 2, 192, 64, 128, false, 0, 1}, RopeLayout::kInterleaved,
+                  RopeDirection::kForward, 97);
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -13,19 +14,23 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "posenc/attention.h"
 #include "posenc/error.h"
 #include "posenc/heads.h"
 #include "posenc/positions.h"
 #include "posenc/storage.h"
+#include "simd_targets_for_test.h"
 #include "test_support.h"
 
 namespace posenc {
 namespace {
 
 using testing_support::ExpectError;
+using testing_support::ForEachSimdTarget;
 
 using std::numbers::pi;
 
@@ -990,6 +995,283 @@ TEST(RopeEmpty, ZeroTokensOrHeadsAreANoOp) {
               "[rope] x.tokens must be >= 0, got -1");
   ExpectError([&] { ApplyRope(rope, two, Heads<float>::Dense(k.data(), 2, 3, 0)); },
               "[rope] x.head_dim must be positive, got 0");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rotary offset: the rotated block inside the head (DeepSeek V2/V3 MLA: 128 unrotated features,
+// then 64 rotated, in a head of 192).
+
+TEST(RopeOffset, LayoutsPairTheDocumentedFeaturesFromTheOffset) {
+  // LayoutsPairTheDocumentedFeatures moved one (odd) feature in, with one feature after the
+  // block: x = [9 | 1, 2, 3, 4 | 8], pair 0 a quarter turn, pair 1 a half turn.
+  //   half-split pairs (x1, x3) = (1, 3) -> (-3, 1), (x2, x4) = (2, 4) -> (-2, -4)
+  //   interleaved pairs (x1, x2) = (1, 2) -> (-2, 1), (x3, x4) = (3, 4) -> (-3, -4)
+  const std::vector<int64_t> positions{1};
+  for (const RopeLayout layout : kLayouts) {
+    Rope rope = MakeRope(6, 4, {pi / 2, pi}, layout);
+    rope.rotary_offset = 1;
+    const std::vector<float> x{9, 1, 2, 3, 4, 8};
+    std::vector<float> in_place = x, out(6, -7.0f);
+    ApplyRope(rope, positions, Heads<float>::Dense(in_place.data(), 1, 1, 6));
+    ApplyRope(rope, positions, Heads<const float>::Dense(x.data(), 1, 1, 6),
+              Heads<float>::Dense(out.data(), 1, 1, 6));
+    const std::vector<float> want = layout == RopeLayout::kHalfSplit
+                                        ? std::vector<float>{9, -3, -2, 1, -4, 8}
+                                        : std::vector<float>{9, -2, 1, -3, -4, 8};
+    for (const auto* got : {&in_place, &out}) {
+      EXPECT_EQ((*got)[0], 9.0f);
+      EXPECT_EQ((*got)[5], 8.0f);
+      for (int d = 1; d < 5; ++d) EXPECT_NEAR((*got)[d], want[d], 1e-6) << d;
+    }
+  }
+}
+
+TEST(RopeOffset, DefaultTakesTheFrequenciesOfTheBlock) {
+  // DeepSeek V3: qk_nope_head_dim 128, qk_rope_head_dim 64; inv_freq = base^(-2i / 64).
+  const Rope mla = Rope::Default(192, 10000.0, RopeLayout::kInterleaved, 64, 128);
+  EXPECT_EQ(mla.head_dim, 192);
+  EXPECT_EQ(mla.rotary_dim, 64);
+  EXPECT_EQ(mla.rotary_offset, 128);
+  EXPECT_EQ(mla.inv_freq, DefaultInvFreq(10000.0, 64));
+  // rotary_dim 0: everything from the offset on.
+  const Rope rest = Rope::Default(192, 10000.0, RopeLayout::kHalfSplit, 0, 128);
+  EXPECT_EQ(rest.rotary_dim, 64);
+  EXPECT_EQ(rest.rotary_offset, 128);
+  EXPECT_EQ(Rope::Default(64).rotary_offset, 0);
+}
+
+// A stored value of any storage type, float64 included.
+template <typename T>
+T Stored(float f) {
+  if constexpr (std::is_same_v<T, double>) return f;
+  else return FromFloat<T>(f);
+}
+
+template <typename T>
+std::vector<T> RandomStored(size_t n, uint32_t seed) {
+  const std::vector<float> f = RandomFloats(n, seed);
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = Stored<T>(f[i]);
+  return v;
+}
+
+template <typename T>
+bool BitEqualStored(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// Rotating features [offset, offset + rotary_dim) of every row inside the full head must give
+// the same bits as rotating that block alone, as heads of their own (views of head_dim =
+// rotary_dim over the same memory, rotated by a zero-offset Rope with the same frequencies):
+// the same pairs, angles and arithmetic on the same values. Every feature outside the block keeps
+// its bits. Both calls stay below the kernel's threading threshold (kernel_threads.h), so both
+// form the angles of the consecutive positions on one thread, in the same order.
+template <typename T>
+void CheckOffsetEqualsTheBlockAlone() {
+  struct Case {
+    int64_t head_dim, rotary_dim, rotary_offset;
+  };
+  // MLA; odd offsets (the block starts misaligned) with features after it; no offset.
+  constexpr Case kCases[] = {{192, 64, 128}, {13, 6, 3}, {3, 2, 1}, {45, 34, 9}, {36, 34, 0}};
+  constexpr int64_t kTokens = 8, kQHeads = 4, kKHeads = 2;
+  // Runs of consecutive positions (the kernel advances the angles of the previous token) and
+  // jumps (it forms them afresh).
+  const std::vector<int64_t> positions{0, 1, 2, 3, 4096, 900001, 900002, 17};
+  constexpr RopeDirection kDirections[] = {RopeDirection::kForward, RopeDirection::kInverse};
+  ForEachSimdTarget([&](int64_t) {
+    uint32_t seed = 1;
+    for (const Case c : kCases) {
+      for (const RopeLayout layout : kLayouts) {
+        for (const RopeDirection direction : kDirections) {
+          SCOPED_TRACE("head_dim " + std::to_string(c.head_dim) + " rotary_dim " +
+                       std::to_string(c.rotary_dim) + " rotary_offset " +
+                       std::to_string(c.rotary_offset) + " layout " +
+                       std::to_string(static_cast<int>(layout)) + " direction " +
+                       std::to_string(static_cast<int>(direction)));
+          Rope rope = Rope::Default(c.head_dim, 10000.0, layout, c.rotary_dim, c.rotary_offset);
+          rope.attention_factor = seed % 2 == 0 ? 1.25 : 1.0;
+          Rope alone = MakeRope(c.rotary_dim, c.rotary_dim, rope.inv_freq, layout);
+          alone.attention_factor = rope.attention_factor;
+
+          const std::vector<T> q0 = RandomStored<T>(kTokens * kQHeads * c.head_dim, seed),
+                               k0 = RandomStored<T>(kTokens * kKHeads * c.head_dim, seed + 100);
+          ++seed;
+          auto full = [&](auto* data, int64_t heads) {
+            using U = std::remove_pointer_t<decltype(data)>;
+            return Heads<U>::Dense(data, kTokens, heads, c.head_dim);
+          };
+          auto block = [&](auto* data, int64_t heads) {
+            using U = std::remove_pointer_t<decltype(data)>;
+            return Heads<U>{data + c.rotary_offset, kTokens, heads, c.rotary_dim,
+                            heads * c.head_dim, c.head_dim};
+          };
+
+          // The block alone, rotated in place.
+          std::vector<T> q_want = q0, k_want = k0;
+          ApplyRope(alone, positions, block(q_want.data(), kQHeads), direction);
+          ApplyRope(alone, positions, block(k_want.data(), kKHeads), direction);
+          // The identity means something: the block changed, nothing else did.
+          bool block_changed = false;
+          for (size_t e = 0; e < q0.size(); ++e) {
+            const int64_t d = static_cast<int64_t>(e) % c.head_dim;
+            const bool same = std::memcmp(&q0[e], &q_want[e], sizeof(T)) == 0;
+            if (d >= c.rotary_offset && d < c.rotary_offset + c.rotary_dim) {
+              block_changed |= !same;
+            } else {
+              ASSERT_TRUE(same) << e;
+            }
+          }
+          ASSERT_TRUE(block_changed);
+
+          // In place, one tensor and q and k together.
+          std::vector<T> q = q0, k = k0;
+          ApplyRope(rope, positions, full(q.data(), kQHeads), direction);
+          EXPECT_TRUE(BitEqualStored(q, q_want));
+          q = q0;
+          ApplyRope(rope, positions, full(q.data(), kQHeads), full(k.data(), kKHeads), direction);
+          EXPECT_TRUE(BitEqualStored(q, q_want));
+          EXPECT_TRUE(BitEqualStored(k, k_want));
+
+          // Out of place, into buffers of sentinels: the features outside the block are copied.
+          std::vector<T> q_out(q0.size(), Stored<T>(-7.0f)), k_out(k0.size(), Stored<T>(-7.0f));
+          ApplyRope(rope, positions, full(q0.data(), kQHeads), full(q_out.data(), kQHeads),
+                    direction);
+          EXPECT_TRUE(BitEqualStored(q_out, q_want));
+          std::fill(q_out.begin(), q_out.end(), Stored<T>(-7.0f));
+          ApplyRope(rope, positions, full(q0.data(), kQHeads), full(q_out.data(), kQHeads),
+                    full(k0.data(), kKHeads), full(k_out.data(), kKHeads), direction);
+          EXPECT_TRUE(BitEqualStored(q_out, q_want));
+          EXPECT_TRUE(BitEqualStored(k_out, k_want));
+
+          // The scalar twin obeys the same identity, out of place and in place.
+          std::vector<T> ref_want = q0, ref_out(q0.size(), Stored<T>(-7.0f)), ref_in_place = q0;
+          ApplyRopeReference(alone, positions, block(q0.data(), kQHeads),
+                             block(ref_want.data(), kQHeads), direction);
+          ApplyRopeReference(rope, positions, full(q0.data(), kQHeads),
+                             full(ref_out.data(), kQHeads), direction);
+          ApplyRopeReference(rope, positions, full(ref_in_place.data(), kQHeads),
+                             full(ref_in_place.data(), kQHeads), direction);
+          EXPECT_TRUE(BitEqualStored(ref_out, ref_want));
+          EXPECT_TRUE(BitEqualStored(ref_in_place, ref_want));
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+    }
+  });
+}
+
+TEST(RopeOffset, Float32EqualsTheBlockAloneOnEveryTarget) {
+  CheckOffsetEqualsTheBlockAlone<float>();
+}
+TEST(RopeOffset, BFloat16EqualsTheBlockAloneOnEveryTarget) {
+  CheckOffsetEqualsTheBlockAlone<BFloat16>();
+}
+TEST(RopeOffset, Float16EqualsTheBlockAloneOnEveryTarget) {
+  CheckOffsetEqualsTheBlockAlone<Float16>();
+}
+TEST(RopeOffset, Float64EqualsTheBlockAlone) { CheckOffsetEqualsTheBlockAlone<double>(); }
+
+double Norm(const std::vector<float>& x) {
+  return std::sqrt(Dot(x.data(), x.data(), static_cast<int64_t>(x.size())));
+}
+
+TEST(RopeOffset, AttentionDependsOnlyOnTheRelativePosition) {
+  // MLA shapes: q and k heads of 192 = 128 unrotated + 64 rotated features, values of 128.
+  // R(m) is a rotation on the block and the identity elsewhere, so |R(m) q| = |q| and
+  // R(m) q . R(n) k = q . R(n - m) k: the score depends on m - n only, and the unrotated
+  // features add their plain dot product at every position.
+  for (const RopeLayout layout : kLayouts) {
+    const Rope rope = Rope::Default(192, 10000.0, layout, 64, 128);
+    const std::vector<float> q = RandomFloats(192, 61), k = RandomFloats(192, 62);
+    // Each rotated output carries float32 rounding of a few 2^-24 of |q| or |k| (Cauchy-Schwarz
+    // bounds its effect on a score by that times |q| |k|); two scores are compared.
+    const double bound = std::ldexp(1.0, -20) * Norm(q) * Norm(k);
+    const double s = Score(rope, q, k, 5, 2);
+    EXPECT_NEAR(Score(rope, q, k, 105, 102), s, bound);
+    EXPECT_NEAR(Score(rope, q, k, 1000005, 1000002), s, bound);
+    EXPECT_GT(std::abs(Score(rope, q, k, 7, 2) - s), 1e-2);
+    EXPECT_NEAR(Score(rope, q, k, 0, 0), Dot(q.data(), k.data(), 192), bound);
+    // The unrotated features' share, plus the score of the blocks alone.
+    const Rope alone = MakeRope(64, 64, rope.inv_freq, layout);
+    const std::vector<float> q_block(q.begin() + 128, q.end()), k_block(k.begin() + 128, k.end());
+    EXPECT_NEAR(s, Dot(q.data(), k.data(), 128) + Score(alone, q_block, k_block, 5, 2), bound);
+    // The norm of the whole head is kept.
+    std::vector<float> rotated(192);
+    const std::vector<int64_t> far{123457};
+    ApplyRope(rope, far, Heads<const float>::Dense(q.data(), 1, 1, 192),
+              Heads<float>::Dense(rotated.data(), 1, 1, 192));
+    EXPECT_NEAR(Norm(rotated), Norm(q), std::ldexp(1.0, -21) * Norm(q));
+
+    // Through attention (causal, 4 query heads sharing 2 key/value heads): moving every query
+    // and key by the same distance leaves the output as it was.
+    constexpr int64_t kQ = 3, kKv = 6, kHeads = 4, kKvHeads = 2, kHeadDim = 192, kValueDim = 128;
+    const std::vector<float> qs = RandomFloats(kQ * kHeads * kHeadDim, 63),
+                             ks = RandomFloats(kKv * kKvHeads * kHeadDim, 64),
+                             vs = RandomFloats(kKv * kKvHeads * kValueDim, 65);
+    AttentionOptions options;
+    options.causal = true;
+    options.rope = rope;
+    auto attend = [&](const AttentionOptions& o, int64_t shift) {
+      std::vector<int64_t> query_pos{3 + shift, 4 + shift, 5 + shift}, key_pos(kKv);
+      for (int64_t j = 0; j < kKv; ++j) key_pos[j] = j + shift;
+      std::vector<float> out(kQ * kHeads * kValueDim);
+      Attention(o, Heads<const float>::Dense(qs.data(), kQ, kHeads, kHeadDim),
+                Heads<const float>::Dense(ks.data(), kKv, kKvHeads, kHeadDim),
+                Heads<const float>::Dense(vs.data(), kKv, kKvHeads, kValueDim), query_pos, key_pos,
+                Heads<float>::Dense(out.data(), kQ, kHeads, kValueDim));
+      return out;
+    };
+    const std::vector<float> near = attend(options, 0), shifted = attend(options, 1000000);
+    // Scores (scaled by 1/sqrt(192)) move by ~1e-6, weights and outputs (values of size ~1) by
+    // about as much.
+    for (size_t e = 0; e < near.size(); ++e) ASSERT_NEAR(shifted[e], near[e], 1e-5) << e;
+    // The rotation does act on the scores: without it the output differs.
+    AttentionOptions plain = options;
+    plain.rope.reset();
+    const std::vector<float> unrotated = attend(plain, 0);
+    double largest = 0;
+    for (size_t e = 0; e < near.size(); ++e) {
+      largest = std::max(largest, std::abs(double{near[e]} - unrotated[e]));
+    }
+    EXPECT_GT(largest, 1e-2);
+  }
+}
+
+TEST(RopeValidate, RejectsBadRotaryOffset) {
+  Rope rope = Rope::Default(192, 10000.0, RopeLayout::kInterleaved, 64, 128);
+  EXPECT_NO_THROW(rope.Validate());
+  rope.rotary_offset = 127;  // odd is fine
+  EXPECT_NO_THROW(rope.Validate());
+  rope.rotary_offset = -1;
+  ExpectError([&] { rope.Validate(); }, "[rope] rotary_offset must be >= 0, got -1");
+  rope.rotary_offset = 129;
+  ExpectError([&] { rope.Validate(); },
+              "[rope] rotary_offset must be <= head_dim - rotary_dim (192 - 64 = 128), got 129");
+  // rotary_offset + rotary_dim would overflow: still the same rule.
+  rope.rotary_offset = std::numeric_limits<int64_t>::max();
+  ExpectError([&] { rope.Validate(); },
+              "[rope] rotary_offset must be <= head_dim - rotary_dim (192 - 64 = 128), got "
+              "9223372036854775807");
+  ExpectError([] { Rope::Default(192, 10000.0, RopeLayout::kHalfSplit, 64, 130); },
+              "[rope] rotary_offset must be <= head_dim - rotary_dim (192 - 64 = 128), got 130");
+  ExpectError([] { Rope::Default(192, 10000.0, RopeLayout::kHalfSplit, 0, -2); },
+              "[rope] rotary_offset must be >= 0, got -2");
+
+  // ApplyRope and ValidateApplyRope refuse it before writing anything.
+  InPlaceFixture f;
+  f.rope.rotary_offset = 1;
+  const std::string message =
+      "[rope] rotary_offset must be <= head_dim - rotary_dim (8 - 8 = 0), got 1";
+  ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), f.k()); }, message);
+  ExpectError([&] { ApplyRope(f.rope, f.positions, f.q()); }, message);
+  ExpectError([&] { ValidateApplyRope(f.rope, f.positions, f.q(), f.k()); }, message);
+  std::vector<float> out(f.qbuf.size(), -7.0f);
+  ExpectError([&] {
+    ApplyRope(f.rope, f.positions, Heads<const float>(f.q()),
+              Heads<float>::Dense(out.data(), 3, 4, 8));
+  }, message);
+  EXPECT_EQ(out, std::vector<float>(f.qbuf.size(), -7.0f));
+  f.ExpectUntouched();
 }
 
 }  // namespace
