@@ -125,8 +125,9 @@ py::tuple RotateQkInto(const Rope& rope, const py::object& positions, const py::
 
 std::string Repr(const Rope& rope) {
   std::ostringstream out;
-  out << "Rope(head_dim=" << rope.head_dim << ", rotary_dim=" << rope.rotary_dim
-      << ", layout=" << (rope.layout == RopeLayout::kHalfSplit ? "HALF_SPLIT" : "INTERLEAVED")
+  out << "Rope(head_dim=" << rope.head_dim << ", rotary_dim=" << rope.rotary_dim;
+  if (rope.rotary_offset != 0) out << ", rotary_offset=" << rope.rotary_offset;
+  out << ", layout=" << (rope.layout == RopeLayout::kHalfSplit ? "HALF_SPLIT" : "INTERLEAVED")
       << ", attention_factor=" << rope.attention_factor << ", inv_freq=[" << rope.inv_freq.size()
       << " values])";
   return out.str();
@@ -159,22 +160,33 @@ INVERSE: a R(-phi), the transpose of FORWARD: its backward pass (and its undo wh
   py::class_<Rope>(m, "Rope", R"(A RoPE configuration (posenc/rope.h).
 
 Pair i of each head is turned by phi = pos * inv_freq[i]; cos and sin are multiplied by
-attention_factor. Features at and past rotary_dim pass through.)")
+attention_factor. Features [rotary_offset, rotary_offset + rotary_dim) rotate, pairs counted from
+rotary_offset; all others pass through (rotary_offset 0: the first rotary_dim features; DeepSeek
+V2/V3 MLA: head_dim 192, rotary_offset 128, rotary_dim 64).)")
       .def(py::init([](int64_t head_dim, int64_t rotary_dim, RopeLayout layout,
-                       std::vector<double> inv_freq, double attention_factor) {
-             Rope rope{head_dim, rotary_dim, layout, std::move(inv_freq), attention_factor};
+                       std::vector<double> inv_freq, double attention_factor,
+                       int64_t rotary_offset) {
+             Rope rope{.head_dim = head_dim,
+                       .rotary_dim = rotary_dim,
+                       .layout = layout,
+                       .inv_freq = std::move(inv_freq),
+                       .attention_factor = attention_factor,
+                       .rotary_offset = rotary_offset};
              rope.Validate();
              return rope;
            }),
            py::arg("head_dim"), py::arg("rotary_dim"), py::arg("layout"), py::arg("inv_freq"),
-           py::arg("attention_factor") = 1.0,
+           py::arg("attention_factor") = 1.0, py::kw_only(), py::arg("rotary_offset") = 0,
            "A Rope with explicit frequencies (e.g. from a scaling rule); validated.")
       .def_static("default", &Rope::Default, py::arg("head_dim"), py::arg("base") = 10000.0,
                   py::arg("layout") = RopeLayout::kHalfSplit, py::arg("rotary_dim") = 0,
-                  "Plain RoPE: inv_freq[i] = base^(-2i / rotary_dim) over the first rotary_dim "
-                  "features (0 means all of head_dim).")
+                  py::kw_only(), py::arg("rotary_offset") = 0,
+                  "Plain RoPE: inv_freq[i] = base^(-2i / rotary_dim) over the rotary_dim "
+                  "features from rotary_offset (rotary_dim 0 means head_dim - rotary_offset).")
       .def_readwrite("head_dim", &Rope::head_dim)
       .def_readwrite("rotary_dim", &Rope::rotary_dim)
+      .def_readwrite("rotary_offset", &Rope::rotary_offset,
+                     "The first rotated feature; features before it pass through (default 0).")
       .def_readwrite("layout", &Rope::layout)
       .def_readwrite("inv_freq", &Rope::inv_freq,
                      "rotary_dim / 2 frequencies (a copy: assign the whole list to change them)")

@@ -291,6 +291,92 @@ def test_bad_rope_configuration():
         posenc.Rope(8, 8, posenc.RopeLayout.HALF_SPLIT, [1.0])
 
 
+def test_rotary_offset_worked_example():
+    # head_dim 6, rotary_offset 1 (odd), rotary_dim 4: x = [9 | 1 2 3 4 | 8],
+    # pair 0 a quarter turn, pair 1 a half turn. Half-split pairs (1, 3) and
+    # (2, 4); interleaved pairs (1, 2) and (3, 4).
+    x = np.array([[[9, 1, 2, 3, 4, 8]]], dtype=np.float32)
+    want = {
+        posenc.RopeLayout.HALF_SPLIT: [9, -3, -2, 1, -4, 8],
+        posenc.RopeLayout.INTERLEAVED: [9, -2, 1, -3, -4, 8],
+    }
+    for layout, expected in want.items():
+        rope = posenc.Rope(
+            6, 4, layout, [math.pi / 2, math.pi], rotary_offset=1
+        )
+        assert rope.rotary_offset == 1
+        y = posenc.apply_rope(rope, [1], x)
+        np.testing.assert_allclose(y[0, 0], expected, atol=1e-6)
+        assert y[0, 0, 0] == 9 and y[0, 0, 5] == 8
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rotary_offset_rotates_only_the_block(layout, dtype):
+    # DeepSeek V2/V3 MLA: heads of 192 = 128 unrotated + 64 rotated features.
+    rope = posenc.Rope.default(192, 10000.0, layout, 64, rotary_offset=128)
+    assert rope.rotary_dim == 64 and rope.rotary_offset == 128
+    assert "rotary_offset=128" in repr(rope)
+    q = random((2, 5, 4, 192), dtype, seed=1)
+    k = random((2, 5, 2, 192), dtype, seed=2)
+    positions = np.array([0, 1, 2, 4096, 900001], dtype=np.int64)
+    # The frequencies of the 64-feature block; the rotation below uses
+    # posenc's own copy, since at position 900001 one ulp of a frequency
+    # moves the angle by 1e-10 rad, above float64's tolerance.
+    inv_freq = np.array(rope.inv_freq)
+    np.testing.assert_allclose(inv_freq, reference_inv_freq(64), rtol=1e-15)
+
+    def expected(x):
+        out = np.asarray(x, dtype=np.float64).copy()
+        out[..., 128:] = reference_rope(
+            x[..., 128:], positions, inv_freq, layout
+        )
+        return out
+
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    y = posenc.apply_rope(rope, positions, q)
+    np.testing.assert_array_equal(y[..., :128], q[..., :128])
+    np.testing.assert_allclose(y, expected(q), rtol=0, atol=tol)
+    q_out, k_out = posenc.apply_rope_qk(rope, positions, q, k)
+    np.testing.assert_array_equal(q_out, y)
+    np.testing.assert_array_equal(k_out[..., :128], k[..., :128])
+    np.testing.assert_allclose(k_out, expected(k), rtol=0, atol=tol)
+    q_in_place, k_in_place = q.copy(), k.copy()
+    posenc.apply_rope_qk_inplace(rope, positions, q_in_place, k_in_place)
+    np.testing.assert_array_equal(q_in_place, q_out)
+    np.testing.assert_array_equal(k_in_place, k_out)
+    # The inverse undoes it.
+    back = posenc.apply_rope(
+        rope, positions, y, direction=posenc.RopeDirection.INVERSE
+    )
+    np.testing.assert_allclose(back, q, rtol=0, atol=10 * tol)
+
+
+def test_bad_rotary_offset():
+    with pytest.raises(
+        ValueError,
+        match=r"^\[rope\] rotary_offset must be <= head_dim - rotary_dim "
+        r"\(8 - 4 = 4\), got 5$",
+    ):
+        posenc.Rope.default(8, rotary_dim=4, rotary_offset=5)
+    with pytest.raises(
+        ValueError, match=r"^\[rope\] rotary_offset must be >= 0, got -1$"
+    ):
+        posenc.Rope(
+            8, 4, posenc.RopeLayout.HALF_SPLIT, [1.0, 0.1], rotary_offset=-1
+        )
+    rope = posenc.Rope.default(8, rotary_dim=4)
+    assert rope.rotary_offset == 0
+    rope.rotary_offset = 5
+    with pytest.raises(ValueError, match=r"rotary_offset must be <= head_dim"):
+        rope.validate()
+    x = random((1, 1, 8))
+    before = x.copy()
+    with pytest.raises(ValueError, match=r"rotary_offset must be <= head_dim"):
+        posenc.apply_rope_inplace(rope, [3], x)
+    np.testing.assert_array_equal(x, before)
+
+
 def reference_sinusoidal(positions, dim, base=10000.0):
     positions = np.asarray(positions, dtype=np.float64)[..., None]
     j = np.arange(dim)
