@@ -11,6 +11,7 @@
 #include "float32_range.h"
 #include "posenc/error.h"
 #include "posenc/positions.h"
+#include "relative_bias_internal.h"
 
 namespace posenc {
 namespace {
@@ -44,6 +45,58 @@ std::vector<T> RotatedCopy(const Rope& rope, std::span<const int64_t> positions,
   return buffer;
 }
 
+// T5's bias as the kernel reads it (AttentionKernelArgs::relative_bias): per head, the bias at
+// every distance d in [-extent, extent], and whether farther distances need a bucket lookup.
+// The buckets grow with |d| on each side up to the side's last; from `saturation` on, every
+// distance is in the last bucket. The table spans saturation plus one key tile's reach, so
+// that a tile of consecutive keys straddling the edge reads it without a lookup; a very large
+// max_distance keeps the table small (kMaxDenseDistance) and looks farther buckets up.
+struct RelativeBiasTable {
+  std::vector<float> bias;  // [num_heads, 2 extent + 1]
+  int64_t extent = 0;
+  bool far_lookup = false;
+};
+
+RelativeBiasTable MakeRelativeBiasTable(const RelativeBias& relative) {
+  constexpr int64_t kMaxDenseDistance = 4096;
+  constexpr int64_t kTileReach = 256;  // >= the kernel's key tile, in keys
+  const RelativeBuckets& buckets = relative.buckets;
+  const auto bucket = [&](int64_t d) {
+    return internal::RelativePositionBucketUnchecked(buckets, d);
+  };
+  const int64_t last_before = bucket(-kMaxPosition), last_after = bucket(kMaxPosition);
+  const auto saturated = [&](int64_t n) {
+    return bucket(-n) == last_before && bucket(n) == last_after;
+  };
+  // The smallest saturated distance, by bisection (buckets are monotone in |d|).
+  int64_t low = 0, high = kMaxPosition;  // saturated(high), and not saturated below low
+  while (low < high) {
+    const int64_t mid = low + (high - low) / 2;
+    if (saturated(mid)) {
+      high = mid;
+    } else {
+      low = mid + 1;
+    }
+  }
+  RelativeBiasTable table;
+  table.far_lookup = high > kMaxDenseDistance;
+  table.extent = std::min(high, kMaxDenseDistance) + kTileReach;
+  const int64_t width = 2 * table.extent + 1;
+  table.bias.resize(static_cast<size_t>(relative.num_heads * width));
+  for (int64_t d = -table.extent; d <= table.extent; ++d) {
+    const int64_t b = bucket(d);
+    for (int64_t h = 0; h < relative.num_heads; ++h) {
+      table.bias[static_cast<size_t>(h * width + table.extent + d)] =
+          relative.table[static_cast<size_t>(b * relative.num_heads + h)];
+    }
+  }
+  return table;
+}
+
+double ScoreScale(const AttentionOptions& options, int64_t head_dim) {
+  return options.scale > 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
 internal::AttentionInput KernelInput(const auto& x) {
   return {x.data, x.token_stride, x.head_stride};
 }
@@ -68,6 +121,16 @@ void FusedAttention(const AttentionOptions& options, Heads<const T> q, Heads<con
     }
   }
 
+  const double scale = ScoreScale(options, q.head_dim);
+  std::vector<float> query_scales;
+  if (options.query_scale) {
+    for (const int64_t pos : query_pos) {
+      query_scales.push_back(static_cast<float>(scale * options.query_scale->At(pos)));
+    }
+  }
+  RelativeBiasTable relative;
+  if (options.relative_bias) relative = MakeRelativeBiasTable(*options.relative_bias);
+
   internal::AttentionKernelArgs args;
   args.storage = StorageTypeOf<T>();
   args.q_tokens = q.tokens;
@@ -86,9 +149,15 @@ void FusedAttention(const AttentionOptions& options, Heads<const T> q, Heads<con
   args.key_pos = key_pos.data();
   args.causal = options.causal;
   args.window = options.window;
+  args.chunk_size = options.chunk_size;
   args.alibi_slopes = options.alibi ? slopes.data() : nullptr;
-  args.scale = static_cast<float>(
-      options.scale > 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.head_dim)));
+  args.scale = static_cast<float>(scale);
+  args.query_scales = options.query_scale ? query_scales.data() : nullptr;
+  if (options.relative_bias) {
+    args.relative_bias = relative.bias.data();
+    args.relative_extent = relative.extent;
+    args.relative_far = relative.far_lookup ? &*options.relative_bias : nullptr;
+  }
   internal::AttentionKernel(args);
 }
 
@@ -110,8 +179,7 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
     k = Heads<const float>::Dense(k_rotated.data(), k.tokens, k.num_heads, k.head_dim);
   }
 
-  const double scale =
-      options.scale > 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.head_dim));
+  const double scale = ScoreScale(options, q.head_dim);
   const std::vector<double> slopes = options.alibi ? AlibiSlopes(*options.alibi)
                                                    : std::vector<double>();
   const int64_t group = q.num_heads / k.num_heads;  // query heads per key/value head
@@ -124,23 +192,34 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
     for (int64_t h = 0; h < q.num_heads; ++h) {
       const int64_t g = h / group;  // the key/value head query head h reads
       const float* q_row = q.Row(i, h);
+      // The query scale multiplies the scores as it would q (after RoPE).
+      const double query_scale = options.query_scale ? options.query_scale->At(query_pos[i]) : 1.0;
       double max_score = -std::numeric_limits<double>::infinity();
       bool any_visible = false;
 
       for (int64_t j = 0; j < k.tokens; ++j) {
-        // (2) score: s_ij = scale * q_i . k_j, in double.
+        // (2) score: s_ij = scale * c_i * q_i . k_j, in double.
         const float* k_row = k.Row(j, g);
         double dot = 0.0;
         for (int64_t d = 0; d < q.head_dim; ++d) {
           dot += static_cast<double>(q_row[d]) * static_cast<double>(k_row[d]);
         }
-        double s = scale * dot;
-        // (3) ALiBi: s_ij += -slope_h * (query_pos_i - key_pos_j).
+        double s = scale * query_scale * dot;
+        // (3) ALiBi: s_ij += -slope_h * (query_pos_i - key_pos_j); T5: s_ij +=
+        // table[bucket(key_pos_j - query_pos_i)][h].
         if (options.alibi) s += AlibiBias(slopes[h], query_pos[i], key_pos[j]);
+        if (options.relative_bias) {
+          const RelativeBias& bias = *options.relative_bias;
+          const int64_t bucket = RelativePositionBucket(bias.buckets, key_pos[j] - query_pos[i]);
+          s += static_cast<double>(bias.table[static_cast<size_t>(bucket * bias.num_heads + h)]);
+        }
         // (4) masks: with causal, key j is visible iff key_pos_j <= query_pos_i; with a window,
-        // iff query_pos_i - key_pos_j < window (positions are >= 0, so no overflow).
+        // iff query_pos_i - key_pos_j < window (positions are >= 0, so no overflow); with
+        // chunks, iff both lie in the same chunk.
+        const int64_t chunk = options.chunk_size;
         visible[j] = (!options.causal || key_pos[j] <= query_pos[i]) &&
-                     (options.window == 0 || query_pos[i] - key_pos[j] < options.window);
+                     (options.window == 0 || query_pos[i] - key_pos[j] < options.window) &&
+                     (chunk == 0 || query_pos[i] / chunk == key_pos[j] / chunk);
         scores[j] = s;
         if (visible[j]) {
           max_score = std::max(max_score, s);
@@ -223,6 +302,28 @@ void CheckAttention(const AttentionOptions& options, Heads<const T> q, Heads<con
           options.scale);
   Require(options.window >= 0, kFunction, "window", "be >= 0 (0 means no window)",
           options.window);
+  Require(options.chunk_size >= 0, kFunction, "chunk_size", "be >= 0 (0 means no chunks)",
+          options.chunk_size);
+  if (options.query_scale) {
+    options.query_scale->Validate();
+    // The factor grows with the position: the largest query position gives the largest score
+    // scale, which the kernel uses in float32.
+    if (!query_pos.empty()) {
+      const int64_t last = *std::max_element(query_pos.begin(), query_pos.end());
+      const double largest = ScoreScale(options, q.head_dim) * options.query_scale->At(last);
+      Require(internal::IsPositiveFloat32(largest), kFunction,
+              "scale * query_scale.At(query_pos)",
+              "be " + std::string(internal::kPositiveFloat32), largest);
+    }
+  }
+  if (options.relative_bias) {
+    Require(!options.alibi, kFunction, "relative_bias",
+            "not be given with alibi (each is a position bias)", "both");
+    options.relative_bias->Validate();
+    Require(options.relative_bias->num_heads == q.num_heads, kFunction,
+            "relative_bias.num_heads", Equal("q.num_heads", q.num_heads),
+            options.relative_bias->num_heads);
+  }
 
   // Exact, as in RoPE: out may be a slot of a fused buffer whose byte range interleaves with
   // q's, k's or v's without sharing a row.

@@ -15,17 +15,18 @@
 // rows of whole vectors, which are scored where they lie while the next tile's rows are
 // prefetched (rows one token apart are pages apart, where the hardware prefetchers stop).
 // Each key tile goes through three passes, for every row block:
-//   (1) scores: s_j = (scale q) . k_j (MulAdd over head_dim, then the four rows' sums of lanes
-//       reduced together), plus the ALiBi bias slope (kpos_j - anchor), and -inf where the
-//       causal mask or the sliding window hides key j;
+//   (1) scores: s_j = (scale c q) . k_j (MulAdd over head_dim, then the four rows' sums of lanes
+//       reduced together; c the row's query scale), plus the ALiBi bias slope (kpos_j - anchor)
+//       or T5's bias at kpos_j - qpos, and -inf where a mask hides key j: causal, the sliding
+//       window and chunks together leave each row one interval [lo, hi] of key positions;
 //   (2) online max and sum: m' = max(m, max_j s_j), p_j = exp(s_j - m'),
 //       l' = l exp(m - m') + sum_j p_j;
 //   (3) weighted values: o' = o exp(m - m') + sum_j p_j v_j.
-// Tiles whose keys are all hidden from the tile's (or row block's) queries, ahead of them under
-// causal or behind them by at least the window, are skipped; only tiles that straddle a mask
-// edge pay for the per-key mask. After the last tile, out = o / l, or zeros when no key was
-// visible. Memory beyond the inputs
-// is one set of tiles per thread (a query tile per KV head in decode) and the split-K partials.
+// Tiles whose keys are all hidden from the tile's (or row block's) queries, outside every row's
+// interval (ahead of them under causal, behind them by at least the window, in another chunk),
+// are skipped; only tiles that straddle a mask edge pay for the per-key mask. After the last
+// tile, out = o / l, or zeros when no key was visible. Memory beyond the inputs is one set of
+// tiles per thread (a query tile per KV head in decode) and the split-K partials.
 //
 // Decode (a single query tile per KV head): a work item takes every KV head of its keys and
 // reads the keys and values where they lie, token by token, every head of a token before the
@@ -43,6 +44,11 @@
 // m, l and o; a second pass merges the chunks of each row by the log-sum-exp rule,
 // out = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c with M = max_c m_c. Its partials take
 // chunks x rows x value_dim floats, which only few items allow.
+//
+// T5's bias depends only on d = kpos_j - qpos: attention.cc tabulates it per head for every d up
+// to where the buckets stop changing (plus a key tile's reach), so a row adds it to a tile of
+// consecutive keys with one unaligned load per vector, as a constant when the whole tile lies in
+// the last bucket, and key by key from the table otherwise. No [queries, keys] buffer exists.
 //
 // ALiBi: -slope (qpos - kpos_j) = slope (kpos_j - anchor) - slope (qpos - anchor). The second
 // term is the same for every key of a row, and softmax ignores it. The anchor is qpos clamped to
@@ -70,6 +76,7 @@
 
 #include "attention_bf16.h"
 #include "attention_kernels.h"
+#include "relative_bias_internal.h"
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -186,8 +193,15 @@ inline float MaxKeepingNaN(float a, float b) { return a > b || std::isnan(a) ? a
 // The running state of one query row.
 struct RowState {
   int64_t pos = 0;
+  // The key positions the row sees, [lo, hi]: every mask (causal, window, chunk) leaves one
+  // interval, so that one pair of comparisons masks a key and skips a tile.
+  int64_t lo = std::numeric_limits<int64_t>::min();
+  int64_t hi = std::numeric_limits<int64_t>::max();
+  int64_t head = 0;
   int64_t anchor = 0;  // ALiBi distances are measured from here (see the top of the file)
   float slope = 0.0f;
+  float score_mul = 1.0f;        // AVX512-BF16 with query scales: the row's scale, applied here
+  const float* bias = nullptr;   // T5: the head's bias at distance 0 (AttentionKernelArgs)
   float max = -std::numeric_limits<float>::infinity();
   float sum = 0.0f;
   float correction = 1.0f;  // exp(old max - new max) of the current key tile
@@ -267,17 +281,80 @@ HWY_INLINE void DotProducts(DF df, const Tiles& t, const KeyTile& kt, const floa
   }
 }
 
-// Passes (1), the bias and mask, and (2) for one row: turns its scores into weights p and
-// updates its running max and sum. `key_pos` and `keys` are the tile's key positions.
+// The key positions of a key tile.
+struct TileKeys {
+  const int64_t* pos;
+  size_t keys;
+  int64_t min, max;
+  bool contiguous;  // pos[j] = min + j (asked only with the T5 bias)
+};
+
+inline TileKeys KeysOf(const internal::AttentionKernelArgs& a, int64_t key0, size_t keys) {
+  const int64_t* pos = a.key_pos + key0;
+  const auto [min_it, max_it] = std::minmax_element(pos, pos + keys);
+  TileKeys tk{pos, keys, *min_it, *max_it, false};
+  if (a.relative_bias != nullptr) {
+    tk.contiguous = true;
+    for (size_t j = 0; j < keys; ++j) tk.contiguous &= pos[j] == tk.min + static_cast<int64_t>(j);
+  }
+  return tk;
+}
+
+// T5: the bias of `row` at distance d = key_pos - query_pos (AttentionKernelArgs).
+inline float RelativeBiasAt(const internal::AttentionKernelArgs& a, const RowState& row,
+                            int64_t d) {
+  const int64_t extent = a.relative_extent;
+  if (d >= -extent && d <= extent) return row.bias[d];
+  if (a.relative_far == nullptr) return row.bias[d < 0 ? -extent : extent];
+  const int64_t bucket = internal::RelativePositionBucketUnchecked(a.relative_far->buckets, d);
+  return a.relative_far->table[static_cast<size_t>(bucket * a.num_heads + row.head)];
+}
+
+// T5's bias, fused: no [queries, keys] buffer. The bias depends only on the distance, so the row
+// reads it from its head's per-distance table: a tile of consecutive key positions is one
+// unaligned vector load per vector of keys, a tile wholly beyond the last bucket's edge is a
+// constant, and only other tiles look up key by key.
 template <class DF>
-HWY_INLINE void OnlineSoftmaxRow(DF df, const Tiles& t, float* HWY_RESTRICT s,
-                                 const int64_t* key_pos, size_t keys, int64_t key_min,
-                                 int64_t key_max, bool causal, int64_t window, bool alibi,
-                                 RowState& row) {
+HWY_INLINE void AddRelativeBias(DF df, const internal::AttentionKernelArgs& a, const Tiles& t,
+                                float* HWY_RESTRICT s, const TileKeys& tk, const RowState& row) {
+  const size_t n = hn::Lanes(df);
+  const int64_t extent = a.relative_extent;
+  const int64_t d_min = tk.min - row.pos, d_max = tk.max - row.pos;
+  const auto add_constant = [&](float bias) HWY_ATTR {
+    const auto vbias = hn::Set(df, bias);
+    for (size_t j = 0; j < t.score_stride; j += n) {
+      hn::StoreU(hn::Add(hn::LoadU(df, s + j), vbias), df, s + j);
+    }
+  };
+  if (a.relative_far == nullptr && d_max <= -extent) return add_constant(row.bias[-extent]);
+  if (a.relative_far == nullptr && d_min >= extent) return add_constant(row.bias[extent]);
+  if (tk.contiguous && d_min >= -extent &&
+      d_min + static_cast<int64_t>(t.score_stride) - 1 <= extent) {
+    // Past `keys` the scores are -inf, which the bias leaves -inf.
+    const float* bias = row.bias + d_min;
+    for (size_t j = 0; j < t.score_stride; j += n) {
+      hn::StoreU(hn::Add(hn::LoadU(df, s + j), hn::LoadU(df, bias + j)), df, s + j);
+    }
+    return;
+  }
+  for (size_t j = 0; j < tk.keys; ++j) s[j] += RelativeBiasAt(a, row, tk.pos[j] - row.pos);
+}
+
+// Passes (1), the query scale, bias and mask, and (2) for one row: turns its scores into
+// weights p and updates its running max and sum.
+template <class DF>
+HWY_INLINE void OnlineSoftmaxRow(DF df, const internal::AttentionKernelArgs& a, const Tiles& t,
+                                 float* HWY_RESTRICT s, const TileKeys& tk, RowState& row) {
   const size_t n = hn::Lanes(df);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t* key_pos = tk.pos;
+  const size_t keys = tk.keys;
+  const int64_t key_min = tk.min;
   std::fill(s + keys, s + t.score_stride, kNegInf);  // keys past the end of a short last tile
-  if (alibi) {
+  if (row.score_mul != 1.0f) {
+    for (size_t j = 0; j < keys; ++j) s[j] *= row.score_mul;
+  }
+  if (a.alibi_slopes != nullptr) {
     const auto slope = hn::Set(df, row.slope);
     const auto anchor = hn::Set(df, static_cast<float>(row.anchor - key_min));
     for (size_t j = 0; j < t.score_stride; j += n) {
@@ -285,16 +362,11 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const Tiles& t, float* HWY_RESTRICT s,
       hn::StoreU(hn::MulAdd(slope, distance, hn::LoadU(df, s + j)), df, s + j);
     }
   }
-  if (causal && key_max > row.pos) {  // only tiles that straddle the diagonal pay for this
+  if (row.bias != nullptr) AddRelativeBias(df, a, t, s, tk, row);
+  // Masks: only tiles that straddle an edge of the row's interval pay for this.
+  if (key_min < row.lo || tk.max > row.hi) {
     for (size_t j = 0; j < keys; ++j) {
-      if (key_pos[j] > row.pos) s[j] = kNegInf;
-    }
-  }
-  // Sliding window: only tiles reaching back past the window's far edge pay for this (positions
-  // are >= 0, so the differences cannot overflow).
-  if (window > 0 && row.pos - key_min >= window) {
-    for (size_t j = 0; j < keys; ++j) {
-      if (row.pos - key_pos[j] >= window) s[j] = kNegInf;
+      if (key_pos[j] < row.lo || key_pos[j] > row.hi) s[j] = kNegInf;
     }
   }
 
@@ -380,9 +452,9 @@ HWY_NOINLINE void WeightedValues(DF df, const float* HWY_RESTRICT p, size_t p_st
 inline float ValueF32(float x) { return x; }
 inline float ValueF32(hwy::bfloat16_t x) { return hwy::F32FromBF16(x); }
 
-// Whether key j at key_pos is hidden from `row` by the causal mask or the sliding window.
-inline bool Hidden(const RowState& row, int64_t key_pos, bool causal, int64_t window) {
-  return (causal && key_pos > row.pos) || (window > 0 && row.pos - key_pos >= window);
+// Whether key j at key_pos is hidden from `row` by a mask.
+inline bool Hidden(const RowState& row, int64_t key_pos) {
+  return key_pos < row.lo || key_pos > row.hi;
 }
 
 // Whether any of the `keys` value rows at v (v_stride apart, value_dim elements) holds inf or
@@ -405,13 +477,13 @@ bool AnyNonFinite(const T* v, size_t v_stride, size_t keys, size_t value_dim) {
 template <typename T>
 void WeightedVisibleValues(const float* p, size_t p_stride, const T* v, size_t v_stride,
                            size_t keys, size_t value_dim, const int64_t* key_pos,
-                           const RowState* rows, bool causal, int64_t window, float* o,
+                           const RowState* rows, float* o,
                            size_t o_stride) {
   for (size_t r = 0; r < kRowBlock; ++r) {
     float* o_r = o + r * o_stride;
     for (size_t e = 0; e < value_dim; ++e) o_r[e] *= rows[r].correction;
     for (size_t j = 0; j < keys; ++j) {
-      if (Hidden(rows[r], key_pos[j], causal, window)) continue;
+      if (Hidden(rows[r], key_pos[j])) continue;
       const float weight = p[r * p_stride + j];
       for (size_t e = 0; e < value_dim; ++e) o_r[e] += weight * ValueF32(v[j * v_stride + e]);
     }
@@ -472,14 +544,25 @@ struct QueryTile {
   int64_t first_row = 0;
   size_t valid_rows = 0;
   size_t blocks = 0;
-  int64_t max_query_pos = 0;
-  int64_t min_query_pos = 0;  // with block_min_pos, what the sliding window skips by
-  int64_t block_max_pos[kQueryTile / kRowBlock] = {};
-  int64_t block_min_pos[kQueryTile / kRowBlock] = {};
+  // The rows' visible intervals [lo, hi] (RowState), bounded over the tile and each row block:
+  // keys above the largest hi or below the smallest lo are hidden from every row (a tile to
+  // skip); keys within the smallest hi and the largest lo are visible to every row.
+  int64_t max_hi = 0;
+  int64_t min_lo = 0;
+  int64_t block_max_hi[kQueryTile / kRowBlock] = {};
+  int64_t block_min_hi[kQueryTile / kRowBlock] = {};
+  int64_t block_max_lo[kQueryTile / kRowBlock] = {};
+  int64_t block_min_lo[kQueryTile / kRowBlock] = {};
   RowState rows[kQueryTile];
   float* q = nullptr;    // [kQueryTile, dim], times scale
   float* out = nullptr;  // [kQueryTile, value_dim]: the unnormalised output o
 };
+
+// The scale ScoresBf16 applies: with query scales, each row's own scale is applied after it
+// (RowState::score_mul).
+inline float Bf16ScoreScale(const internal::AttentionKernelArgs& a) {
+  return a.query_scales != nullptr ? 1.0f : a.scale;
+}
 
 // The bfloat16 query rows' stride in elements when t.bf16_dot: the float32 row's bytes.
 inline size_t BFloat16RowStride(const Tiles& t) { return 2 * t.dim; }
@@ -504,9 +587,13 @@ void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int6
   qt.valid_rows = static_cast<size_t>(
       std::min<int64_t>(static_cast<int64_t>(kQueryTile), a.q_tokens * group - qt.first_row));
   qt.blocks = hwy::DivCeil(qt.valid_rows, kRowBlock);
-  std::fill(qt.block_max_pos, qt.block_max_pos + kQueryTile / kRowBlock, int64_t{0});
-  std::fill(qt.block_min_pos, qt.block_min_pos + kQueryTile / kRowBlock,
-            std::numeric_limits<int64_t>::max());
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr size_t kBlocks = kQueryTile / kRowBlock;
+  std::fill(qt.block_max_hi, qt.block_max_hi + kBlocks, kMin);
+  std::fill(qt.block_min_hi, qt.block_min_hi + kBlocks, kMax);
+  std::fill(qt.block_max_lo, qt.block_max_lo + kBlocks, kMin);
+  std::fill(qt.block_min_lo, qt.block_min_lo + kBlocks, kMax);
   for (size_t r = 0; r < qt.blocks * kRowBlock; ++r) {
     const int64_t m = qt.first_row + static_cast<int64_t>(std::min(r, qt.valid_rows - 1));
     const int64_t token = m / group, head = qt.g * group + m % group;
@@ -517,19 +604,36 @@ void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int6
       std::memcpy(row, q, static_cast<size_t>(a.head_dim) * sizeof(T));
       std::fill(row + a.head_dim, row + BFloat16RowStride(t), uint16_t{0});
     } else {
-      PackRow(df, q, static_cast<size_t>(a.head_dim), a.scale, qt.q + r * t.dim);
+      PackRow(df, q, static_cast<size_t>(a.head_dim),
+              a.query_scales != nullptr ? a.query_scales[token] : a.scale, qt.q + r * t.dim);
     }
     std::fill(qt.out + r * t.value_dim, qt.out + (r + 1) * t.value_dim, 0.0f);
     RowState& row = qt.rows[r];
     row = RowState();
     row.pos = a.query_pos[token];
+    row.head = head;
+    // Positions are in [0, 2^32] and window, chunk_size >= 1 where used: no overflow.
+    if (a.causal) row.hi = row.pos;
+    if (a.window > 0) row.lo = row.pos - a.window + 1;
+    if (a.chunk_size > 0) {
+      const int64_t chunk_begin = row.pos - row.pos % a.chunk_size;
+      row.lo = std::max(row.lo, chunk_begin);
+      row.hi = std::min(row.hi, chunk_begin + (a.chunk_size - 1));
+    }
     row.anchor = std::clamp(row.pos, key_min_all, key_max_all);
     row.slope = a.alibi_slopes != nullptr ? a.alibi_slopes[head] : 0.0f;
-    qt.block_max_pos[r / kRowBlock] = std::max(qt.block_max_pos[r / kRowBlock], row.pos);
-    qt.block_min_pos[r / kRowBlock] = std::min(qt.block_min_pos[r / kRowBlock], row.pos);
+    if (t.bf16_dot && a.query_scales != nullptr) row.score_mul = a.query_scales[token];
+    if (a.relative_bias != nullptr) {
+      row.bias = a.relative_bias + head * (2 * a.relative_extent + 1) + a.relative_extent;
+    }
+    const size_t b = r / kRowBlock;
+    qt.block_max_hi[b] = std::max(qt.block_max_hi[b], row.hi);
+    qt.block_min_hi[b] = std::min(qt.block_min_hi[b], row.hi);
+    qt.block_max_lo[b] = std::max(qt.block_max_lo[b], row.lo);
+    qt.block_min_lo[b] = std::min(qt.block_min_lo[b], row.lo);
   }
-  qt.max_query_pos = *std::max_element(qt.block_max_pos, qt.block_max_pos + qt.blocks);
-  qt.min_query_pos = *std::min_element(qt.block_min_pos, qt.block_min_pos + qt.blocks);
+  qt.max_hi = *std::max_element(qt.block_max_hi, qt.block_max_hi + qt.blocks);
+  qt.min_lo = *std::min_element(qt.block_min_lo, qt.block_min_lo + qt.blocks);
 }
 
 // The input rows of head g's keys and values [key0, key_end) for NextRows (empty past the end).
@@ -560,18 +664,14 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
   const hn::ScalableTag<float> df;
   const size_t head_dim = static_cast<size_t>(a.head_dim);
   const size_t value_dim = static_cast<size_t>(a.value_dim);
-  const bool alibi = a.alibi_slopes != nullptr;
-  const int64_t* key_pos = a.key_pos + key0;
-  const auto [min_it, max_it] = std::minmax_element(key_pos, key_pos + keys);
-  const int64_t key_min = *min_it, key_max = *max_it;
-  // Causal: a tile whose every key lies after every query of the tile (or row block) adds
-  // nothing; with ordered positions, the upper triangle is skipped tile by tile.
-  if (a.causal && key_min > qt.max_query_pos) return;
-  // Sliding window: a tile whose every key lies at least the window behind every query of the
-  // tile (or row block) adds nothing either; with ordered positions, only the tiles of the band
-  // along the diagonal do work, which grows with T x window rather than T^2.
-  const bool windowed = a.window > 0;
-  if (windowed && qt.min_query_pos - key_max >= a.window) return;
+  const TileKeys tk = KeysOf(a, key0, keys);
+  const int64_t* key_pos = tk.pos;
+  const int64_t key_min = tk.min, key_max = tk.max;
+  // A tile whose every key lies outside every row's interval adds nothing: with ordered
+  // positions, causal skips the upper triangle tile by tile, a window leaves only the band
+  // along the diagonal (work T x window rather than T^2), and chunks leave the blocks along it
+  // (T x chunk_size).
+  if (key_min > qt.max_hi || key_max < qt.min_lo) return;
 
   // Keys: float32 rows of whole vectors are scored where they lie (each row is read once per
   // row block, front to back). Values are always packed: pass (3) walks all keys of the tile
@@ -616,33 +716,30 @@ void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64
     return values_non_finite == 1;
   };
   for (size_t b = 0; b < qt.blocks; ++b) {
-    if (a.causal && key_min > qt.block_max_pos[b]) continue;
-    if (windowed && qt.block_min_pos[b] - key_max >= a.window) continue;
+    if (key_min > qt.block_max_hi[b] || key_max < qt.block_min_lo[b]) continue;
     RowState* block = qt.rows + b * kRowBlock;
     float* out = qt.out + b * kRowBlock * t.value_dim;
     // (1) scores, then (1) bias and mask and (2) online max and sum, row by row.
     if (t.bf16_dot) {
       internal::ScoresBf16(QueryBits(t, qt, b), BFloat16RowStride(t),
                            Bits(k_head + key0 * a.k.token_stride),
-                           static_cast<size_t>(a.k.token_stride), keys, head_dim, a.scale,
-                           t.scores, t.score_stride);
+                           static_cast<size_t>(a.k.token_stride), keys, head_dim,
+                           Bf16ScoreScale(a), t.scores, t.score_stride);
     } else {
       DotProducts(df, t, kt, qt.q + b * kRowBlock * t.dim, keys, next);
       next = NextRows();
     }
     float correction[kRowBlock];
     for (size_t r = 0; r < kRowBlock; ++r) {
-      OnlineSoftmaxRow(df, t, t.scores + r * t.score_stride, key_pos, keys, key_min, key_max,
-                       a.causal, a.window, alibi, block[r]);
+      OnlineSoftmaxRow(df, a, t, t.scores + r * t.score_stride, tk, block[r]);
       correction[r] = block[r].correction;
     }
     // (3) weighted values.
-    const bool straddles = (a.causal && key_max > qt.block_min_pos[b]) ||
-                           (windowed && qt.block_max_pos[b] - key_min >= a.window);
+    const bool straddles = key_max > qt.block_min_hi[b] || key_min < qt.block_max_lo[b];
     if (straddles && non_finite_values()) {
       WeightedVisibleValues(t.scores, t.score_stride, v_head + key0 * a.v.token_stride,
                             static_cast<size_t>(a.v.token_stride), keys, value_dim, key_pos,
-                            block, a.causal, a.window, out, t.value_dim);
+                            block, out, t.value_dim);
     } else if (t.bf16_dot) {
       internal::WeightedValuesBf16(t.scores, t.score_stride, keys,
                                    reinterpret_cast<const uint32_t*>(t.v), t.value_dim,
@@ -665,18 +762,16 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
   const hn::ScalableTag<float> df;
   const size_t head_dim = static_cast<size_t>(a.head_dim);
   const size_t value_dim = static_cast<size_t>(a.value_dim);
-  const int64_t* key_pos = a.key_pos + key0;
-  const auto [min_it, max_it] = std::minmax_element(key_pos, key_pos + keys);
-  const int64_t key_min = *min_it, key_max = *max_it;
+  const TileKeys tk = KeysOf(a, key0, keys);
+  const int64_t* key_pos = tk.pos;
+  const int64_t key_min = tk.min, key_max = tk.max;
   // Every head's tile holds the same query tokens, so one tile's positions decide what is
   // hidden (see AttendKeyTile).
   const QueryTile& first = tiles.front();
-  const bool windowed = a.window > 0;
   size_t blocks[kQueryTile / kRowBlock];  // the row blocks that see a key of this tile
   size_t block_count = 0;
   for (size_t b = 0; b < first.blocks; ++b) {
-    if (a.causal && key_min > first.block_max_pos[b]) continue;
-    if (windowed && first.block_min_pos[b] - key_max >= a.window) continue;
+    if (key_min > first.block_max_hi[b] || key_max < first.block_min_lo[b]) continue;
     blocks[block_count++] = b;
   }
   if (block_count == 0) return;
@@ -706,7 +801,7 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
         const size_t b = blocks[i];
         if (t.bf16_dot) {  // the same products and sums as in prefill
           internal::ScoresBf16(QueryBits(t, tiles[h], b), BFloat16RowStride(t), Bits(k), 0, 1,
-                               head_dim, a.scale, scores(h, b) + j, t.score_stride);
+                               head_dim, Bf16ScoreScale(a), scores(h, b) + j, t.score_stride);
         } else {
           ScoreKey(df, tiles[h].q + b * kRowBlock * t.dim, t.dim, k, head_dim, scores(h, b) + j,
                    t.score_stride);
@@ -720,8 +815,7 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
       const size_t b = blocks[i];
       for (size_t r = 0; r < kRowBlock; ++r) {
         float* p = scores(h, b) + r * t.score_stride;
-        OnlineSoftmaxRow(df, t, p, key_pos, keys, key_min, key_max, a.causal, a.window,
-                         a.alibi_slopes != nullptr, tiles[h].rows[b * kRowBlock + r]);
+        OnlineSoftmaxRow(df, a, t, p, tk, tiles[h].rows[b * kRowBlock + r]);
       }
     }
   }
@@ -735,8 +829,7 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
   std::vector<char> visible_only;  // [head, row block], allocated only at a mask edge
   for (size_t i = 0; i < block_count; ++i) {
     const size_t b = blocks[i];
-    if (!(a.causal && key_max > first.block_min_pos[b]) &&
-        !(windowed && first.block_max_pos[b] - key_min >= a.window)) {
+    if (key_max <= first.block_min_hi[b] && key_min >= first.block_max_lo[b]) {
       continue;
     }
     visible_only.resize(tiles.size() * (kQueryTile / kRowBlock), 0);
@@ -762,8 +855,7 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
         if (!visible_only.empty() && visible_only[h * (kQueryTile / kRowBlock) + b]) {
           if (j == 0) {  // every key of the tile at once: the correction applies once
             WeightedVisibleValues(scores(h, b), t.score_stride, v, v_stride, keys, value_dim,
-                                  key_pos, tiles[h].rows + b * kRowBlock, a.causal, a.window, o,
-                                  t.value_dim);
+                                  key_pos, tiles[h].rows + b * kRowBlock, o, t.value_dim);
           }
         } else if (t.bf16_dot) {  // weights rounded to bfloat16 as in prefill: decode = prefill's row
           internal::WeightedValueRowsBf16(scores(h, b) + j, t.score_stride, count, Bits(v),

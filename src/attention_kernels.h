@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "posenc/relative_bias.h"
 #include "posenc/storage.h"
 
 namespace posenc::internal {
@@ -37,8 +38,18 @@ struct AttentionKernelArgs {
   const int64_t* key_pos = nullptr;    // kv_tokens entries, >= 0
   bool causal = false;
   int64_t window = 0;  // sliding window: visible iff query_pos - key_pos < window; 0 = none
+  int64_t chunk_size = 0;  // visible iff query_pos / chunk_size == key_pos / chunk_size; 0 = none
   const float* alibi_slopes = nullptr;  // num_heads entries, or nullptr without ALiBi
   float scale = 1.0f;                   // score scale, > 0
+  // Per query token, the score scale times its query scale (replacing scale), or nullptr.
+  const float* query_scales = nullptr;
+  // T5 relative bias, or nullptr: [num_heads, 2 relative_extent + 1], the bias of head h at
+  // distance d = key_pos - query_pos at relative_bias[h (2 relative_extent + 1) + relative_extent
+  // + d] for |d| <= relative_extent. Farther, the bias is that at +-relative_extent, unless
+  // relative_far is given: then it is relative_far's table at its bucket of d.
+  const float* relative_bias = nullptr;
+  int64_t relative_extent = 0;
+  const RelativeBias* relative_far = nullptr;
 };
 
 // Runs on the best SIMD target of this CPU (one dispatch), with OpenMP threads over

@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "posenc/attention.h"
@@ -134,7 +135,9 @@ std::string Describe(const Shape& s, const AttentionOptions& o) {
          " heads " + std::to_string(s.num_heads) + "/" + std::to_string(s.num_kv_heads) +
          " head_dim " + std::to_string(s.head_dim) + " value_dim " + std::to_string(s.value_dim) +
          (o.causal ? " causal" : " full") + (o.alibi ? " alibi" : "") + (o.rope ? " rope" : "") +
-         (o.window > 0 ? " window " + std::to_string(o.window) : "");
+         (o.window > 0 ? " window " + std::to_string(o.window) : "") +
+         (o.chunk_size > 0 ? " chunk_size " + std::to_string(o.chunk_size) : "") +
+         (o.query_scale ? " query_scale" : "") + (o.relative_bias ? " relative_bias" : "");
 }
 
 // Random q, k and v of a shape (q and v with gaps after their rows, seeds taken in turn from
@@ -564,6 +567,189 @@ TEST(AttentionKernel, NonFiniteValueWithUnderflowedWeightStillReachesTheRow) {
     EXPECT_TRUE(std::isnan(posenc::Run(options, q, k, v, query_pos, key_pos)[0]));
   });
   EXPECT_TRUE(std::isnan(Reference(options, q, k, v, query_pos, key_pos)[0]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunked attention, query scales and T5's relative bias.
+
+// A T5 bias table [num_buckets, num_heads] with entries in [-2, 2] (a fixed seed).
+std::vector<float> BiasTable(int64_t num_buckets, int64_t num_heads, uint32_t seed) {
+  std::vector<float> table(static_cast<size_t>(num_buckets * num_heads));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  for (float& x : table) x = uniform(rng);
+  return table;
+}
+
+// The option sets of the new layer kinds, for a shape: chunks smaller than a query tile (3),
+// between (50), one key tile (64) and larger (100, 1000), alone and with causal and a window;
+// Llama 4's query scale with RoPE; T5 encoder (bidirectional) and decoder (causal) buckets, one
+// with a table that ends before the longest distances (buckets 16, max_distance 20) and one so
+// wide (max_distance 10^5) that farther buckets are looked up one by one.
+std::vector<std::pair<std::string, AttentionOptions>> NewLayerKinds(
+    const Shape& s, const std::vector<float>& t5_table, const std::vector<float>& small_table) {
+  std::vector<std::pair<std::string, AttentionOptions>> kinds;
+  const auto add = [&](const std::string& name, const auto& set) {
+    AttentionOptions options;
+    set(options);
+    kinds.emplace_back(name, options);
+  };
+  const LogFloorQueryScale llama4{.beta = 0.1, .floor_scale = 8.0, .offset = 1};
+  const RelativeBias encoder{.buckets = {}, .num_heads = s.num_heads, .table = t5_table};
+  RelativeBias decoder = encoder;
+  decoder.buckets.bidirectional = false;
+  RelativeBias small{.buckets = {.num_buckets = 16, .max_distance = 20},
+                     .num_heads = s.num_heads, .table = small_table};
+  RelativeBias wide = encoder;
+  wide.buckets.max_distance = 100000;
+  add("chunk 3", [](AttentionOptions& o) { o.chunk_size = 3; });
+  add("chunk 50 causal", [](AttentionOptions& o) { o.chunk_size = 50; o.causal = true; });
+  add("chunk 64 causal window 20", [](AttentionOptions& o) {
+    o.chunk_size = 64;
+    o.causal = true;
+    o.window = 20;
+  });
+  add("chunk 100 window 7", [](AttentionOptions& o) { o.chunk_size = 100; o.window = 7; });
+  add("chunk 1000 causal", [](AttentionOptions& o) { o.chunk_size = 1000; o.causal = true; });
+  add("query scale rope causal", [&](AttentionOptions& o) {
+    o.query_scale = llama4;
+    o.rope = Rope::Default(s.head_dim, 10000.0, RopeLayout::kHalfSplit, s.head_dim / 2 * 2);
+    o.causal = true;
+  });
+  add("query scale chunk 50 alibi", [&](AttentionOptions& o) {
+    o.query_scale = llama4;
+    o.chunk_size = 50;
+    o.alibi = Alibi{.num_heads = s.num_heads};
+  });
+  add("t5 encoder", [&](AttentionOptions& o) {
+    o.relative_bias = encoder;
+    o.scale = 1.0;
+  });
+  add("t5 decoder causal chunk 64", [&](AttentionOptions& o) {
+    o.relative_bias = decoder;
+    o.causal = true;
+    o.chunk_size = 64;
+  });
+  add("t5 16/20 query scale window 30", [&](AttentionOptions& o) {
+    o.relative_bias = small;
+    o.query_scale = llama4;
+    o.window = 30;
+  });
+  add("t5 max_distance 1e5 causal", [&](AttentionOptions& o) {
+    o.relative_bias = wide;
+    o.causal = true;
+  });
+  return kinds;
+}
+
+// Each new layer kind against the reference on every shape (odd token counts across tile edges,
+// GQA, decode as a single query at the end) and every SIMD target; then again with key and
+// query positions spread out (a gap of 97 between tokens, from 3 * 10^9): no key tile is
+// contiguous, T5 distances reach past every table, and chunks hold one token or a few.
+template <typename T>
+void CheckNewLayerKinds() {
+  uint32_t seed = 600;
+  for (const Shape& s : kShapes) {
+    const ShapeInputs<T> in(s, seed);
+    const std::vector<float> t5_table = BiasTable(32, s.num_heads, seed++);
+    const std::vector<float> small_table = BiasTable(16, s.num_heads, seed++);
+    std::vector<int64_t> spread_keys = in.key_pos, spread_queries = in.query_pos;
+    for (int64_t& p : spread_keys) p = 3000000000 + 97 * p;
+    for (int64_t& p : spread_queries) p = 3000000000 + 97 * p;
+    for (const auto& [name, options] : NewLayerKinds(s, t5_table, small_table)) {
+      ExpectMatchesReference(options, in.q, in.k, in.v, in.query_pos, in.key_pos,
+                             Describe(s, options) + " " + name);
+      ExpectMatchesReference(options, in.q, in.k, in.v, spread_queries, spread_keys,
+                             Describe(s, options) + " " + name + " spread positions");
+    }
+  }
+}
+
+TEST(AttentionKernel, NewLayerKindsMatchReferenceFloat32) { CheckNewLayerKinds<float>(); }
+TEST(AttentionKernel, NewLayerKindsMatchReferenceBFloat16) { CheckNewLayerKinds<BFloat16>(); }
+
+// Decode with every new option at once: query t alone against keys 0 .. t equals row t of the
+// prefill (the decode path reads the cache in place, token by token), and long decodes split
+// into key chunks match the reference.
+template <typename T>
+void CheckNewLayerKindsDecode() {
+  constexpr int64_t kTokens = 77, kHeads = 8, kKvHeads = 2, kDim = 72;
+  const Tensor<T> q(kTokens, kHeads, kDim, 61, 2.0f), k(kTokens, kKvHeads, kDim, 62, 2.0f),
+      v(kTokens, kKvHeads, kDim, 63);
+  const std::vector<float> table = BiasTable(32, kHeads, 64);
+  AttentionOptions options;
+  options.causal = true;
+  options.chunk_size = 24;
+  options.query_scale = LogFloorQueryScale{.beta = 0.25, .floor_scale = 8.0};
+  options.relative_bias = RelativeBias{.buckets = {.bidirectional = false},
+                                       .num_heads = kHeads, .table = table};
+  const std::vector<int64_t> positions = PositionRange(0, kTokens);
+  ForEachSimdTarget([&](int64_t) {
+    const Output prefill = Run(options, q, k, v, positions, positions);
+    for (int64_t t = kTokens - 3; t < kTokens; ++t) {
+      Heads<const T> q_step = q.view, k_cache = k.view, v_cache = v.view;
+      q_step.data = q.view.Row(t, 0);
+      q_step.tokens = 1;
+      k_cache.tokens = v_cache.tokens = t + 1;
+      const std::vector<int64_t> cache(positions.begin(), positions.begin() + t + 1);
+      const Output decode = Run(options, q_step, k_cache, v_cache, {positions[t]}, cache);
+      const Output row(prefill.begin() + t * kHeads * kDim,
+                       prefill.begin() + (t + 1) * kHeads * kDim);
+      ExpectNear(decode, row, 1e-6, "decode step " + std::to_string(t));
+    }
+  });
+
+  constexpr int64_t kCache = 8192;
+  const Tensor<T> q1(1, 32, 128, 65, 2.0f), k1(kCache, 8, 128, 66, 2.0f, 1), v1(kCache, 8, 128, 67);
+  const std::vector<float> table32 = BiasTable(32, 32, 68);
+  const std::vector<int64_t> key_pos = PositionRange(0, kCache);
+  for (const int64_t chunk : {int64_t{0}, int64_t{8192}, int64_t{1000}}) {
+    AttentionOptions decode;
+    decode.causal = true;
+    decode.chunk_size = chunk;
+    decode.query_scale = LogFloorQueryScale{.beta = 0.1, .floor_scale = 1024.0, .offset = 1};
+    decode.relative_bias = RelativeBias{.buckets = {.bidirectional = false}, .num_heads = 32,
+                                        .table = table32};
+    ExpectMatchesReference(decode, q1, k1, v1, {kCache - 1}, key_pos,
+                           "decode 8192 keys chunk " + std::to_string(chunk));
+  }
+}
+
+TEST(AttentionKernel, NewLayerKindsDecodeFloat32) { CheckNewLayerKindsDecode<float>(); }
+TEST(AttentionKernel, NewLayerKindsDecodeBFloat16) { CheckNewLayerKindsDecode<BFloat16>(); }
+
+// Keys in another chunk are not part of the sum: NaN and inf in their keys and values reach no
+// query (the tiles they fill are skipped or masked), while the chunk's own keys still count.
+template <typename T>
+void CheckChunkHidesNonFinite() {
+  constexpr int64_t kTokens = 150, kChunk = 70;
+  Tensor<T> q(kTokens, 2, 16, 71), k(kTokens, 1, 16, 72), v(kTokens, 1, 16, 73);
+  const std::vector<int64_t> positions = PositionRange(0, kTokens);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    if (t / kChunk != 1) continue;  // poison chunk 1 (tokens 70 .. 139)
+    for (int64_t d = 0; d < 16; ++d) {
+      k.view.Row(t, 0)[d] = FromFloat<T>(std::numeric_limits<float>::quiet_NaN());
+      v.view.Row(t, 0)[d] = FromFloat<T>(std::numeric_limits<float>::infinity());
+    }
+  }
+  AttentionOptions options;
+  options.chunk_size = kChunk;
+  ForEachSimdTarget([&](int64_t) {
+    const Output out = Run(options, q, k, v, positions, positions);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      const bool poisoned = t / kChunk == 1;
+      for (int64_t i = 0; i < 2 * 16; ++i) {
+        EXPECT_EQ(std::isfinite(out[t * 2 * 16 + i]), !poisoned) << "token " << t;
+      }
+    }
+  });
+}
+
+TEST(AttentionKernel, ChunkHidesNonFiniteKeysOfOtherChunksFloat32) {
+  CheckChunkHidesNonFinite<float>();
+}
+TEST(AttentionKernel, ChunkHidesNonFiniteKeysOfOtherChunksBFloat16) {
+  CheckChunkHidesNonFinite<BFloat16>();
 }
 
 }  // namespace

@@ -572,6 +572,159 @@ TEST(Attention, PublicEntryMatchesReference) {
 // ---------------------------------------------------------------------------------------------
 // Bad input: a clear posenc::Error, and out untouched.
 
+// ---------------------------------------------------------------------------------------------
+// Chunked attention, query scales and T5's relative bias, worked by hand.
+
+TEST(Attention, ChunkOfOneEachQuerySeesOnlyItself) {
+  // Chunks of 1: a key is visible only at the query's own position, weight 1, out = v of the
+  // token (without causal; the chunk alone hides the rest). 2 tokens, and 9 with GQA.
+  for (const int64_t tokens : {2, 9}) {
+    const Tensor q = RandomTensor(tokens, 4, 8, 1), k = RandomTensor(tokens, 2, 8, 2),
+                 v = RandomTensor(tokens, 2, 5, 3);
+    AttentionOptions options;
+    options.chunk_size = 1;
+    const std::vector<int64_t> positions = PositionRange(5, tokens);
+    for (const auto& run : {RunAttention, RunReference}) {
+      const Tensor out = run(options, q, k, v, positions, positions);
+      for (int64_t i = 0; i < tokens; ++i) {
+        for (int64_t h = 0; h < 4; ++h) {
+          for (int64_t e = 0; e < 5; ++e) EXPECT_FLOAT_EQ(out.at(i, h, e), v.at(i, h / 2, e));
+        }
+      }
+    }
+  }
+}
+
+TEST(Attention, ChunkedWorkedByHand) {
+  // 1 head, head_dim 1, positions 0..3, scale ln 3, q = 1, k = [0, 1, 0, 1] (weights 1 : 3 : 1
+  // : 3), v = [4, 8, 16, 32], chunks of 2: queries 0, 1 see keys 0, 1; queries 2, 3 keys 2, 3.
+  //   full:   queries 0, 1: (4 + 24) / 4 = 7;  queries 2, 3: (16 + 96) / 4 = 28
+  //   causal: query 0: 4; query 1: 7; query 2: 16 (itself only); query 3: 28
+  // Chunks of 3 with causal and window 2: query 3 starts chunk 1 and sees only itself: 32;
+  // query 2 sees keys 1, 2 (window): (3 * 8 + 16) / 4 = 10.
+  Tensor q(4, 1, 1, 1.0f), k(4, 1, 1), v(4, 1, 1);
+  k.data = {0.0f, 1.0f, 0.0f, 1.0f};
+  v.data = {4.0f, 8.0f, 16.0f, 32.0f};
+  const std::vector<int64_t> positions = PositionRange(0, 4);
+  AttentionOptions options;
+  options.scale = std::log(3.0);
+  options.chunk_size = 2;
+  for (const auto& run : {RunAttention, RunReference}) {
+    const Tensor full = run(options, q, k, v, positions, positions);
+    EXPECT_FLOAT_EQ(full.at(0, 0, 0), 7.0f);
+    EXPECT_FLOAT_EQ(full.at(1, 0, 0), 7.0f);
+    EXPECT_FLOAT_EQ(full.at(2, 0, 0), 28.0f);
+    EXPECT_FLOAT_EQ(full.at(3, 0, 0), 28.0f);
+    AttentionOptions causal = options;
+    causal.causal = true;
+    const Tensor masked = run(causal, q, k, v, positions, positions);
+    EXPECT_FLOAT_EQ(masked.at(0, 0, 0), 4.0f);
+    EXPECT_FLOAT_EQ(masked.at(1, 0, 0), 7.0f);
+    EXPECT_FLOAT_EQ(masked.at(2, 0, 0), 16.0f);
+    EXPECT_FLOAT_EQ(masked.at(3, 0, 0), 28.0f);
+    AttentionOptions windowed = causal;
+    windowed.chunk_size = 3;
+    windowed.window = 2;
+    const Tensor all = run(windowed, q, k, v, positions, positions);
+    EXPECT_FLOAT_EQ(all.at(2, 0, 0), 10.0f);
+    EXPECT_FLOAT_EQ(all.at(3, 0, 0), 32.0f);
+  }
+}
+
+TEST(Attention, ChunkLargerThanEveryPositionEqualsNoChunk) {
+  const Tensor q = RandomTensor(7, 4, 8, 1), k = RandomTensor(7, 2, 8, 2),
+               v = RandomTensor(7, 2, 5, 3);
+  const std::vector<int64_t> positions = PositionRange(0, 7);
+  AttentionOptions plain = Everything(4, 8);
+  AttentionOptions chunked = plain;
+  chunked.chunk_size = 7;  // positions 0..6: one chunk
+  EXPECT_EQ(MaxAbsDiff(RunAttention(chunked, q, k, v, positions, positions),
+                       RunAttention(plain, q, k, v, positions, positions)),
+            0.0f);
+  EXPECT_EQ(MaxAbsDiff(RunReference(chunked, q, k, v, positions, positions),
+                       RunReference(plain, q, k, v, positions, positions)),
+            0.0f);
+}
+
+TEST(Attention, QueryScaleWorkedByHand) {
+  // beta = 1 / ln 2, floor_scale 1, offset 0: scale(0) = 1 + ln(1) / ln 2 = 1,
+  // scale(1) = 1 + ln(2) / ln 2 = 2. 1 head, head_dim 1, scale ln 3, q = 1, keys k = [1, 0] at
+  // positions 0 and 1, v = [10, 0], no mask:
+  //   query at position 0: scores ln 3, 0: weights 3 : 1, out = 30 / 4 = 7.5
+  //   query at position 1: scores 2 ln 3, 0: weights 9 : 1, out = 90 / 10 = 9
+  Tensor q(2, 1, 1, 1.0f), k(2, 1, 1), v(2, 1, 1);
+  k.data = {1.0f, 0.0f};
+  v.data = {10.0f, 0.0f};
+  AttentionOptions options;
+  options.scale = std::log(3.0);
+  options.query_scale = LogFloorQueryScale{.beta = 1.0 / std::log(2.0), .floor_scale = 1.0};
+  for (const auto& run : {RunAttention, RunReference}) {
+    const Tensor out = run(options, q, k, v, {0, 1}, {0, 1});
+    EXPECT_FLOAT_EQ(out.at(0, 0, 0), 7.5f);
+    EXPECT_FLOAT_EQ(out.at(1, 0, 0), 9.0f);
+  }
+}
+
+TEST(Attention, QueryScaleWithBetaZeroEqualsNoScale) {
+  const Tensor q = RandomTensor(9, 4, 8, 1), k = RandomTensor(9, 2, 8, 2),
+               v = RandomTensor(9, 2, 5, 3);
+  const std::vector<int64_t> positions = PositionRange(100000, 9);
+  const AttentionOptions plain = Everything(4, 8);
+  AttentionOptions scaled = plain;
+  scaled.query_scale = LogFloorQueryScale{.beta = 0.0, .floor_scale = 8192.0, .offset = 1};
+  EXPECT_EQ(MaxAbsDiff(RunAttention(scaled, q, k, v, positions, positions),
+                       RunAttention(plain, q, k, v, positions, positions)),
+            0.0f);
+  EXPECT_EQ(MaxAbsDiff(RunReference(scaled, q, k, v, positions, positions),
+                       RunReference(plain, q, k, v, positions, positions)),
+            0.0f);
+}
+
+TEST(Attention, RelativeBiasWithOneNonzeroBucketWorkedByHand) {
+  // q = 0: every score is 0 before the bias. Query at position 1, keys at 0, 1, 2 (distances
+  // -1, 0, +1), scale 1, v = [4, 8, 16].
+  // Encoder (32 buckets, bidirectional): -1 -> bucket 1, 0 -> 0, +1 -> 16 + 1 = 17.
+  //   head 0: table[17][0] = ln 2 doubles key 2: weights 1 : 1 : 2, out = 1 + 2 + 8 = 11
+  //   head 1: no bias: out = 28 / 3
+  // Decoder (causal buckets, causal mask): -1 -> bucket 1, table[1][0] = ln 3: keys 0, 1 with
+  //   weights 3 : 1, out = 3 + 2 = 5; head 1: (4 + 8) / 2 = 6.
+  Tensor q(1, 2, 1, 0.0f), k(3, 1, 1, 0.0f), v(3, 1, 1);
+  v.data = {4.0f, 8.0f, 16.0f};
+  std::vector<float> table(32 * 2, 0.0f);
+  table[17 * 2 + 0] = std::log(2.0f);
+  AttentionOptions options;
+  options.scale = 1.0;
+  options.relative_bias = RelativeBias{.buckets = {}, .num_heads = 2, .table = table};
+  std::vector<float> decoder_table(32 * 2, 0.0f);
+  decoder_table[1 * 2 + 0] = std::log(3.0f);
+  AttentionOptions decoder = options;
+  decoder.causal = true;
+  decoder.relative_bias = RelativeBias{.buckets = {.bidirectional = false}, .num_heads = 2,
+                                       .table = decoder_table};
+  for (const auto& run : {RunAttention, RunReference}) {
+    const Tensor out = run(options, q, k, v, {1}, {0, 1, 2});
+    EXPECT_FLOAT_EQ(out.at(0, 0, 0), 11.0f);
+    EXPECT_FLOAT_EQ(out.at(0, 1, 0), 28.0f / 3.0f);
+    const Tensor causal = run(decoder, q, k, v, {1}, {0, 1, 2});
+    EXPECT_FLOAT_EQ(causal.at(0, 0, 0), 5.0f);
+    EXPECT_FLOAT_EQ(causal.at(0, 1, 0), 6.0f);
+  }
+}
+
+TEST(Attention, RelativeBiasDependsOnlyOnDistance) {
+  // Shifting every position leaves every distance, and so the output, unchanged.
+  const Tensor q = RandomTensor(20, 4, 8, 1), k = RandomTensor(20, 4, 8, 2),
+               v = RandomTensor(20, 4, 5, 3);
+  std::vector<float> table(32 * 4);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = std::sin(static_cast<float>(i));
+  AttentionOptions options;
+  options.scale = 1.0;
+  options.relative_bias = RelativeBias{.buckets = {}, .num_heads = 4, .table = table};
+  const Tensor at_zero = RunAttention(options, q, k, v, PositionRange(0, 20), PositionRange(0, 20));
+  const std::vector<int64_t> far = PositionRange(4000000000, 20);
+  EXPECT_LT(MaxAbsDiff(RunAttention(options, q, k, v, far, far), at_zero), 1e-6f);
+}
+
 // A valid call: q [4, 8, 8], k [5, 2, 8], v [5, 2, 6], out [4, 8, 6]; each test breaks one thing.
 struct Call {
   AttentionOptions options;
@@ -785,6 +938,73 @@ TEST(AttentionErrors, Window) {
   ExpectError(call, "[attention] window must be >= 0 (0 means no window), got -3");
 }
 
+TEST(AttentionErrors, ChunkQueryScaleAndRelativeBias) {
+  {
+    Call call;
+    call.options.chunk_size = -1;
+    ExpectError(call, "[attention] chunk_size must be >= 0 (0 means no chunks), got -1");
+  }
+  {
+    Call call;
+    call.options.query_scale = LogFloorQueryScale{.beta = 0.1, .floor_scale = 0.5};
+    ExpectError(call, "[query_scale] floor_scale must be finite and >= 1, got 0.5");
+  }
+  {
+    // 1 / sqrt(8) * (1 + 1e300 ln 5) at the last query (position 4): past float32.
+    Call call;
+    call.options.query_scale = LogFloorQueryScale{.beta = 1e300, .floor_scale = 1.0};
+    const std::string message = call.Error();
+    EXPECT_EQ(message.rfind("[attention] scale * query_scale.At(query_pos) must be a positive "
+                            "normal float32",
+                            0),
+              0u)
+        << message;
+    EXPECT_TRUE(call.OutUntouched());
+  }
+  std::vector<float> table(32 * 8, 0.0f);
+  {
+    Call call;  // with ALiBi
+    call.options.relative_bias = RelativeBias{.buckets = {}, .num_heads = 8, .table = table};
+    ExpectError(call,
+                "[attention] relative_bias must not be given with alibi (each is a position "
+                "bias), got both");
+  }
+  {
+    Call call;
+    call.options.alibi.reset();
+    call.options.relative_bias =
+        RelativeBias{.buckets = {}, .num_heads = 8, .table = std::span(table).first(255)};
+    ExpectError(call,
+                "[relative_bias] table.size() must equal num_buckets * num_heads (32 * 8), got "
+                "255");
+  }
+  {
+    Call call;
+    call.options.alibi.reset();
+    call.options.relative_bias = RelativeBias{.buckets = {}, .num_heads = 4,
+                                              .table = std::span(table).first(128)};
+    ExpectError(call, "[attention] relative_bias.num_heads must equal q.num_heads (8), got 4");
+  }
+  {
+    Call call;
+    call.options.alibi.reset();
+    call.options.relative_bias =
+        RelativeBias{.buckets = {.num_buckets = 2}, .num_heads = 8, .table = table};
+    ExpectError(call,
+                "[relative_buckets] num_buckets must give max_exact = num_buckets / 4 >= 1 "
+                "(bidirectional), got 2");
+  }
+  {
+    Call call;  // every new option valid: it runs
+    call.options.alibi.reset();
+    call.options.chunk_size = 2;
+    call.options.query_scale = LogFloorQueryScale{.beta = 0.1, .floor_scale = 2.0, .offset = 1};
+    call.options.relative_bias = RelativeBias{.buckets = {}, .num_heads = 8, .table = table};
+    EXPECT_EQ(call.Error(), "no error");
+    EXPECT_EQ(call.Error(/*validate_only=*/true), "no error");
+  }
+}
+
 TEST(AttentionErrors, OutMustNotOverlapInputs) {
   {
     // out written over q's memory (attention is not in place).
@@ -862,6 +1082,16 @@ TEST(AttentionValidateOnly, ThrowsWhatAttentionThrowsAndWritesNothing) {
       {[](Call& c) { c.key_pos[1] = -2; }, "[attention] key_pos[1] must be >= 0, got -2"},
       {[](Call& c) { c.options.window = -3; },
        "[attention] window must be >= 0 (0 means no window), got -3"},
+      {[](Call& c) { c.options.chunk_size = -2; },
+       "[attention] chunk_size must be >= 0 (0 means no chunks), got -2"},
+      {[](Call& c) { c.options.query_scale = LogFloorQueryScale{.offset = 3}; },
+       "[query_scale] offset must be 0 or 1, got 3"},
+      {[](Call& c) {
+         static const std::vector<float> table(32 * 8, 0.0f);
+         c.options.relative_bias = RelativeBias{.buckets = {}, .num_heads = 8, .table = table};
+       },
+       "[attention] relative_bias must not be given with alibi (each is a position bias), got "
+       "both"},
       {[](Call& c) { c.v_view = Heads<const float>::Dense(c.out.data.data() + 100, 5, 2, 6); },
        "[attention] out must not share memory with q, k or v, got a view overlapping v"},
       {[](Call&) {}, "no error"},

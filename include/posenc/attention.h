@@ -1,25 +1,30 @@
 // Multi-head scaled dot-product attention, where RoPE and ALiBi live:
 //
-//   out[i, h] = sum_j softmax_j( scale * q'[i, h] . k'[j, g] + bias_h(i, j) ) v[j, g]
+//   out[i, h] = sum_j softmax_j( scale * c_i * q'[i, h] . k'[j, g] + bias_h(i, j) ) v[j, g]
 //
-// q' and k' are q and k rotated by RoPE at their positions (when rope is given), bias_h is the
-// ALiBi bias -slope[h] * (qpos_i - kpos_j) (when alibi is given), and g = h / (num_heads /
-// num_kv_heads) is the key/value head that query head h reads (grouped-query attention; g = h for
-// plain multi-head attention). With causal, key j is visible to query i only when
-// key_pos[j] <= query_pos[i]. With a sliding window W > 0, key j is visible to query i only when
-// query_pos[i] - key_pos[j] < W: with causal, the query sees itself and the W - 1 keys before it
-// (Mistral's sliding window; Hugging Face's and FlashAttention's window_size_left = W - 1).
-// Without causal the window only limits how far back a key may lie; keys ahead stay visible.
-// Queries and keys carry their own positions, so one decode step against a KV cache is a single
-// query at position T attending to keys 0 .. T.
+// q' and k' are q and k rotated by RoPE at their positions (when rope is given), c_i is the
+// query scale at query_pos[i] (when query_scale is given; 1 without), bias_h is the ALiBi bias
+// -slope[h] * (qpos_i - kpos_j) (when alibi is given) or the T5 relative bias
+// table[bucket(kpos_j - qpos_i)][h] (when relative_bias is given; never both), and
+// g = h / (num_heads / num_kv_heads) is the key/value head that query head h reads (grouped-query
+// attention; g = h for plain multi-head attention). With causal, key j is visible to query i only
+// when key_pos[j] <= query_pos[i]. With a sliding window W > 0, key j is visible to query i only
+// when query_pos[i] - key_pos[j] < W: with causal, the query sees itself and the W - 1 keys
+// before it (Mistral's sliding window; Hugging Face's and FlashAttention's
+// window_size_left = W - 1). Without causal the window only limits how far back a key may lie;
+// keys ahead stay visible. With chunks of C > 0 tokens (Llama 4's chunked attention, Hugging
+// Face's chunked_overlay), key j is visible to query i only when
+// floor(query_pos[i] / C) == floor(key_pos[j] / C), on top of causal and the window: every mask
+// leaves each query one interval of key positions. Queries and keys carry their own positions, so
+// one decode step against a KV cache is a single query at position T attending to keys 0 .. T.
 //
 // Shapes: q [q_tokens, num_heads, head_dim], k [kv_tokens, num_kv_heads, head_dim],
 // v [kv_tokens, num_kv_heads, value_dim], out [q_tokens, num_heads, value_dim].
-// A query with no visible key (possible only with causal or a window and unusual positions) gets
-// zeros. NaN and inf propagate as in the math (and PyTorch): a NaN score (NaN in q, or in a key the
-// query sees) makes the query's whole row NaN; inf or NaN in a value row reaches every query that
-// sees that key, even with a weight that underflowed to 0; keys hidden by the mask are not part of
-// the sum, so nothing in them reaches the query. Zero query tokens or heads: a no-op.
+// A query with no visible key (possible only with a mask and unusual positions) gets zeros. NaN
+// and inf propagate as in the math (and PyTorch): a NaN score (NaN in q, or in a key the query
+// sees) makes the query's whole row NaN; inf or NaN in a value row reaches every query that sees
+// that key, even with a weight that underflowed to 0; keys hidden by the mask are not part of the
+// sum, so nothing in them reaches the query. Zero query tokens or heads: a no-op.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,8 @@
 
 #include "posenc/alibi.h"
 #include "posenc/heads.h"
+#include "posenc/query_scale.h"
+#include "posenc/relative_bias.h"
 #include "posenc/rope.h"
 #include "posenc/storage.h"
 
@@ -41,12 +48,24 @@ struct AttentionOptions {
   // Sliding window: key j is visible to query i only when query_pos[i] - key_pos[j] < window.
   // 0 means no window; must be >= 0.
   int64_t window = 0;
+  // Chunked attention (Llama 4): key j is visible to query i only when
+  // floor(query_pos[i] / chunk_size) == floor(key_pos[j] / chunk_size). 0 means no chunks; must
+  // be >= 0.
+  int64_t chunk_size = 0;
+  // The scores of query i times query_scale->At(query_pos[i]), the same as scaling q after RoPE
+  // (Llama 4's NoPE temperature tuning, Ministral 3's llama_4_scaling_beta). scale times the
+  // largest query's factor must stay a positive float32.
+  std::optional<LogFloorQueryScale> query_scale;
+  // T5: table[bucket(key_pos[j] - query_pos[i])][h] added to head h's scores, after the score
+  // scale (T5 itself scores with scale = 1.0). Its num_heads must equal q's num_heads; not with
+  // alibi. The table is read during the call, not copied.
+  std::optional<RelativeBias> relative_bias;
 };
 
-// Validates everything (views, shapes, grouping, positions, rope, alibi, scale, window, and that
-// no row of out shares a byte with a row of q, k or v: an exact test, so out may be a slot of a
-// fused buffer that q, k or v are slices of), throwing posenc::Error before out is touched, then
-// runs the kernel.
+// Validates everything (views, shapes, grouping, positions, rope, alibi, scale, window,
+// chunk_size, query_scale, relative_bias, and that no row of out shares a byte with a row of q, k
+// or v: an exact test, so out may be a slot of a fused buffer that q, k or v are slices of),
+// throwing posenc::Error before out is touched, then runs the kernel.
 void Attention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
                Heads<const float> v, std::span<const int64_t> query_pos,
                std::span<const int64_t> key_pos, Heads<float> out);
