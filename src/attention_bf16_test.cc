@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -86,6 +87,37 @@ TEST(AttentionBf16, ScoresAreScaledDotProducts) {
               << "dim " << dim << " keys " << keys << " row " << r << " key " << j;
         }
       }
+    }
+  }
+}
+
+// Per-row query scales (Llama 4's temperature, AttentionOptions::query_scale): the kernel asks
+// ScoresBf16 for unit-scale scores and multiplies each row by its own scale c_r afterwards, which
+// must equal c_r (q_r . k_j) up to float32 rounding, whatever the rows' scales.
+TEST(AttentionBf16, UnitScaleScoresTimesEachRowsScale) {
+  SKIP_WITHOUT_BF16();
+  constexpr size_t kDim = 72, kKeys = 37, kStride = 64;
+  const size_t q_stride = RoundUp(kDim, kBf16PerVector);
+  std::vector<uint16_t> q = RandomRows(4, kDim, q_stride, 7);
+  for (size_t r = 0; r < 4; ++r) {
+    std::fill(q.begin() + static_cast<std::ptrdiff_t>(r * q_stride + kDim),
+              q.begin() + static_cast<std::ptrdiff_t>((r + 1) * q_stride), uint16_t{0});
+  }
+  const std::vector<uint16_t> k = RandomRows(kKeys, kDim, kDim, 8);
+  std::vector<float> s(4 * kStride, std::numeric_limits<float>::quiet_NaN());
+  ScoresBf16(q.data(), q_stride, k.data(), kDim, kKeys, kDim, 1.0f, s.data(), kStride);
+  const float row_scale[4] = {0.125f, 0.1403f, 0.3f, 1.7f};
+  for (size_t r = 0; r < 4; ++r) {
+    for (size_t j = 0; j < kKeys; ++j) {
+      double want = 0.0, magnitude = 0.0;
+      for (size_t d = 0; d < kDim; ++d) {
+        const double product = double{Value(q[r * q_stride + d])} * double{Value(k[j * kDim + d])};
+        want += product;
+        magnitude += std::fabs(product);
+      }
+      ASSERT_NEAR(s[r * kStride + j] * row_scale[r], want * row_scale[r],
+                  4e-7 * row_scale[r] * magnitude + 1e-30)
+          << "row " << r << " key " << j;
     }
   }
 }
