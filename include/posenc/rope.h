@@ -13,7 +13,10 @@
 //       features  [ x0  x1 | x2  x3 | x4  x5 | x6  x7 | pass ... ]    cos table [c0 c0 c1 c1 c2 c2 c3 c3]
 //
 // Features at and past rotary_dim pass through untouched (partial rotary, e.g. GPT-NeoX, Phi).
-// With rotary_offset r the rotated block starts at feature r instead of 0: features
+// The two layouts are equivalent up to a fixed permutation of the projection weights, but are not
+// interchangeable on the same weights.
+//
+// With rotary_offset r > 0 the rotated block starts at feature r instead of 0: features
 // [r, r + rotary_dim) rotate in the layout above, pairs counted from r (half-split pair i =
 // (r + i, r + i + rotary_dim/2); interleaved pair i = (r + 2i, r + 2i + 1)), and every other
 // feature passes through untouched. DeepSeek V2/V3 multi-head latent attention (MLA) keeps each
@@ -22,8 +25,6 @@
 //
 //       rotary_offset = 4, rotary_dim = 4, kHalfSplit:
 //       features  [ pass pass pass pass | x0  x1 | x2  x3 | pass ... ]  pairs (x0, x2), (x1, x3)
-// The two layouts are equivalent up to a fixed permutation of the projection weights, but are not
-// interchangeable on the same weights.
 //
 // Scaling rules (position interpolation, NTK, YaRN, ...) only change inv_freq and
 // attention_factor; the rotation itself never changes. Both cos and sin are multiplied by
