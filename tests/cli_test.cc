@@ -272,6 +272,342 @@ TEST(CliInspect, MalformedConfigIsAClearError) {
       << run.output;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Per-layer description (posenc/model_positions.h) against tests/golden/model_positions, which
+// the Hugging Face reference code produced from the same configs.
+
+std::string RealConfig(const std::string& name) { return ConfigFile("real/" + name + ".json"); }
+
+nlohmann::json InspectJson(const std::string& arguments) {
+  const CliRun run = Cli("inspect " + arguments + " --json");
+  EXPECT_EQ(run.status, 0) << run.output;
+  return run.status == 0 ? nlohmann::json::parse(run.output) : nlohmann::json::object();
+}
+
+// Every layer's scheme, type, window, chunk and theta as the reference has them.
+void ExpectLayersMatchGolden(const nlohmann::json& out, const nlohmann::json& golden) {
+  const auto& layers = out["layers"];
+  ASSERT_EQ(layers.size(), golden["num_hidden_layers"].get<size_t>());
+  ASSERT_EQ(golden["layers"].size(), layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& ours = layers[i];
+    const auto& want = golden["layers"][i];
+    SCOPED_TRACE("layer " + std::to_string(i));
+    EXPECT_EQ(ours["index"], i);
+    EXPECT_EQ(ours["scheme"], want["use_rope"].get<bool>() ? "rope" : "nope");
+    EXPECT_EQ(ours["layer_type"], want["layer_type"]);
+    EXPECT_EQ(ours["sliding_window"], want["sliding_window"]);
+    if (want.contains("attention_chunk_size")) {
+      EXPECT_EQ(ours["attention_chunk_size"], want["attention_chunk_size"]);
+    } else {
+      EXPECT_TRUE(ours["attention_chunk_size"].is_null());
+    }
+    if (want["rope_theta"].is_null()) {
+      EXPECT_TRUE(ours["rope_theta"].is_null());
+      EXPECT_TRUE(ours["rope_type"].is_null());
+    } else {
+      EXPECT_EQ(ours["rope_theta"].get<double>(), want["rope_theta"].get<double>());
+    }
+    EXPECT_EQ(ours["causal"], !golden.value("bidirectional", false));
+    for (const char* key : {"index", "scheme", "layer_type", "rope_theta", "rope_type",
+                            "sliding_window", "attention_chunk_size", "query_scale", "causal",
+                            "symmetric_window"}) {
+      EXPECT_TRUE(ours.contains(key)) << key;
+    }
+  }
+}
+
+// inv_freq of the chosen layer against the reference's float32 values, within one float32 ulp.
+void ExpectInvFreq(const nlohmann::json& out, const nlohmann::json& want) {
+  const auto ours = out["inv_freq"].get<std::vector<double>>();
+  const auto reference = want.get<std::vector<double>>();
+  ASSERT_EQ(ours.size(), reference.size());
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_NEAR(ours[i], reference[i], std::ldexp(std::abs(reference[i]), -23)) << i;
+  }
+}
+
+TEST(CliInspectLayers, Llama4ScoutNopeEveryFourthLayerWithQueryScale) {
+  const auto golden = GoldenFile("model_positions/llama4-scout-17b-16e.json");
+  const auto out = InspectJson(RealConfig("llama4-scout-17b-16e"));
+  EXPECT_EQ(out["scheme"], "rope");  // some NoPE layers: still a RoPE model
+  EXPECT_EQ(out["config_prefix"], "text_config.");
+  EXPECT_EQ(out["layout"], "interleaved");  // complex pairs (2i, 2i + 1)
+  EXPECT_EQ(out["head_dim"], golden["layout"]["head_dim"]);
+  EXPECT_EQ(out["rotary_dim"], golden["layout"]["rotary_dim"]);
+  EXPECT_EQ(out["rotary_offset"], 0);
+  EXPECT_TRUE(out["mrope_section"].is_null());
+  ExpectLayersMatchGolden(out, golden);
+  ExpectInvFreq(out, golden["rope"]["chunked_attention"]["inv_freq"]);
+  // The NoPE layers scale queries; the reference's scales at its positions follow from the
+  // reported rule 1 + beta ln(1 + floor((p + offset) / floor_scale)).
+  const auto& q = golden["query_scale"];
+  for (const auto& layer : out["layers"]) {
+    const bool tuned = golden["layers"][layer["index"].get<size_t>()]["attn_temperature_tuning"];
+    ASSERT_EQ(!layer["query_scale"].is_null(), tuned) << layer.dump();
+    if (!tuned) continue;
+    const auto& scale = layer["query_scale"];
+    EXPECT_EQ(scale["rule"], "llama4_attn_temperature");
+    EXPECT_EQ(scale["beta"].get<double>(), q["attn_scale"].get<double>());
+    EXPECT_EQ(scale["floor_scale"].get<double>(), q["floor_scale"].get<double>());
+    EXPECT_EQ(scale["offset"], 1);
+    for (size_t k = 0; k < q["temperature_positions"].size(); ++k) {
+      const double p = q["temperature_positions"][k];
+      const double c = 1.0 + scale["beta"].get<double>() *
+                                 std::log1p(std::floor((p + 1) / scale["floor_scale"].get<double>()));
+      EXPECT_NEAR(c, q["temperature_scales"][k].get<double>(), 1e-6) << p;  // float32 reference
+    }
+  }
+
+  const CliRun text = Cli("inspect " + RealConfig("llama4-scout-17b-16e"));
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("layers 0-2, 4-6, ..., 44-46 (36): RoPE llama3 theta 5e5, chunks of "
+                             "8192 [chunked_attention]"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("layers 3, 7, ..., 47 (12): NoPE, query scale 1 + 0.1 ln(1 + "
+                             "floor((p + 1) / 8192)) [full_attention]"),
+            std::string::npos)
+      << text.output;
+}
+
+TEST(CliInspectLayers, LayerIndexPicksARopeLayerAndRefusesANopeLayer) {
+  const auto golden = GoldenFile("model_positions/llama4-scout-17b-16e.json");
+  auto out = InspectJson(RealConfig("llama4-scout-17b-16e") + " --layer 4");
+  EXPECT_EQ(out["layer"], 4);
+  ExpectInvFreq(out, golden["rope"]["chunked_attention"]["inv_freq"]);
+  out = InspectJson(RealConfig("llama4-scout-17b-16e") + " --layer chunked_attention");
+  ExpectInvFreq(out, golden["rope"]["chunked_attention"]["inv_freq"]);
+
+  CliRun run = Cli("inspect " + RealConfig("llama4-scout-17b-16e") + " --layer 3");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("[cli] --layer must pick a RoPE layer (layer 3 is nope, "
+                            "full_attention: it does not rotate q and k), got 3"),
+            std::string::npos)
+      << run.output;
+  run = Cli("inspect " + RealConfig("llama4-scout-17b-16e") + " --layer 48");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("--layer must be a layer index in [0, 48) or a layer type, got 48"),
+            std::string::npos)
+      << run.output;
+  run = Cli("inspect " + RealConfig("llama4-scout-17b-16e") + " --layer full_attention");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("the full_attention layers do not rotate q and k"), std::string::npos)
+      << run.output;
+
+  // SmolLM3: layers 3, 7, ... are NoPE too (no_rope_layer_interval 4).
+  run = Cli("inspect " + RealConfig("smollm3-3b-base") + " --layer 35");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("layer 35 is nope"), std::string::npos) << run.output;
+  const auto smollm3 = GoldenFile("model_positions/smollm3-3b-base.json");
+  out = InspectJson(RealConfig("smollm3-3b-base") + " --layer 34");
+  ExpectInvFreq(out, smollm3["rope"]["default"]["inv_freq"]);
+}
+
+TEST(CliInspectLayers, SmolLM3) {
+  const auto golden = GoldenFile("model_positions/smollm3-3b-base.json");
+  const auto out = InspectJson(RealConfig("smollm3-3b-base"));
+  EXPECT_EQ(out["scheme"], "rope");
+  ExpectLayersMatchGolden(out, golden);
+  for (const auto& layer : out["layers"]) EXPECT_TRUE(layer["query_scale"].is_null());
+  EXPECT_EQ(out["head_dim"], golden["layout"]["head_dim"]);
+  EXPECT_EQ(out["rotary_dim"], golden["layout"]["rotary_dim"]);
+  EXPECT_EQ(out["layout"], "half-split");
+  const CliRun text = Cli("inspect " + RealConfig("smollm3-3b-base"));
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("layers 3, 7, ..., 35 (9): NoPE"), std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("layers 0-2, 4-6, ..., 32-34 (27): RoPE theta 5e6"),
+            std::string::npos)
+      << text.output;
+}
+
+TEST(CliInspectLayers, EmbeddingGemmaWindowsOnFiveOfSixLayers) {
+  const auto golden = GoldenFile("model_positions/gemma3_text-embeddinggemma-300m.json");
+  const auto out = InspectJson(RealConfig("gemma3_text-embeddinggemma-300m"));
+  ExpectLayersMatchGolden(out, golden);
+  int sliding = 0;
+  for (const auto& layer : out["layers"]) {
+    // Bidirectional: the window reaches both ways (the reference's sliding_window becomes
+    // 512 / 2 + 1 = 257, keys with |i - j| < 257).
+    EXPECT_EQ(layer["symmetric_window"], !layer["sliding_window"].is_null());
+    EXPECT_EQ(golden["sliding_window_after_init"].get<int64_t>(), 512 / 2 + 1);
+    sliding += !layer["sliding_window"].is_null();
+  }
+  EXPECT_EQ(sliding, 20);
+  auto full = InspectJson(RealConfig("gemma3_text-embeddinggemma-300m") + " --layer 5");
+  ExpectInvFreq(full, golden["rope"]["full_attention"]["inv_freq"]);
+  auto local = InspectJson(RealConfig("gemma3_text-embeddinggemma-300m") + " --layer 0");
+  ExpectInvFreq(local, golden["rope"]["sliding_attention"]["inv_freq"]);
+  const CliRun text = Cli("inspect " + RealConfig("gemma3_text-embeddinggemma-300m"));
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("layers 0-4, 6-10, 12-16, 18-22 (20): RoPE theta 1e4, window 512 "
+                             "(both ways: |i - j| <= 256), bidirectional [sliding_attention]"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("layers 5, 11, 17, 23 (4): RoPE theta 1e6, bidirectional "
+                             "[full_attention]"),
+            std::string::npos)
+      << text.output;
+}
+
+TEST(CliInspectLayers, ChatGlmAndAyaInterleaved) {
+  for (const char* name : {"chatglm-chatglm2-6b", "chatglm-glm-4-9b-chat", "cohere-aya-23-8b"}) {
+    SCOPED_TRACE(name);
+    const auto golden = GoldenFile("model_positions/" + std::string(name) + ".json");
+    const auto out = InspectJson(RealConfig(name));
+    ExpectLayersMatchGolden(out, golden);
+    EXPECT_EQ(out["layout"], "interleaved");
+    EXPECT_EQ(out["head_dim"], golden["layout"]["head_dim"]);
+    EXPECT_EQ(out["rotary_dim"], golden["layout"]["rotary_dim"]);
+    EXPECT_EQ(out["rotary_offset"], 0);
+    ExpectInvFreq(out, golden["rope"]["full_attention"]["inv_freq"]);
+    if (golden.contains("heads")) {
+      EXPECT_EQ(out["num_attention_heads"], golden["heads"]["num_attention_heads"]);
+      EXPECT_EQ(out["num_key_value_heads"], golden["heads"]["num_key_value_heads"]);
+    }
+  }
+  const CliRun text = Cli("inspect " + RealConfig("chatglm-chatglm2-6b"));
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("features [0, 64) rotate: head_dim 128 = 64 rotated + 64 unrotated"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("all 28 layers: RoPE theta 1e4"), std::string::npos) << text.output;
+}
+
+TEST(CliInspectLayers, DeepSeekRotatesTheLast64Of192) {
+  const auto golden = GoldenFile("model_positions/deepseek-v3.json");
+  const auto out = InspectJson(ConfigFile("deepseek-v3.json"));
+  EXPECT_EQ(out["head_dim"], golden["heads"]["qk_head_dim"]);                // 192
+  EXPECT_EQ(out["rotary_dim"], golden["heads"]["qk_rope_head_dim"]);         // 64
+  EXPECT_EQ(out["rotary_offset"], golden["heads"]["qk_nope_head_dim"]);      // 128
+  EXPECT_EQ(out["layers"], nlohmann::json::array());  // the subset has no layer count
+  ExpectInvFreq(out, golden["rope"]["full_attention"]["inv_freq"]);
+  const CliRun text = Cli("inspect " + ConfigFile("deepseek-v3.json"));
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("features [128, 192) rotate: head_dim 192 = 128 unrotated + 64 "
+                             "rotated"),
+            std::string::npos)
+      << text.output;
+  const CliRun run = Cli("inspect " + ConfigFile("deepseek-v3.json") + " --layer 0");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("this config gives no layer count"), std::string::npos)
+      << run.output;
+}
+
+TEST(CliInspectLayers, OtherSchemesKeepTheirKeysAndListLayers) {
+  auto out = InspectJson(ConfigFile("bloom.json"));
+  EXPECT_EQ(out["scheme"], "alibi");
+  EXPECT_EQ(out["slopes"].size(), 112u);
+  for (const auto& layer : out["layers"]) EXPECT_EQ(layer["scheme"], "alibi");
+  out = InspectJson(ConfigFile("gpt2.json"));
+  EXPECT_EQ(out["scheme"], "learned");
+  EXPECT_EQ(out["offset"], 0);
+
+  const auto dir = ScratchDir("inspect-layers");
+  // OPT's table starts at row 2 (the reference's embedding rows of positions 0.. are 2, 3, ...).
+  const auto opt = GoldenFile("model_positions/opt-learned-positions.json");
+  std::ofstream(dir / "opt.json") << R"({"model_type": "opt", "hidden_size": 768,
+    "num_attention_heads": 12, "num_hidden_layers": 12, "max_position_embeddings": 2048})";
+  out = InspectJson((dir / "opt.json").string());
+  EXPECT_EQ(out["scheme"], "learned");
+  EXPECT_EQ(out["offset"], opt["offset"]);
+  EXPECT_EQ(opt["cases"][0]["embedding_rows"][0], opt["offset"]);  // position 0
+  // T5 (t5-small's counts): relative-bias buckets, bidirectional encoder, causal decoder.
+  const auto t5 = GoldenFile("model_positions/t5-buckets-32-128.json");
+  std::ofstream(dir / "t5.json") << R"({"model_type": "t5", "d_model": 512, "num_heads": 8,
+    "num_layers": 6, "num_decoder_layers": 6, "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128})";
+  out = InspectJson((dir / "t5.json").string());
+  EXPECT_EQ(out["scheme"], "relative_bias");
+  EXPECT_EQ(out["num_buckets"], t5["num_buckets"]);
+  EXPECT_EQ(out["max_distance"], t5["max_distance"]);
+  EXPECT_EQ(out["bidirectional"], true);
+  EXPECT_EQ(out["encoder_layers"], 6);
+  EXPECT_EQ(out["decoder_layers"], 6);
+  ASSERT_EQ(out["layers"].size(), 12u);
+  for (const auto& layer : out["layers"]) {
+    EXPECT_EQ(layer["scheme"], "relative_bias");
+    EXPECT_EQ(layer["causal"], layer["index"].get<int>() >= 6);
+  }
+  CliRun text = Cli("inspect " + (dir / "t5.json").string());
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("layers 0-5 (6): T5 relative bias, bidirectional [encoder]"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("layers 6-11 (6): T5 relative bias [decoder]"), std::string::npos)
+      << text.output;
+  text = Cli("inspect " + (dir / "t5.json").string() + " --layer 0");
+  EXPECT_EQ(text.status, 1);
+  EXPECT_NE(text.output.find("--layer must be left out for this config"), std::string::npos)
+      << text.output;
+}
+
+// The rotated q of the reference (q[h][d] = 0.01 (d + 1) - 0.3 h, heads 0 and 1, one token) from
+// posenc rope with the config's layout; `order` maps our output feature to the reference's.
+void ExpectRopeCommandMatchesLayoutGolden(const std::string& config, const std::string& golden_name,
+                                          const std::string& extra = "") {
+  const auto golden = GoldenFile("model_positions/" + golden_name + ".json");
+  const int64_t head_dim = golden["layout"]["head_dim"];
+  const auto dir = ScratchDir("rope-layout-" + golden_name);
+  std::vector<float> q(2 * head_dim);
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t d = 0; d < head_dim; ++d) {
+      q[h * head_dim + d] = static_cast<float>(0.01f * static_cast<float>(d + 1) -
+                                               0.3f * static_cast<float>(h));
+    }
+  }
+  posenc::WriteNpy((dir / "q.npy").string(), q, std::vector<int64_t>{1, 2, head_dim});
+  const bool deepseek = golden["layout"]["kind"] == "nope_then_rope_interleave_to_half";
+  for (const auto& position : golden["layout"]["positions"]) {
+    const CliRun run = Cli("rope " + config + " --input " + (dir / "q.npy").string() +
+                           " --positions " + position.dump() + " --output " +
+                           (dir / "out.npy").string() + extra);
+    ASSERT_EQ(run.status, 0) << run.output;
+    const posenc::NpyArray out = posenc::ReadNpy((dir / "out.npy").string());
+    const auto& want = golden["layout"]["rotated_q"][position.dump()];
+    // The reference multiplies position and frequency in float32: at position 1000 its angles
+    // are off by up to 1000 * 2^-24 rad, ours are exact.
+    const double tolerance = position.get<int>() < 100 ? 2e-6 : 1e-4;
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t d = 0; d < head_dim; ++d) {
+        // DeepSeek's reference de-interleaves the 64 rotated features into half-split order
+        // (pair i at 128 + i and 160 + i); posenc rotates pairs (2i, 2i + 1) in place.
+        int64_t ref = d;
+        if (deepseek && d >= 128) {
+          const int64_t pair = (d - 128) / 2;
+          ref = 128 + pair + ((d - 128) % 2) * 32;
+        }
+        ASSERT_NEAR(out.data[h * head_dim + d], want[h][ref].get<double>(), tolerance)
+            << golden_name << " pos " << position << " head " << h << " feature " << d;
+      }
+    }
+  }
+}
+
+TEST(CliRope, RotatesLikeTheReferenceForRealConfigs) {
+  ExpectRopeCommandMatchesLayoutGolden(RealConfig("chatglm-chatglm2-6b"), "chatglm-chatglm2-6b");
+  ExpectRopeCommandMatchesLayoutGolden(RealConfig("chatglm-glm-4-9b-chat"),
+                                       "chatglm-glm-4-9b-chat");
+  ExpectRopeCommandMatchesLayoutGolden(RealConfig("cohere-aya-23-8b"), "cohere-aya-23-8b");
+  ExpectRopeCommandMatchesLayoutGolden(RealConfig("llama4-scout-17b-16e"),
+                                       "llama4-scout-17b-16e", " --layer 0");
+  ExpectRopeCommandMatchesLayoutGolden(ConfigFile("deepseek-v3.json"), "deepseek-v3");
+}
+
+TEST(CliRope, NopeLayerIsAClearError) {
+  const auto dir = ScratchDir("rope-nope");
+  posenc::WriteNpy((dir / "x.npy").string(), std::vector<float>(128, 1.0f),
+                   std::vector<int64_t>{1, 1, 128});
+  const CliRun run = Cli("rope " + RealConfig("llama4-scout-17b-16e") + " --input " +
+                         (dir / "x.npy").string() + " --positions 0 --output " +
+                         (dir / "y.npy").string() + " --layer 7");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("[cli] --layer must pick a RoPE layer (layer 7 is nope"),
+            std::string::npos)
+      << run.output;
+}
+
 // q from the apply golden file as [tokens, heads, head_dim] floats.
 std::vector<float> GoldenTensor(const nlohmann::json& a) {
   std::vector<float> out;

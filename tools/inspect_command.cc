@@ -13,10 +13,12 @@
 
 #include "commands.h"
 #include "demo/plot.h"
+#include "model_report.h"
 #include "model_rope.h"
 #include "posenc/alibi.h"
 #include "posenc/error.h"
 #include "posenc/hf_config.h"
+#include "posenc/model_positions.h"
 #include "posenc/positions.h"
 #include "printable.h"
 
@@ -90,10 +92,6 @@ std::string Ranges(const std::vector<PairRow>& rows, PairClass c) {
   return std::to_string(count) + (out.empty() ? "" : " (pairs " + out + ")");
 }
 
-const char* LayoutName(RopeLayout layout) {
-  return layout == RopeLayout::kInterleaved ? "interleaved" : "half-split";
-}
-
 // The context the scaled model was trained on: L0 when the rule has one, else M.
 std::optional<int64_t> OriginalContext(const RopeScheme& scheme, const RopeLayerScheme& layer) {
   if (std::holds_alternative<DynamicNtkScaling>(layer.scaling)) {
@@ -141,9 +139,10 @@ struct RopeReport {
   std::vector<PairRow> rows;
 };
 
-RopeReport InspectRope(const RopeScheme& scheme, const ModelRopeOptions& options,
+RopeReport InspectRope(const ModelPositions& model, const ModelRopeOptions& options,
                        const std::string& chart) {
-  const RopeLayerScheme& layer = options.Layer(scheme);
+  const RopeScheme& scheme = std::get<RopeScheme>(model.scheme);
+  const RopeLayerScheme& layer = options.Layer(model);
   const RopeFrequencyOptions frequency_options = options.Frequencies();
   const RopeFrequencies scaled = ComputeRopeFrequencies(layer, frequency_options);
   const RopeFrequencies plain =
@@ -152,7 +151,12 @@ RopeReport InspectRope(const RopeScheme& scheme, const ModelRopeOptions& options
   const std::vector<PairRow> rows = ClassifyPairs(scaled, plain);
   const std::optional<int64_t> context = OriginalContext(scheme, layer);
 
-  Json out = {{"scheme", "rope"},
+  // The model-wide keys first (layers, notes, mrope_section, ...); the chosen layer's below.
+  Json out = ModelJson(model);
+  const std::optional<int64_t> index = options.LayerIndex();
+  out["layer"] = index ? Json(*index) : Json(nullptr);
+  out["rotary_offset"] = layer.rotary_offset;
+  out.update(Json{{"scheme", "rope"},
               {"model_type", scheme.model_type},
               {"rope_type", RopeTypeName(layer.scaling)},
               {"layer_type", layer.layer_type},
@@ -170,8 +174,7 @@ RopeReport InspectRope(const RopeScheme& scheme, const ModelRopeOptions& options
                                               ? Json(*scheme.max_position_embeddings)
                                               : Json(nullptr)},
               {"inv_freq", scaled.inv_freq},
-              {"attention_factor", scaled.attention_factor},
-              {"notes", scheme.notes}};
+              {"attention_factor", scaled.attention_factor}});
   Json layers = Json::array();
   for (const RopeLayerScheme& l : scheme.layers) layers.push_back(l.layer_type);
   out["layer_types"] = layers;
@@ -235,7 +238,11 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows) {
             << r["num_attention_heads"] << " heads (" << r["num_key_value_heads"] << " kv)\n";
   if (r["layer_types"].size() > 1) {
     std::cout << "layer types   " << Printable(r["layer_types"].dump()) << "; showing "
-              << Printable(r["layer_type"].get<std::string>()) << "\n";
+              << Printable(r["layer_type"].get<std::string>());
+    if (!r["layer"].is_null()) std::cout << " (layer " << r["layer"] << ")";
+    std::cout << "\n";
+  } else if (!r["layer"].is_null()) {
+    std::cout << "showing       layer " << r["layer"] << "\n";
   }
   std::cout << "rope_type     " << r["rope_type"].get<std::string>() << "   theta "
             << Number(r["rope_theta"]) << "   head_dim " << r["head_dim"] << "   rotary_dim "
@@ -246,6 +253,27 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows) {
             << "   max_position_embeddings " << Number(r["max_position_embeddings"]) << "\n"
             << "attention     factor " << Number(r["attention_factor"])
             << " (multiplies cos and sin, so logits gain its square)\n";
+  const int64_t head_dim = r["head_dim"], rotary_dim = r["rotary_dim"],
+                offset = r["rotary_offset"];
+  if (offset > 0 || rotary_dim < head_dim) {
+    // DeepSeek MLA: 192 = 128 unrotated + 64 rotated; ChatGLM: 128 = 64 rotated + 64 unrotated.
+    std::cout << "rotary        features [" << offset << ", " << offset + rotary_dim
+              << ") rotate: head_dim " << head_dim << " =";
+    const char* plus = "";
+    if (offset > 0) std::cout << " " << offset << " unrotated", plus = " +";
+    std::cout << plus << " " << rotary_dim << " rotated";
+    if (head_dim - offset - rotary_dim > 0) {
+      std::cout << " + " << head_dim - offset - rotary_dim << " unrotated";
+    }
+    std::cout << "\n";
+  }
+  if (!r["mrope_section"].is_null()) {
+    std::cout << "mrope         sections " << r["mrope_section"].dump()
+              << " rotary pairs for time, height, width ("
+              << (r["mrope_interleaved"].get<bool>() ? "interleaved" : "in blocks")
+              << "): text tokens (equal streams) rotate as this 1-D RoPE; image and video tokens "
+                 "need 3-D positions\n";
+  }
   if (r.contains("softmax_scale_multiplier")) {
     std::cout << "softmax       DeepSeek multiplies the softmax scale by "
               << Number(r["softmax_scale_multiplier"]) << " (g(s, mscale_all_dim)^2)";
@@ -277,6 +305,17 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows) {
     std::cout << "note: " << Printable(note.get<std::string>()) << "\n";
   }
   if (r.contains("chart")) std::cout << "chart: " << Printable(r["chart"].get<std::string>()) << "\n";
+}
+
+// The run-length per-layer view, after the model-level report.
+void PrintLayers(const ModelPositions& model) {
+  const std::vector<std::string> lines = LayerSummary(model);
+  if (lines.empty()) {
+    std::cout << "layers        not given (the config has no layer count)\n";
+    return;
+  }
+  std::cout << "\nper layer\n";
+  for (const std::string& line : lines) std::cout << "  " << line << "\n";
 }
 
 // The chart is written as <folder>/<stem>.png beside .svg and .gp: the name must say so.
@@ -311,11 +350,18 @@ void AddInspectCommand(CLI::App& app) {
       "frequency and wavelength before and after scaling against the original context "
       "(extrapolated: frequency kept; interpolated: divided by the rule's full factor; blended: "
       "in between), the attention factor, DeepSeek's softmax multiplier, cos and sin at "
-      "--positions, and a wavelength chart (--chart).");
+      "--positions, and a wavelength chart (--chart). Then each layer, run-length coded where "
+      "layers differ: RoPE (theta, rope type) or NoPE, sliding window, chunked attention, query "
+      "scale, bidirectional attention. Also: rotary_offset (DeepSeek: head_dim 192 = 128 "
+      "unrotated + 64 rotated), M-RoPE sections, T5 relative-bias buckets, OPT's table offset, "
+      "and the defaults the config left to its class (notes).");
   options->model.AddTo(inspect, "default: none (the frequencies the model is built with)");
   inspect->add_flag("--json", options->json,
-                    "Print one JSON object: rope_type, head_dim, rotary_dim, inv_freq (full "
-                    "double precision), attention_factor, wavelength, pair_class, ...; with "
+                    "Print one JSON object: scheme, rope_type, head_dim, rotary_dim, "
+                    "rotary_offset, mrope_section, inv_freq (full double precision), "
+                    "attention_factor, wavelength, pair_class, layers (index, scheme, "
+                    "layer_type, rope_theta, rope_type, sliding_window, attention_chunk_size, "
+                    "query_scale, causal, symmetric_window), ...; with "
                     "--positions also positions, cos and sin [position][pair] (attention factor "
                     "not applied)");
   inspect->add_option("--chart", options->chart,
@@ -323,43 +369,51 @@ void AddInspectCommand(CLI::App& app) {
                       "PNG file (an SVG and the gnuplot script are written beside it)");
   inspect->callback([options] {
     if (options->chart) ValidateChartPath(*options->chart);
-    const PositionScheme scheme = LoadHfConfig(options->model.config);
+    const ModelPositions model = LoadModelPositions(options->model.config);
     Json out;
-    if (const auto* rope = std::get_if<RopeScheme>(&scheme)) {
-      RopeReport report = InspectRope(*rope, options->model, options->chart.value_or(""));
+    if (std::holds_alternative<RopeScheme>(model.scheme)) {
+      RopeReport report = InspectRope(model, options->model, options->chart.value_or(""));
       if (!options->json) {
         PrintRope(report.json, report.rows);
+        PrintLayers(model);
         return;
       }
       out = std::move(report.json);
-    } else if (const auto* alibi = std::get_if<AlibiScheme>(&scheme)) {
-      RequireNoChart(options->chart, "alibi");
-      out = {{"scheme", "alibi"},
-             {"model_type", alibi->model_type},
-             {"num_heads", alibi->num_heads},
-             {"max_bias", alibi->max_bias},
-             {"slopes", AlibiSlopes(Alibi{.num_heads = alibi->num_heads,
-                                          .max_bias = alibi->max_bias})},
-             {"notes", alibi->notes}};
-    } else if (const auto* learned = std::get_if<LearnedPositionScheme>(&scheme)) {
-      RequireNoChart(options->chart, "learned");
-      out = {{"scheme", "learned"},
-             {"model_type", learned->model_type},
-             {"max_positions", learned->max_positions},
-             {"dim", learned->dim}};
     } else {
-      RequireNoChart(options->chart, "none");
-      out = {{"scheme", "none"}, {"model_type", std::get<NoPositionScheme>(scheme).model_type}};
+      out = ModelJson(model);
+      RequireNoChart(options->chart, out["scheme"].get<std::string>());
+      Require(options->model.layer.empty(), "inspect", "--layer",
+              "be left out for this config (only RoPE configs have layers to choose from)",
+              options->model.layer);
+      if (const auto* alibi = std::get_if<AlibiScheme>(&model.scheme)) {
+        out["slopes"] = AlibiSlopes(Alibi{.num_heads = alibi->num_heads,
+                                          .max_bias = alibi->max_bias});
+      }
     }
     if (options->json) {
       std::cout << out.dump(2) << "\n";
       return;
     }
     for (const auto& [key, value] : out.items()) {
+      if (key == "layers" || key == "notes" || (key == "config_prefix" && value == "")) continue;
       std::cout << key << ": "
-                << Printable(value.is_string() ? value.get<std::string>() : value.dump())
-                << "\n";
+                << Printable(value.is_string() ? value.get<std::string>() : value.dump());
+      if (key == "offset" && value.get<int64_t>() > 0) {
+        std::cout << " (row of position 0: the table has max_positions + " << value.dump()
+                  << " rows)";
+      } else if (key == "bidirectional") {
+        std::cout << " (the encoder's " << out["encoder_layers"].dump()
+                  << " layers; the decoder's " << out["decoder_layers"].dump()
+                  << " are causal, keys after the query in bucket 0)";
+      } else if (key == "bias_in_every_layer" && !value.get<bool>()) {
+        std::cout << " (the first layer of each stack holds the table; the others reuse it)";
+      }
+      std::cout << "\n";
     }
+    for (const auto& note : out["notes"]) {
+      std::cout << "note: " << Printable(note.get<std::string>()) << "\n";
+    }
+    PrintLayers(model);
   });
 }
 

@@ -10,12 +10,13 @@
 
 #include "output_limit.h"
 #include "posenc/hf_config.h"
+#include "posenc/model_positions.h"
 
 namespace posenc::cli {
 
 struct ModelRopeOptions {
   std::string config;
-  std::string layer;                  // layer type of a per-layer config; "" = the first
+  std::string layer;                  // a layer type or a layer index; "" = the first RoPE type
   std::string precision = "reference";
   std::optional<int64_t> seq_len;
   std::vector<int64_t> positions;
@@ -24,8 +25,13 @@ struct ModelRopeOptions {
   // seq_len_help says what an absent --seq-len means for this command.
   void AddTo(CLI::App* command, const std::string& seq_len_help);
   RopeFrequencyOptions Frequencies() const;
-  // The chosen layer of a RoPE scheme; throws posenc::Error for an unknown layer type.
-  const RopeLayerScheme& Layer(const RopeScheme& scheme) const;
+  // The chosen layer of a RoPE model (model.scheme holds a RopeScheme): --layer names a layer
+  // type (of rope_parameters, or of the layers, e.g. Llama 4's chunked_attention) or gives a
+  // layer index. Throws posenc::Error for an unknown type, an index out of range and a layer
+  // that does not rotate (NoPE, Mamba).
+  const RopeLayerScheme& Layer(const ModelPositions& model) const;
+  // The layer index --layer gives, if it gives one.
+  std::optional<int64_t> LayerIndex() const;
 };
 
 }  // namespace posenc::cli

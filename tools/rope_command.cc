@@ -6,6 +6,7 @@
 #include "model_rope.h"
 #include "posenc/error.h"
 #include "posenc/hf_config.h"
+#include "posenc/model_positions.h"
 #include "posenc/npy.h"
 #include "posenc/rope.h"
 
@@ -23,7 +24,9 @@ void AddRopeCommand(CLI::App& app) {
       "rope", "Rotate a .npy tensor [tokens, heads, head_dim] with a config.json's RoPE");
   rope->footer(
       "The input is float32, one position per token; cos and sin are multiplied by the "
-      "attention factor, as Hugging Face does.");
+      "attention factor, as Hugging Face does. --layer picks the layer (a type or an index); "
+      "a layer that does not rotate (NoPE) is an error. head_dim is the full q/k head: "
+      "DeepSeek's 192 rotate features [128, 192) only.");
   options->model.AddTo(rope, "default: max(--positions) + 1");
   rope->add_option("--input", options->input, "Input .npy, float32 [tokens, heads, head_dim]")
       ->required();
@@ -34,8 +37,8 @@ void AddRopeCommand(CLI::App& app) {
       ->check(CLI::IsMember({"half-split", "interleaved"}));
   rope->callback([options] {
     Require(!options->model.positions.empty(), "rope", "--positions", "be given", "nothing");
-    const PositionScheme scheme = LoadHfConfig(options->model.config);
-    const auto* rope_scheme = std::get_if<RopeScheme>(&scheme);
+    const ModelPositions described = LoadModelPositions(options->model.config);
+    const auto* rope_scheme = std::get_if<RopeScheme>(&described.scheme);
     Require(rope_scheme != nullptr, "rope", "config", "describe a RoPE model",
             options->model.config);
     ModelRopeOptions model = options->model;
@@ -46,7 +49,7 @@ void AddRopeCommand(CLI::App& app) {
       with_layout.layout =
           options->layout == "interleaved" ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit;
     }
-    const Rope rope_params = MakeRope(with_layout, model.Layer(with_layout), model.Frequencies());
+    const Rope rope_params = MakeRope(with_layout, model.Layer(described), model.Frequencies());
 
     // The output is as large as the input: check the file's size before reading it.
     std::error_code no_size;

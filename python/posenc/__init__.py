@@ -7,6 +7,14 @@ a contiguous last dim; the other strides are free. An array posenc allocates
 for a result is at most ``MAX_OUTPUT_BYTES`` (16 GiB); a larger one is refused
 before allocation (pass ``out=`` where offered to use memory of your own).
 
+Models: ``rope_from_hf_config(config, layer=i)`` builds the ``Rope`` of a
+Hugging Face config.json (a layer index or a layer type); ``model_positions``
+describes the config layer by layer (RoPE or NoPE, windows, chunks, query
+scales). Biases added to the scores: ``alibi_bias`` (ALiBi's linear bias),
+and T5's learned relative bias, whose buckets ``relative_position_bucket``
+computes (the table is a trained weight: ``posenc.torch.RelativePositionBias``
+looks it up).
+
 PyTorch API: ``posenc.torch`` (imported on demand, so numpy users do not pay
 for torch).
 
@@ -43,6 +51,7 @@ from posenc._core import (
     attention,
     default_inv_freq,
     embed_tokens,
+    relative_position_bucket,
     rope_angle,
     sinusoidal,
     sinusoidal_table,
@@ -50,30 +59,255 @@ from posenc._core import (
 from posenc import _core
 
 
+def _config_call(config, from_text, from_file, **options):
+    """Calls from_text with the JSON text of a dict or a JSON string, or
+    from_file with a path."""
+    if isinstance(config, dict):
+        return from_text(json.dumps(config), **options)
+    if isinstance(config, str) and config.lstrip().startswith("{"):
+        return from_text(config, **options)
+    if isinstance(config, (str, os.PathLike)):
+        return from_file(os.fspath(config), **options)
+    raise Error(
+        "[hf_config] config must be a dict or a config.json path (or its "
+        "JSON text), got " + type(config).__name__
+    )
+
+
 def rope_from_hf_config(
-    config, *, layer_type=None, seq_len=None, precision=RopePrecision.REFERENCE
+    config,
+    *,
+    layer_type=None,
+    layer=None,
+    seq_len=None,
+    precision=RopePrecision.REFERENCE,
 ):
     """The ``Rope`` of a Hugging Face model config: a dict
-    (``config.to_dict()``, a parsed config.json) or the path of a config.json.
+    (``config.to_dict()``, a parsed config.json), its JSON text, or the path
+    of a config.json.
 
-    The rope type, theta, head_dim and rotary width, scaling rule (linear,
-    dynamic, YaRN, LongRoPE, Llama 3, ...) and pair layout are read as
-    transformers standardizes them (posenc/hf_config.h). layer_type picks one
-    of a per-layer config's types (e.g. "sliding_attention"); seq_len is the
-    length L of the length-dependent rules (dynamic, longrope):
-    max(position_ids) + 1. precision REFERENCE reproduces the float32
-    frequencies the models were trained with; EXACT is double throughout. A
-    config that is not RoPE, or a bad key, raises ``posenc.Error`` naming the
-    key as written in the file.
+    The rope type, theta, head_dim and rotary width (and rotary_offset:
+    DeepSeek's 64 rotated features sit after 128 unrotated ones of a 192-wide
+    head), scaling rule (linear, dynamic, YaRN, LongRoPE, Llama 3, ...) and
+    pair layout are read as transformers standardizes them
+    (posenc/hf_config.h). ``layer`` picks a layer by index (see
+    ``model_positions``); a layer that does not rotate (Llama 4's and
+    SmolLM3's NoPE layers) raises ``posenc.Error`` naming it. ``layer_type``
+    picks one of a per-layer config's types (e.g. "sliding_attention"; a
+    string given as ``layer`` means the same). seq_len is the length L of the
+    length-dependent rules (dynamic, longrope): max(position_ids) + 1.
+    precision REFERENCE reproduces the float32 frequencies the models were
+    trained with; EXACT is double throughout. A config that is not RoPE, or a
+    bad key, raises ``posenc.Error`` naming the key as written in the file.
     """
-    options = dict(layer_type=layer_type, seq_len=seq_len, precision=precision)
-    if isinstance(config, dict):
-        return _core.rope_from_hf_config_text(json.dumps(config), **options)
-    if isinstance(config, (str, os.PathLike)):
-        return _core.rope_from_hf_config_file(os.fspath(config), **options)
-    raise Error(
-        "[hf_config] config must be a dict or a config.json path, got "
-        + type(config).__name__
+    if isinstance(layer, str):
+        if layer_type is not None:
+            raise Error(
+                "[hf_config] layer must be an index when layer_type is "
+                f"given, got {layer!r}"
+            )
+        layer, layer_type = None, layer
+    elif layer is not None and (
+        isinstance(layer, bool) or not isinstance(layer, int)
+    ):
+        raise Error(
+            "[hf_config] layer must be a layer index (int) or a layer type "
+            f"(str), got {type(layer).__name__}"
+        )
+    return _config_call(
+        config,
+        _core.rope_from_hf_config_text,
+        _core.rope_from_hf_config_file,
+        layer_type=layer_type,
+        layer=layer,
+        seq_len=seq_len,
+        precision=precision,
+    )
+
+
+class LayerPositions:
+    """What one layer does with positions (posenc/model_positions.h).
+
+    Attributes (the keys of ``posenc inspect --json``'s layers): ``index``;
+    ``scheme``: "rope", "nope", "alibi", "relative_bias", "learned" or
+    "none" (no attention: Mamba, MLP); ``layer_type`` (the config's name or
+    None); ``rope_theta`` and ``rope_type`` (RoPE layers, else None);
+    ``sliding_window`` (keys within that many positions, or None);
+    ``attention_chunk_size`` (Llama 4's chunks, or None); ``query_scale``
+    (None, or a dict rule, beta, floor_scale, offset: q is scaled by
+    1 + beta ln(1 + floor((p + offset) / floor_scale))); ``causal``;
+    ``symmetric_window`` (ModernBERT: the window reaches both ways).
+    """
+
+    _FIELDS = (
+        "index",
+        "scheme",
+        "layer_type",
+        "rope_theta",
+        "rope_type",
+        "sliding_window",
+        "attention_chunk_size",
+        "query_scale",
+        "causal",
+        "symmetric_window",
+    )
+
+    def __init__(self, data):
+        for name in self._FIELDS:
+            setattr(self, name, data[name])
+
+    def to_dict(self):
+        return {name: getattr(self, name) for name in self._FIELDS}
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, LayerPositions)
+            and self.to_dict() == other.to_dict()
+        )
+
+    def describe(self):
+        """One line without the index: "rope theta 500000, chunks of 8192"."""
+        words = [self.scheme]
+        if self.rope_theta is not None:
+            if self.rope_type not in (None, "default"):
+                words[0] += f" {self.rope_type}"
+            words[0] += f" theta {self.rope_theta:g}"
+        if self.sliding_window is not None:
+            words.append(
+                f"window {self.sliding_window}"
+                + (" both ways" if self.symmetric_window else "")
+            )
+        if self.attention_chunk_size is not None:
+            words.append(f"chunks of {self.attention_chunk_size}")
+        if self.query_scale is not None:
+            q = self.query_scale
+            p = f"(p + {q['offset']})" if q["offset"] else "p"
+            words.append(
+                f"query scale 1 + {q['beta']:g} ln(1 + floor({p} / "
+                f"{q['floor_scale']:g}))"
+            )
+        if self.scheme != "none" and not self.causal:
+            words.append("bidirectional")
+        text = ", ".join(words)
+        if self.layer_type is not None:
+            text += f" [{self.layer_type}]"
+        return text
+
+    def __repr__(self):
+        fields = ", ".join(
+            f"{name}={getattr(self, name)!r}" for name in self._FIELDS
+        )
+        return f"LayerPositions({fields})"
+
+
+def _runs(indices):
+    """[0, 1, 2, 4, 5, 6, 8] -> "0-2, 4-6, 8"; more than four runs are
+    shortened to the first two and the last."""
+    runs = []
+    for i in indices:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    if len(text) > 4:
+        text = text[:2] + ["...", text[-1]]
+    return ", ".join(text)
+
+
+class ModelPositions:
+    """A model's positions layer by layer (posenc/model_positions.h), from
+    ``posenc.model_positions(config)``.
+
+    ``scheme``: the main scheme, "rope" (also for a model with some NoPE
+    layers), "alibi", "learned", "relative_bias" or "none". ``layers``: one
+    ``LayerPositions`` per layer (empty when the config gives no layer
+    count). ``notes``: the defaults taken. The model-level data are
+    attributes too, by scheme: RoPE ``head_dim`` (the full q/k head),
+    ``rotary_dim``, ``rotary_offset``, ``layout``, ``mrope_section`` (None
+    for 1-D RoPE; image and video tokens need 3-D positions),
+    ``num_attention_heads``, ``num_key_value_heads``, ``layer_types``,
+    ``softmax_scale``, ...; relative_bias ``num_heads``, ``num_buckets``,
+    ``max_distance``, ``bidirectional`` (the encoder's), ``encoder_layers``,
+    ``decoder_layers``; learned ``max_positions``, ``dim``, ``offset`` (OPT:
+    2); alibi ``num_heads``, ``max_bias``. ``to_dict()`` gives all of it.
+    """
+
+    def __init__(self, data):
+        self._data = dict(data)
+        self.layers = [LayerPositions(layer) for layer in data["layers"]]
+        self._data["layers"] = self.layers
+
+    def __getattr__(self, name):
+        data = self.__dict__.get("_data", {})
+        if name in data:
+            return data[name]
+        raise AttributeError(
+            f"{type(self).__name__} of a {data.get('scheme')} model has no "
+            f"attribute {name!r}"
+        )
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._data))
+
+    def to_dict(self):
+        out = dict(self._data)
+        out["layers"] = [layer.to_dict() for layer in self.layers]
+        return out
+
+    def summary(self):
+        """The layers run-length coded: ["all 32 layers: rope theta 10000"]
+        or ["layers 0-2, 4-6, ..., 44-46 (36): ...", ...]."""
+        if not self.layers:
+            return []
+        groups = {}
+        for layer in self.layers:
+            groups.setdefault(layer.describe(), []).append(layer.index)
+        if len(groups) == 1:
+            return [f"all {len(self.layers)} layers: {next(iter(groups))}"]
+        return [
+            f"layer{'s' if len(ix) > 1 else ''} {_runs(ix)} ({len(ix)}): {d}"
+            for d, ix in groups.items()
+        ]
+
+    def __repr__(self):
+        skip = {"layers", "notes", "layer_types", "config_prefix"}
+        fields = [f"scheme={self.scheme!r}", f"model_type={self.model_type!r}"]
+        fields += [
+            f"{key}={value!r}"
+            for key, value in self._data.items()
+            if key not in skip | {"scheme", "model_type"} and value is not None
+        ]
+        lines = [f"ModelPositions({', '.join(fields)})"]
+        lines += [f"  {line}" for line in self.summary()]
+        return "\n".join(lines)
+
+
+def model_positions(config):
+    """A Hugging Face config's positions, layer by layer: a
+    ``ModelPositions``.
+
+    config: a dict (``config.to_dict()``, a parsed config.json), its JSON
+    text, or the path of a config.json; a multimodal config's language model
+    is read from ``text_config``. Each layer says whether it rotates (RoPE,
+    with its theta and rope type) or not (NoPE: Llama 4 and SmolLM3 every
+    4th layer; none: Mamba layers), its sliding window (Gemma 2/3, gpt-oss,
+    Cohere 2, ...), chunked attention (Llama 4), query scale (Llama 4's NoPE
+    temperature, Ministral 3), and whether it is causal. T5 gives its
+    relative-position buckets (``relative_position_bucket``,
+    ``posenc.torch.RelativePositionBias``). A bad key raises
+    ``posenc.Error`` naming it. Example::
+
+        model = posenc.model_positions("Llama-4-Scout/config.json")
+        model.scheme                  # "rope"
+        model.layers[3].scheme        # "nope"
+        model.layers[3].query_scale   # {"rule": "llama4_attn_temperature", ...}
+        rope = posenc.rope_from_hf_config(config, layer=0)
+    """
+    return ModelPositions(
+        _config_call(
+            config, _core.model_positions_text, _core.model_positions_file
+        )
     )
 
 
@@ -81,7 +315,9 @@ __all__ = [
     "MAX_OUTPUT_BYTES",
     "Alibi",
     "Error",
+    "LayerPositions",
     "LearnedPositions",
+    "ModelPositions",
     "Rope",
     "RopeDirection",
     "RopeLayout",
@@ -96,6 +332,8 @@ __all__ = [
     "attention",
     "default_inv_freq",
     "embed_tokens",
+    "model_positions",
+    "relative_position_bucket",
     "rope_angle",
     "rope_from_hf_config",
     "sinusoidal",

@@ -8,6 +8,14 @@ double-precision twin of the reference, which makes
 ``torch.autograd.gradcheck`` meaningful). Anything else, including a CUDA
 tensor, raises ``posenc.Error`` (a ``ValueError``).
 
+Modules and functions: ``RotaryEmbedding`` (``from_hf_config(config,
+layer=i)`` for a model's layer i; a NoPE layer is an error),
+``SinusoidalPositions``, ``LearnedPositions``, ``apply_rope``,
+``attention``, and the biases added to the attention scores:
+``alibi_bias`` (ALiBi's fixed linear bias) and ``RelativePositionBias``
+(T5's learned bias: buckets of key - query position from posenc, a
+trainable [num_buckets, num_heads] table looked up in torch).
+
 Example::
 
     import torch
@@ -28,10 +36,11 @@ import os
 import torch
 
 from posenc import _core
-from posenc import rope_from_hf_config
+from posenc import model_positions, rope_from_hf_config
 
 __all__ = [
     "LearnedPositions",
+    "RelativePositionBias",
     "RotaryEmbedding",
     "SinusoidalPositions",
     "alibi_bias",
@@ -254,7 +263,9 @@ class RotaryEmbedding(torch.nn.Module):
     """RoPE as a module: ``forward(q, k, positions=None) -> (q_rot, k_rot)``.
 
     Built from plain RoPE arguments (head_dim, base, layout 'half_split' or
-    'interleaved', rotary_dim: the rotated leading features, None for all) or
+    'interleaved', rotary_dim: the rotated features, None for all from
+    rotary_offset; rotary_offset: the first rotated feature, DeepSeek MLA:
+    head_dim 192, rotary_offset 128, rotary_dim 64) or
     from a ready ``posenc.Rope`` (e.g. ``rope_from_hf_config``). Shapes as in
     ``apply_rope``; positions defaults to 0 .. tokens - 1. The module has no
     parameters.
@@ -267,6 +278,7 @@ class RotaryEmbedding(torch.nn.Module):
         *,
         layout="half_split",
         rotary_dim=None,
+        rotary_offset=0,
         rope=None,
     ):
         super().__init__()
@@ -276,14 +288,23 @@ class RotaryEmbedding(torch.nn.Module):
                     "rope", "head_dim", "be given when rope is not", None
                 )
             rope = _core.Rope.default(
-                head_dim, base, _layout(layout), rotary_dim or 0
+                head_dim,
+                base,
+                _layout(layout),
+                rotary_dim or 0,
+                rotary_offset=rotary_offset,
             )
         self.rope = rope
 
     @classmethod
-    def from_hf_config(cls, config, **kwargs):
-        """The RoPE of a Hugging Face config (see ``rope_from_hf_config``)."""
-        return cls(rope=rope_from_hf_config(config, **kwargs))
+    def from_hf_config(cls, config, layer=None, **kwargs):
+        """The RoPE of a Hugging Face config (see ``rope_from_hf_config``).
+
+        ``layer`` is a layer index (``posenc.model_positions(config).layers``)
+        or a layer type; a layer that does not rotate (a NoPE layer of Llama 4
+        or SmolLM3) raises ``posenc.Error`` (a ValueError) naming it. Other
+        keywords: layer_type, seq_len, precision."""
+        return cls(rope=rope_from_hf_config(config, layer=layer, **kwargs))
 
     @property
     def inv_freq(self):
@@ -477,6 +498,125 @@ def alibi_bias(
     )
     _core.alibi_bias(alibi, queries, keys, out=out.numpy())
     return out.to(dtype)
+
+
+class RelativePositionBias(torch.nn.Module):
+    """T5's learned relative position bias (Raffel et al. 2020) as a module:
+    ``forward(query_len, key_len)`` or ``forward(query_pos, key_pos)`` ->
+    bias [num_heads, queries, keys], to add to the attention scores
+    [..., heads, queries, keys] before softmax (T5 scores without the
+    1/sqrt(d) scale).
+
+    ``weight`` [num_buckets, num_heads] is the trainable table, T5's
+    ``relative_attention_bias.weight`` (load it with ``load_state_dict({
+    "weight": t5_state["encoder.block.0.layer.0.SelfAttention.
+    relative_attention_bias.weight"]})``); initialised N(0, 1) like
+    ``nn.Embedding``. The buckets of key_pos[j] - query_pos[i] are computed by
+    posenc (``posenc.relative_position_bucket``, bit-exact with Hugging
+    Face's), the lookup by torch, so gradients reach ``weight``.
+    bidirectional: the encoder's buckets; False: the decoder's (causal; keys
+    after the query share bucket 0, the causal mask is separate). The bias
+    has the weight's dtype (float32 unless the module is converted).
+    """
+
+    def __init__(
+        self, num_buckets=32, max_distance=128, num_heads=8, bidirectional=True
+    ):
+        super().__init__()
+        # Validates the counts with the library's messages.
+        _core.relative_position_bucket(
+            torch.zeros(0, dtype=torch.int64).numpy(),
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+            bidirectional=bidirectional,
+        )
+        if isinstance(num_heads, bool) or not isinstance(num_heads, int):
+            raise _error(
+                "relative_bias", "num_heads", "be an int", type(num_heads).__name__
+            )
+        if num_heads <= 0:
+            raise _error("relative_bias", "num_heads", "be > 0", num_heads)
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.num_heads = num_heads
+        self.bidirectional = bidirectional
+        self.weight = torch.nn.Parameter(torch.empty(num_buckets, num_heads))
+        torch.nn.init.normal_(self.weight)
+
+    @classmethod
+    def from_hf_config(cls, config, *, bidirectional=True):
+        """The bias of a T5 / mT5 / UMT5 config (bucket counts and heads from
+        the config; bidirectional True for the encoder, False for the
+        decoder), with a fresh table to load or train."""
+        model = model_positions(config)
+        if model.scheme != "relative_bias":
+            raise _error(
+                "relative_bias",
+                "config",
+                "describe a model with T5 relative-position buckets",
+                f"{model.model_type} ({model.scheme})",
+            )
+        return cls(
+            model.num_buckets,
+            model.max_distance,
+            model.num_heads,
+            bidirectional=bidirectional,
+        )
+
+    def buckets(self, query_pos, key_pos):
+        """int64 [queries, keys]: the bucket of key_pos[j] - query_pos[i]."""
+        queries = _positions("relative_bias", query_pos, "query_pos")
+        keys = _positions("relative_bias", key_pos, "key_pos")
+        for name, positions in (("query_pos", queries), ("key_pos", keys)):
+            if positions.ndim != 1:
+                raise _error(
+                    "relative_bias",
+                    f"{name}.shape",
+                    "be 1-D",
+                    tuple(positions.shape),
+                )
+            if positions.size and (
+                positions.min() < 0 or positions.max() > 2**32
+            ):
+                bad = positions[(positions < 0) | (positions > 2**32)][0]
+                raise _error(
+                    "relative_bias", name, "be in [0, 4294967296]", int(bad)
+                )
+        _empty(
+            "relative_bias",
+            (self.num_heads, queries.shape[0], keys.shape[0]),
+            self.weight.dtype,
+        )  # refuses a bias past the output cap before anything is computed
+        relative = keys[None, :] - queries[:, None]
+        return torch.from_numpy(
+            _core.relative_position_bucket(
+                relative,
+                num_buckets=self.num_buckets,
+                max_distance=self.max_distance,
+                bidirectional=self.bidirectional,
+            )
+        )
+
+    def forward(self, query, key=None):
+        """query and key: lengths (positions 0 .. n - 1) or int64 positions;
+        key defaults to query."""
+        if key is None:
+            key = query
+        query_pos, key_pos = (
+            torch.arange(p, dtype=torch.int64)
+            if isinstance(p, int) and not isinstance(p, bool)
+            else p
+            for p in (query, key)
+        )
+        buckets = self.buckets(query_pos, key_pos)
+        # The lookup in torch: autograd adds each use of a bucket into its row.
+        return self.weight[buckets].permute(2, 0, 1)
+
+    def extra_repr(self):
+        return (
+            f"num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
+            f"num_heads={self.num_heads}, bidirectional={self.bidirectional}"
+        )
 
 
 _ATTENTION_DTYPES = (torch.float32, torch.bfloat16)

@@ -10,5 +10,6 @@ void BindAbsolute(pybind11::module_& m);   // absolute_bindings.cc: sinusoidal, 
 void BindAlibi(pybind11::module_& m);      // alibi_bindings.cc
 void BindAttention(pybind11::module_& m);  // attention_bindings.cc
 void BindHfConfig(pybind11::module_& m);   // hf_config_bindings.cc
+void BindRelativeBias(pybind11::module_& m);  // relative_bias_bindings.cc
 
 }  // namespace posenc::python

@@ -17,4 +17,5 @@ PYBIND11_MODULE(_core, m) {
   posenc::python::BindAlibi(m);
   posenc::python::BindAttention(m);
   posenc::python::BindHfConfig(m);
+  posenc::python::BindRelativeBias(m);
 }

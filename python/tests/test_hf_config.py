@@ -133,3 +133,293 @@ def test_per_layer_configs_need_a_layer_type():
         rope = posenc.rope_from_hf_config(gemma3, layer_type=layer_type)
         exact = base ** (-np.arange(0, 16, 2) / 16.0)
         np.testing.assert_allclose(rope.inv_freq, exact, rtol=2.0**-23)
+
+
+# ---------------------------------------------------------------------------
+# posenc.model_positions: the per-layer description, against the reference's
+# per-layer facts (tests/golden/model_positions, from the Hugging Face code).
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "tests" / "configs"
+MODEL_GOLDEN = ROOT / "tests" / "golden" / "model_positions"
+LAYER_KEYS = {
+    "index",
+    "scheme",
+    "layer_type",
+    "rope_theta",
+    "rope_type",
+    "sliding_window",
+    "attention_chunk_size",
+    "query_scale",
+    "causal",
+    "symmetric_window",
+}
+REAL = [
+    "llama4-scout-17b-16e",
+    "smollm3-3b-base",
+    "gemma3_text-embeddinggemma-300m",
+    "chatglm-chatglm2-6b",
+    "chatglm-glm-4-9b-chat",
+    "cohere-aya-23-8b",
+]
+
+
+def _model_golden(name):
+    return json.loads((MODEL_GOLDEN / f"{name}.json").read_text())
+
+
+def _q_input(head_dim):
+    """The reference's input: q[h][d] = 0.01 (d + 1) - 0.3 h in float32,
+    heads 0 and 1, one token: [1, 2, head_dim]."""
+    d = np.arange(head_dim, dtype=np.float32)
+    h = np.arange(2, dtype=np.float32)[:, None]
+    return (
+        np.float32(0.01) * (d + np.float32(1)) - np.float32(0.3) * h
+    ).astype(np.float32)[None]
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_model_positions_match_the_reference_layer_by_layer(name):
+    golden = _model_golden(name)
+    model = posenc.model_positions(CONFIGS / "real" / f"{name}.json")
+    assert model.scheme == "rope"  # NoPE layers or not, these rotate
+    assert len(model.layers) == golden["num_hidden_layers"]
+    bidirectional = golden.get("bidirectional", False)
+    for ours, want in zip(model.layers, golden["layers"]):
+        assert set(ours.to_dict()) == LAYER_KEYS
+        assert ours.index == want["layer"]
+        assert ours.scheme == ("rope" if want["use_rope"] else "nope")
+        assert ours.layer_type == want["layer_type"]
+        assert ours.sliding_window == want["sliding_window"]
+        assert ours.attention_chunk_size == want.get("attention_chunk_size")
+        assert ours.rope_theta == want["rope_theta"]
+        assert (ours.rope_type is None) == (want["rope_theta"] is None)
+        assert ours.causal == (not bidirectional)
+        assert ours.symmetric_window == (
+            bidirectional and want["sliding_window"] is not None
+        )
+    assert model.head_dim == golden["layout"]["head_dim"]
+    assert model.rotary_dim == golden["layout"]["rotary_dim"]
+    assert model.rotary_offset == 0
+    assert model.mrope_section is None
+    interleaved = golden["layout"]["kind"].startswith("interleaved")
+    assert model.layout == ("interleaved" if interleaved else "half_split")
+
+
+def test_llama4_nope_layers_scale_queries_as_the_reference():
+    golden = _model_golden("llama4-scout-17b-16e")
+    q = golden["query_scale"]
+    model = posenc.model_positions(
+        CONFIGS / "real" / "llama4-scout-17b-16e.json"
+    )
+    assert model.config_prefix == "text_config."
+    for layer, want in zip(model.layers, golden["layers"]):
+        if not want["attn_temperature_tuning"]:
+            assert layer.query_scale is None
+            continue
+        scale = layer.query_scale
+        assert scale == {
+            "rule": "llama4_attn_temperature",
+            "beta": q["attn_scale"],
+            "floor_scale": q["floor_scale"],
+            "offset": 1,
+        }
+        p = np.array(q["temperature_positions"])
+        ours = 1 + scale["beta"] * np.log1p(
+            np.floor((p + scale["offset"]) / scale["floor_scale"])
+        )
+        np.testing.assert_allclose(ours, q["temperature_scales"], atol=1e-6)
+    text = repr(model)
+    assert text.startswith("ModelPositions(scheme='rope', model_type=")
+    assert "layers 3, 7, ..., 47 (12): nope" in text
+    assert "layers 0-2, 4-6, ..., 44-46 (36): rope llama3 theta 500000" in text
+
+
+def test_model_positions_takes_a_path_a_json_string_or_a_dict():
+    path = CONFIGS / "real" / "smollm3-3b-base.json"
+    text = path.read_text()
+    from_path = posenc.model_positions(path).to_dict()
+    assert posenc.model_positions(str(path)).to_dict() == from_path
+    assert posenc.model_positions(text).to_dict() == from_path
+    assert posenc.model_positions(json.loads(text)).to_dict() == from_path
+    with pytest.raises(ValueError, match=r"\[hf_config\] config must be a dict or a config.json"):
+        posenc.model_positions(42)
+    with pytest.raises(ValueError, match=r"\[hf_config\] config must be valid JSON"):
+        posenc.model_positions("{not json")
+
+
+def test_rope_from_a_layer_index():
+    golden = _model_golden("llama4-scout-17b-16e")
+    config = CONFIGS / "real" / "llama4-scout-17b-16e.json"
+    want = np.array(golden["rope"]["chunked_attention"]["inv_freq"])
+    for layer in (0, 46, "chunked_attention"):
+        rope = posenc.rope_from_hf_config(config, layer=layer)
+        np.testing.assert_allclose(rope.inv_freq, want, rtol=2.0**-23, atol=0)
+    with pytest.raises(
+        ValueError,
+        match=r"\[hf_config\] layer must pick a RoPE layer \(layer 3 is nope, "
+        r"full_attention: it does not rotate q and k\), got 3",
+    ):
+        posenc.rope_from_hf_config(config, layer=3)
+    with pytest.raises(ValueError, match=r"layer must be a layer index in \[0, 48\)"):
+        posenc.rope_from_hf_config(config, layer=48)
+    with pytest.raises(ValueError, match=r"layer must be a layer index \(int\)"):
+        posenc.rope_from_hf_config(config, layer=1.0)
+    gemma = CONFIGS / "real" / "gemma3_text-embeddinggemma-300m.json"
+    gemma_golden = _model_golden("gemma3_text-embeddinggemma-300m")
+    for layer, kind in ((5, "full_attention"), (4, "sliding_attention")):
+        rope = posenc.rope_from_hf_config(gemma, layer=layer)
+        np.testing.assert_allclose(
+            rope.inv_freq,
+            gemma_golden["rope"][kind]["inv_freq"],
+            rtol=2.0**-23,
+            atol=0,
+        )
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["chatglm-chatglm2-6b", "cohere-aya-23-8b", "llama4-scout-17b-16e", "deepseek-v3"],
+)
+def test_rope_rotates_like_the_reference(name):
+    golden = _model_golden(name)
+    config = (
+        CONFIGS / f"{name}.json"
+        if name == "deepseek-v3"
+        else CONFIGS / "real" / f"{name}.json"
+    )
+    rope = posenc.rope_from_hf_config(config)
+    layout = golden["layout"]
+    head_dim = layout["head_dim"]
+    assert (rope.head_dim, rope.rotary_dim) == (head_dim, layout["rotary_dim"])
+    order = np.arange(head_dim)
+    if layout["kind"] == "nope_then_rope_interleave_to_half":
+        # DeepSeek: 128 features pass, the last 64 rotate; the reference
+        # de-interleaves them (pair i to 128 + i and 160 + i), posenc rotates
+        # pairs (2i, 2i + 1) in place.
+        assert rope.rotary_offset == golden["heads"]["qk_nope_head_dim"]
+        d = np.arange(128, head_dim)
+        order[128:] = 128 + (d - 128) // 2 + ((d - 128) % 2) * 32
+    for position in layout["positions"]:
+        out = posenc.apply_rope(rope, np.array([position]), _q_input(head_dim))
+        want = np.array(layout["rotated_q"][str(position)])[:, order]
+        # The reference's angles are float32 products: at 1000 they are off
+        # by up to 1000 * 2^-24 rad; posenc's are exact.
+        np.testing.assert_allclose(
+            out[0], want, atol=2e-6 if position < 100 else 1e-4, rtol=0
+        )
+
+
+def test_deepseek_head_split():
+    golden = _model_golden("deepseek-v3")
+    model = posenc.model_positions(CONFIGS / "deepseek-v3.json")
+    assert model.head_dim == golden["heads"]["qk_head_dim"]
+    assert model.rotary_dim == golden["heads"]["qk_rope_head_dim"]
+    assert model.rotary_offset == golden["heads"]["qk_nope_head_dim"]
+    assert model.layers == []  # the subset gives no layer count
+    assert model.softmax_scale == pytest.approx(
+        golden["query_scale"]["scaling"], rel=1e-12
+    )
+    with pytest.raises(ValueError, match=r"gives no layer count"):
+        posenc.rope_from_hf_config(CONFIGS / "deepseek-v3.json", layer=0)
+
+
+T5_SMALL = {
+    "model_type": "t5",
+    "d_model": 512,
+    "num_heads": 8,
+    "num_layers": 6,
+    "num_decoder_layers": 6,
+    "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128,
+}
+
+
+def test_t5_model_positions():
+    model = posenc.model_positions(T5_SMALL)
+    assert model.scheme == "relative_bias"
+    assert (model.num_buckets, model.max_distance, model.num_heads) == (
+        32,
+        128,
+        8,
+    )
+    assert model.bidirectional is True
+    assert (model.encoder_layers, model.decoder_layers) == (6, 6)
+    assert [layer.causal for layer in model.layers] == [False] * 6 + [True] * 6
+    assert {layer.scheme for layer in model.layers} == {"relative_bias"}
+    with pytest.raises(ValueError, match=r"describe a RoPE model, got t5"):
+        posenc.rope_from_hf_config(T5_SMALL)
+
+
+def test_opt_learned_offset():
+    golden = _model_golden("opt-learned-positions")
+    model = posenc.model_positions(
+        {
+            "model_type": "opt",
+            "hidden_size": 768,
+            "num_attention_heads": 12,
+            "num_hidden_layers": 12,
+            "max_position_embeddings": 2048,
+        }
+    )
+    assert model.scheme == "learned"
+    assert model.offset == golden["offset"]
+    # Position p reads row p + offset: the reference's rows for a full mask.
+    assert golden["cases"][0]["embedding_rows"] == [
+        p + model.offset for p in range(5)
+    ]
+    assert {layer.scheme for layer in model.layers} == {"learned"}
+
+
+T5_BUCKETS = ROOT / "tests" / "golden" / "t5_buckets"
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.stem for p in T5_BUCKETS.glob("*.json"))
+)
+def test_relative_position_bucket_matches_hugging_face(name):
+    golden = json.loads((T5_BUCKETS / f"{name}.json").read_text())
+    relative = np.array(golden["relative_position"], dtype=np.int64)
+    buckets = posenc.relative_position_bucket(
+        relative,
+        num_buckets=golden["num_buckets"],
+        max_distance=golden["max_distance"],
+        bidirectional=golden["bidirectional"],
+    )
+    assert buckets.dtype == np.int64 and buckets.shape == relative.shape
+    np.testing.assert_array_equal(buckets, golden["bucket"])
+    # Any shape: the same values as a 2-D array.
+    n = relative.size // 2 * 2
+    square = posenc.relative_position_bucket(
+        relative[:n].reshape(2, -1),
+        num_buckets=golden["num_buckets"],
+        max_distance=golden["max_distance"],
+        bidirectional=golden["bidirectional"],
+    )
+    np.testing.assert_array_equal(square.ravel(), golden["bucket"][:n])
+
+
+def test_relative_position_bucket_pairs_and_errors():
+    golden = _model_golden("t5-buckets-32-128")
+    pairs = golden["pairs"]
+    relative = np.array([p["key_pos"] - p["query_pos"] for p in pairs])
+    for direction, bidirectional in (("bidirectional", True), ("causal", False)):
+        np.testing.assert_array_equal(
+            posenc.relative_position_bucket(relative, bidirectional=bidirectional),
+            [p[direction] for p in pairs],
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"\[relative_position_bucket\] relative_position must have dtype "
+        r"int64, got float64",
+    ):
+        posenc.relative_position_bucket(np.array([0.5]))
+    with pytest.raises(ValueError, match=r"be an int64 array or a sequence of ints"):
+        posenc.relative_position_bucket([0.5])
+    np.testing.assert_array_equal(
+        posenc.relative_position_bucket([0, 1, -1]), [0, 17, 1]
+    )
+    with pytest.raises(ValueError):
+        posenc.relative_position_bucket(np.array([2**33]))
+    with pytest.raises(ValueError):
+        posenc.relative_position_bucket(np.array([1]), num_buckets=2)
