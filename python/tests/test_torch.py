@@ -392,3 +392,153 @@ def test_attention_refuses_what_it_cannot_do():
         pt.attention(
             q.detach(), q.detach().bfloat16(), q.detach(), [0, 1, 2, 3]
         )
+
+
+# ---------------------------------------------------------------------------
+# Models layer by layer and T5's relative bias, against the reference's
+# outputs (tests/golden/model_positions, tests/golden/t5_buckets).
+
+import json  # noqa: E402
+import pathlib  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODEL_GOLDEN = ROOT / "tests" / "golden" / "model_positions"
+LLAMA4 = ROOT / "tests" / "configs" / "real" / "llama4-scout-17b-16e.json"
+DEEPSEEK = ROOT / "tests" / "configs" / "deepseek-v3.json"
+
+
+def _reference_q(head_dim):
+    """q[h][d] = 0.01 (d + 1) - 0.3 h in float32: [1 token, 2 heads, dim]."""
+    d = torch.arange(head_dim, dtype=torch.float32)
+    h = torch.arange(2, dtype=torch.float32)[:, None]
+    return (0.01 * (d + 1) - 0.3 * h)[None]
+
+
+def test_rotary_embedding_of_a_layer_index():
+    golden = json.loads((MODEL_GOLDEN / "llama4-scout-17b-16e.json").read_text())
+    module = pt.RotaryEmbedding.from_hf_config(LLAMA4, layer=0)
+    q = _reference_q(128)
+    q_rot, _ = module(q, q.clone(), torch.tensor([7]))
+    want = torch.tensor(golden["layout"]["rotated_q"]["7"], dtype=torch.float32)
+    torch.testing.assert_close(q_rot[0], want, atol=2e-6, rtol=0)
+    with pytest.raises(
+        ValueError, match=r"layer must pick a RoPE layer \(layer 3 is nope"
+    ):
+        pt.RotaryEmbedding.from_hf_config(LLAMA4, layer=3)
+    # A layer type still works.
+    by_type = pt.RotaryEmbedding.from_hf_config(LLAMA4, layer="chunked_attention")
+    torch.testing.assert_close(by_type.inv_freq, module.inv_freq)
+
+
+def test_rotary_embedding_honours_rotary_offset():
+    """DeepSeek V3: head_dim 192; the first 128 features pass, the last 64
+    rotate. The reference stores the rotated part de-interleaved (pair i at
+    128 + i and 160 + i); posenc rotates pairs (2i, 2i + 1) in place."""
+    golden = json.loads((MODEL_GOLDEN / "deepseek-v3.json").read_text())
+    module = pt.RotaryEmbedding.from_hf_config(DEEPSEEK)
+    assert module.rope.rotary_offset == 128
+    q = _reference_q(192)
+    for position in (7, 1000):
+        q_rot, _ = module(q, q.clone(), torch.tensor([position]))
+        want = torch.tensor(
+            golden["layout"]["rotated_q"][str(position)], dtype=torch.float64
+        )
+        d = torch.arange(128, 192)
+        order = torch.cat(
+            (torch.arange(128), 128 + (d - 128) // 2 + ((d - 128) % 2) * 32)
+        )
+        torch.testing.assert_close(
+            q_rot[0].double(),
+            want[:, order],
+            atol=2e-6 if position < 100 else 1e-4,  # float32 angles there
+            rtol=0,
+        )
+        torch.testing.assert_close(q_rot[0, :, :128], q[0, :, :128])
+
+
+def test_relative_position_bias_buckets_match_hugging_face():
+    for name, bidirectional in (("t5_bidirectional", True), ("t5_causal", False)):
+        golden = json.loads(
+            (ROOT / "tests" / "golden" / "t5_buckets" / f"{name}.json").read_text()
+        )
+        wanted = dict(zip(golden["relative_position"], golden["bucket"]))
+        bias = pt.RelativePositionBias(32, 128, 4, bidirectional=bidirectional)
+        query = torch.tensor([0, 5, 300, 4000])
+        key = torch.arange(0, 5001, 7)
+        buckets = bias.buckets(query, key)
+        for i, qp in enumerate(query.tolist()):
+            for j, kp in enumerate(key.tolist()):
+                assert buckets[i, j].item() == wanted[kp - qp]
+    pairs = json.loads((MODEL_GOLDEN / "t5-buckets-32-128.json").read_text())
+    module = pt.RelativePositionBias(32, 128, 2, bidirectional=True)
+    for pair in pairs["pairs"]:
+        bucket = module.buckets([pair["query_pos"]], [pair["key_pos"]])
+        assert bucket.item() == pair["bidirectional"]
+
+
+def test_relative_position_bias_is_a_table_lookup():
+    module = pt.RelativePositionBias(
+        num_buckets=32, max_distance=128, num_heads=3, bidirectional=False
+    )
+    assert module.weight.shape == (32, 3) and module.weight.requires_grad
+    bias = module(5, 7)  # query positions 0..4, key positions 0..6
+    assert bias.shape == (3, 5, 7) and bias.dtype == torch.float32
+    buckets = module.buckets(torch.arange(5), torch.arange(7))
+    for h in range(3):
+        for i in range(5):
+            for j in range(7):
+                assert bias[h, i, j] == module.weight[buckets[i, j], h]
+    # Explicit positions (one decode step at 9 against keys 0..9).
+    step = module(torch.tensor([9]), torch.arange(10))
+    assert step.shape == (3, 1, 10)
+    torch.testing.assert_close(step[:, 0, 9], module.weight[0])  # distance 0
+    # Loadable from a T5 state dict's relative_attention_bias.weight.
+    table = torch.randn(32, 3)
+    module.load_state_dict({"weight": table})
+    torch.testing.assert_close(module(2, 2)[:, 1, 0], table[1])  # key 1 back
+
+
+def test_relative_position_bias_gradient_counts_bucket_uses():
+    module = pt.RelativePositionBias(16, 64, 2, bidirectional=True)
+    module(6, 9).sum().backward()
+    buckets = module.buckets(torch.arange(6), torch.arange(9))
+    counts = torch.bincount(buckets.flatten(), minlength=16).float()
+    torch.testing.assert_close(module.weight.grad, counts[:, None].expand(16, 2))
+    # gradcheck of the module's forward in float64, weight as the input.
+    double = pt.RelativePositionBias(16, 64, 2).double()
+    weight = torch.randn(16, 2, dtype=torch.float64, requires_grad=True)
+
+    def forward(w):
+        return torch.nn.utils.stateless.functional_call(
+            double, {"weight": w}, (4, 5)
+        )
+
+    assert forward(weight).dtype == torch.float64
+    assert torch.autograd.gradcheck(forward, (weight,))
+
+
+def test_relative_position_bias_from_a_t5_config_and_bad_input():
+    config = {
+        "model_type": "t5",
+        "d_model": 512,
+        "num_heads": 8,
+        "num_layers": 6,
+        "relative_attention_num_buckets": 32,
+        "relative_attention_max_distance": 128,
+    }
+    module = pt.RelativePositionBias.from_hf_config(config, bidirectional=False)
+    assert module.weight.shape == (32, 8) and not module.bidirectional
+    with pytest.raises(ValueError, match=r"describe a model with T5"):
+        pt.RelativePositionBias.from_hf_config(LLAMA4)
+    with pytest.raises(ValueError, match=r"num_heads must be > 0"):
+        pt.RelativePositionBias(32, 128, 0)
+    with pytest.raises(ValueError):
+        pt.RelativePositionBias(2, 128, 4)
+    with pytest.raises(ValueError, match=r"query_pos must be in \[0, 4294967296\]"):
+        pt.RelativePositionBias(32, 128, 4)(torch.tensor([-1]), torch.tensor([0]))
+    with pytest.raises(
+        ValueError, match=r"\[relative_bias\] query_pos must have dtype int64"
+    ):
+        pt.RelativePositionBias(32, 128, 4)(
+            torch.tensor([0.5]), torch.tensor([0])
+        )
