@@ -7,6 +7,7 @@
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -219,7 +220,7 @@ void AddDecodeCase(const Shapes& s, int threads, DecodeBuffers<T>& decode,
        }});
 }
 
-// Causal prefill, with and without ALiBi, on q, k and v of one storage type. Useful work is the
+// Causal prefill, plain, with ALiBi and with T5's relative bias, on q, k and v of one storage type. Useful work is the
 // lower triangle only: T (T + 1) / 2 (query, key) pairs per head, 2 head_dim flops each for the
 // score and 2 head_dim for the weighted value.
 template <typename T>
@@ -230,14 +231,23 @@ void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
   const std::string shape = ShapeString({{t, h, d}}, {"q=k=v"});
   const double bytes = 3.0 * b.prefill.size() * sizeof(T) + 4.0 * b.prefill_out.size();
   const double flops = 4.0 * (t * (t + 1) / 2) * d * h;
-  for (const bool alibi : {false, true}) {
+  // T5's decoder bias (32 buckets, max distance 128), fused like ALiBi: its table outlives the
+  // case, which holds a view of it.
+  auto t5_table = std::make_shared<std::vector<float>>(32 * h);
+  for (size_t i = 0; i < t5_table->size(); ++i) (*t5_table)[i] = -0.01f * static_cast<float>(i % 97);
+  for (const std::string bias : {"", "alibi ", "t5 "}) {
     AttentionOptions options{.causal = true};
-    if (alibi) options.alibi = Alibi{.num_heads = h};
-    const std::string name =
-        std::string("attention prefill causal ") + (alibi ? "alibi " : "") +
-        (StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16");
+    if (bias == "alibi ") options.alibi = Alibi{.num_heads = h};
+    if (bias == "t5 ") {
+      options.relative_bias = RelativeBias{
+          .buckets = {.num_buckets = 32, .max_distance = 128, .bidirectional = false},
+          .num_heads = h,
+          .table = *t5_table};
+    }
+    const std::string name = "attention prefill causal " + bias +
+                             (StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16");
     Case c{{name, "-", dtype, false, shape, threads, bytes, {}, flops},
-           [&b, options, t, h, d] {
+           [&b, options, t, h, d, t5_table] {
              const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
              Attention(options, view, view, view, b.prefill_pos, b.prefill_pos,
                        Heads<float>::Dense(b.prefill_out.data(), t, h, d));
