@@ -543,6 +543,24 @@ TEST(CliInspectLayers, OtherSchemesKeepTheirKeysAndListLayers) {
       << text.output;
 }
 
+TEST(CliInspectLayers, MropeSectionsAreReported) {
+  const auto dir = ScratchDir("inspect-mrope");
+  // Qwen2-VL-7B's published rope values: sections of 16, 24 and 24 pairs (time, height, width).
+  std::ofstream(dir / "qwen2vl.json") << R"({"model_type": "qwen2_vl", "hidden_size": 3584,
+    "num_attention_heads": 28, "num_key_value_heads": 4, "num_hidden_layers": 28,
+    "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}})";
+  const auto out = InspectJson((dir / "qwen2vl.json").string());
+  EXPECT_EQ(out["mrope_section"], nlohmann::json::parse("[16, 24, 24]"));
+  EXPECT_EQ(out["rotary_dim"], 2 * (16 + 24 + 24));  // the sections cover every pair
+  EXPECT_EQ(out["layers"].size(), 28u);
+  const CliRun text = Cli("inspect " + (dir / "qwen2vl.json").string());
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("image and video tokens need 3-D positions"), std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("all 28 layers: RoPE theta 1e6"), std::string::npos) << text.output;
+}
+
 // The rotated q of the reference (q[h][d] = 0.01 (d + 1) - 0.3 h, heads 0 and 1, one token) from
 // posenc rope with the config's layout; `order` maps our output feature to the reference's.
 void ExpectRopeCommandMatchesLayoutGolden(const std::string& config, const std::string& golden_name,
