@@ -171,7 +171,8 @@ class LayerPositions:
         if self.rope_theta is not None:
             if self.rope_type not in (None, "default"):
                 words[0] += f" {self.rope_type}"
-            words[0] += f" theta {self.rope_theta:g}"
+            theta = f"{self.rope_theta:g}".replace("e+0", "e").replace("e+", "e")
+            words[0] += f" theta {theta}"
         if self.sliding_window is not None:
             words.append(
                 f"window {self.sliding_window}"

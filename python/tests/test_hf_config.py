@@ -423,3 +423,25 @@ def test_relative_position_bucket_pairs_and_errors():
         posenc.relative_position_bucket(np.array([2**33]))
     with pytest.raises(ValueError):
         posenc.relative_position_bucket(np.array([1]), num_buckets=2)
+
+
+def test_mrope_sections():
+    # Qwen2-VL-7B's published rope values: 16, 24 and 24 pairs for time,
+    # height and width, covering every pair of the 128-wide head.
+    model = posenc.model_positions(
+        {
+            "model_type": "qwen2_vl",
+            "hidden_size": 3584,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "num_hidden_layers": 28,
+            "max_position_embeddings": 32768,
+            "rope_theta": 1000000.0,
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        }
+    )
+    assert model.mrope_section == [16, 24, 24]
+    assert model.rotary_dim == 2 * sum(model.mrope_section)
+    assert model.summary() == [
+        "all 28 layers: rope theta 1e6 [full_attention]"
+    ]
