@@ -724,6 +724,7 @@ TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {
   EXPECT_EQ(attention, (std::set<std::string>{
                            "attention prefill causal f32", "attention prefill causal alibi f32",
                            "attention prefill causal bf16", "attention prefill causal alibi bf16",
+                           "attention prefill causal t5 f32", "attention prefill causal t5 bf16",
                            "attention decode gqa f32", "attention decode gqa bf16"}));
 }
 
