@@ -596,7 +596,7 @@ bool BaichuanUsesRope(const Node& top) {
 
 // T5's relative buckets (T5Config: relative_attention_num_buckets 32, _max_distance 128).
 RelativeBiasScheme ReadRelativeBias(const Node& top, const std::string& model_type) {
-  RelativeBiasScheme scheme{.model_type = model_type};
+  RelativeBiasScheme scheme{.model_type = model_type, .notes = {}};
   scheme.num_heads = RequiredInt(top, "num_heads", 1, kMaxHeads);
   const std::optional<int64_t> buckets =
       OptionalInt(top, "relative_attention_num_buckets", 0, int64_t{1} << 20);

@@ -414,7 +414,8 @@ AttentionOptions LayerAttentionOptions(const ModelPositions& model, int64_t laye
         .buckets = {.num_buckets = t5->num_buckets,
                     .max_distance = t5->max_distance,
                     .bidirectional = !described.causal},
-        .num_heads = t5->num_heads};
+        .num_heads = t5->num_heads,
+        .table = {}};
   }
   return options;
 }
