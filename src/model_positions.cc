@@ -215,10 +215,12 @@ std::vector<LayerPositions> ReadRelativeBiasLayers(const RelativeBiasScheme& t5)
   std::vector<LayerPositions> layers;
   for (int64_t i = 0; i < t5.encoder_layers + t5.decoder_layers; ++i) {
     const bool encoder = i < t5.encoder_layers;
-    layers.push_back({.index = i,
-                      .scheme = LayerScheme::kRelativeBias,
-                      .layer_type = encoder ? "encoder" : "decoder",
-                      .causal = !encoder});
+    LayerPositions layer;
+    layer.index = i;
+    layer.scheme = LayerScheme::kRelativeBias;
+    layer.layer_type = encoder ? "encoder" : "decoder";
+    layer.causal = !encoder;
+    layers.push_back(std::move(layer));
   }
   return layers;
 }
@@ -254,7 +256,11 @@ std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model
   layers.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const std::string& type = types[static_cast<size_t>(i)];
-    LayerPositions layer{.index = i, .scheme = base, .layer_type = type, .causal = !encoder};
+    LayerPositions layer;
+    layer.index = i;
+    layer.scheme = base;
+    layer.layer_type = type;
+    layer.causal = !encoder;
     if (type == "mamba" || type == "mlp" || type == "moe") {
       layer.scheme = LayerScheme::kNone;
     } else if (type == "attention") {  // Nemotron-H, Jamba: attention with no positions
