@@ -182,7 +182,8 @@ TEST(ModelPositionsGolden, ModernBertGlobalEveryThirdLayer) {
   ExpectFrequenciesMatchGolden(name, "real/" + name + ".json");
   ExpectRotationMatchesGolden(name, "real/" + name + ".json", 0);
   const ModelPositions model = LoadModelPositions(ConfigsDir() + "real/" + name + ".json");
-  for (const Json& expected : Golden(name)["layers"]) {
+  const Json golden = Golden(name);  // the loop must not range over a temporary's member
+  for (const Json& expected : golden["layers"]) {
     const LayerPositions& layer = model.layers[expected["layer"].get<size_t>()];
     EXPECT_FALSE(layer.causal);
     if (!expected["window_left"].is_null()) {
@@ -254,7 +255,8 @@ TEST(ModelPositions, T5EncoderBidirectionalDecoderCausal) {
   EXPECT_EQ(encoder.scale, 1.0);
   EXPECT_FALSE(LayerAttentionOptions(model, 6).relative_bias->buckets.bidirectional);
   // Each (query, key) pair of the reference's table, through the description's buckets.
-  for (const Json& pair : Golden("t5-buckets-32-128")["pairs"]) {
+  const Json golden = Golden("t5-buckets-32-128");  // not a temporary's member: it would die
+  for (const Json& pair : golden["pairs"]) {
     const int64_t relative = pair["key_pos"].get<int64_t>() - pair["query_pos"].get<int64_t>();
     EXPECT_EQ(RelativePositionBucket(encoder.relative_bias->buckets, relative),
               pair["bidirectional"].get<int64_t>())
