@@ -385,6 +385,74 @@ ModelPositions LoadModelPositions(const std::filesystem::path& path) {
   }
 }
 
+const RopeLayerScheme& RopeLayerAt(const ModelPositions& model, int64_t index,
+                                   std::string_view function, std::string_view parameter) {
+  const RopeScheme& rope = std::get<RopeScheme>(model.scheme);
+  const auto count = static_cast<int64_t>(model.layers.size());
+  Require(count > 0, function, parameter,
+          "be a layer type: this config gives no layer count (num_hidden_layers), so its layers "
+          "have no index",
+          index);
+  Require(index >= 0 && index < count, function, parameter,
+          "be a layer index in [0, " + std::to_string(count) + ") or a layer type", index);
+  const LayerPositions& chosen = model.layers[static_cast<size_t>(index)];
+  if (chosen.scheme != LayerScheme::kRope || chosen.rope_layer < 0) {
+    throw Error(ErrorMessage(function, parameter,
+                             "pick a RoPE layer (layer " + std::to_string(index) + " is " +
+                                 std::string(LayerSchemeName(chosen.scheme)) +
+                                 (chosen.layer_type.empty() ? "" : ", " + chosen.layer_type) +
+                                 ": it does not rotate q and k)",
+                             index));
+  }
+  return rope.layers[static_cast<size_t>(chosen.rope_layer)];
+}
+
+const RopeLayerScheme& RopeLayerOfType(const ModelPositions& model, std::string_view layer_type,
+                                       std::string_view function, std::string_view parameter) {
+  const RopeScheme& rope = std::get<RopeScheme>(model.scheme);
+  std::vector<std::string> known;  // RoPE layer types, for the message
+  const auto add_known = [&known](const std::string& type) {
+    if (!type.empty() && std::find(known.begin(), known.end(), type) == known.end()) {
+      known.push_back(type);
+    }
+  };
+  for (const RopeLayerScheme& candidate : rope.layers) {
+    if (!candidate.layer_type.empty() && candidate.layer_type == layer_type) return candidate;
+    add_known(candidate.layer_type);
+  }
+  // A type of the layers rather than of rope_parameters (Llama 4: chunked_attention).
+  bool without_rope = false;
+  for (const LayerPositions& candidate : model.layers) {
+    if (candidate.scheme == LayerScheme::kRope) add_known(candidate.layer_type);
+    if (candidate.layer_type != layer_type) continue;
+    if (candidate.scheme == LayerScheme::kRope && candidate.rope_layer >= 0) {
+      return rope.layers[static_cast<size_t>(candidate.rope_layer)];
+    }
+    without_rope = true;
+  }
+  std::string names;
+  for (const std::string& name : known) names += (names.empty() ? "" : ", ") + name;
+  if (without_rope) {
+    throw Error(ErrorMessage(function, parameter,
+                             "name a type of RoPE layers (the " + std::string(layer_type) +
+                                 " layers do not rotate q and k)" +
+                                 (names.empty() ? "" : "; RoPE layer types: " + names),
+                             layer_type));
+  }
+  if (names.empty()) {
+    throw Error(ErrorMessage(function, parameter,
+                             std::string(model.layers.empty() ? "be left out"
+                                                              : "be left out or be a layer index") +
+                                 ": this config has one RoPE setting for every layer (no "
+                                 "layer_types)",
+                             layer_type));
+  }
+  throw Error(ErrorMessage(function, parameter,
+                           "be a layer index or one of the config's RoPE layer types (" + names +
+                               ")",
+                           layer_type));
+}
+
 AttentionOptions LayerAttentionOptions(const ModelPositions& model, int64_t layer,
                                        const RopeFrequencyOptions& frequencies) {
   constexpr const char* kFn = "layer_attention_options";

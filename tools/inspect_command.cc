@@ -13,12 +13,12 @@
 
 #include "commands.h"
 #include "demo/plot.h"
-#include "model_report.h"
 #include "model_rope.h"
 #include "posenc/alibi.h"
 #include "posenc/error.h"
 #include "posenc/hf_config.h"
 #include "posenc/model_positions.h"
+#include "posenc/model_report.h"
 #include "posenc/positions.h"
 #include "printable.h"
 
@@ -152,7 +152,7 @@ RopeReport InspectRope(const ModelPositions& model, const ModelRopeOptions& opti
   const std::optional<int64_t> context = OriginalContext(scheme, layer);
 
   // The model-wide keys first (layers, notes, mrope_section, ...); the chosen layer's below.
-  Json out = ModelJson(model);
+  Json out = Json::parse(ModelPositionsJson(model));
   const std::optional<int64_t> index = options.LayerIndex();
   out["layer"] = index ? Json(*index) : Json(nullptr);
   out["rotary_offset"] = layer.rotary_offset;
@@ -164,7 +164,7 @@ RopeReport InspectRope(const ModelPositions& model, const ModelRopeOptions& opti
               {"head_dim", layer.head_dim},
               {"rotary_dim", layer.rotary_dim},
               {"rope_theta", layer.rope_theta},
-              {"layout", LayoutName(scheme.layout)},
+              {"layout", std::string(RopeLayoutName(scheme.layout))},
               {"num_attention_heads", scheme.num_attention_heads},
               {"num_key_value_heads", scheme.num_key_value_heads},
               {"precision", options.precision},
@@ -315,7 +315,7 @@ void PrintLayers(const ModelPositions& model) {
     return;
   }
   std::cout << "\nper layer\n";
-  for (const std::string& line : lines) std::cout << "  " << line << "\n";
+  for (const std::string& line : lines) std::cout << "  " << Printable(line) << "\n";
 }
 
 // The chart is written as <folder>/<stem>.png beside .svg and .gp: the name must say so.
@@ -380,7 +380,7 @@ void AddInspectCommand(CLI::App& app) {
       }
       out = std::move(report.json);
     } else {
-      out = ModelJson(model);
+      out = Json::parse(ModelPositionsJson(model));
       RequireNoChart(options->chart, out["scheme"].get<std::string>());
       Require(options->model.layer.empty(), "inspect", "--layer",
               "be left out for this config (only RoPE configs have layers to choose from)",

@@ -42,74 +42,11 @@ std::optional<int64_t> ModelRopeOptions::LayerIndex() const {
 }
 
 const RopeLayerScheme& ModelRopeOptions::Layer(const ModelPositions& model) const {
-  const RopeScheme& scheme = std::get<RopeScheme>(model.scheme);
-  if (layer.empty()) return scheme.layers.front();
-  const auto count = static_cast<int64_t>(model.layers.size());
+  if (layer.empty()) return std::get<RopeScheme>(model.scheme).layers.front();
   if (const std::optional<int64_t> index = LayerIndex()) {
-    if (count == 0) {
-      throw Error(ErrorMessage("cli", "--layer",
-                               "be a layer type: this config gives no layer count "
-                               "(num_hidden_layers), so its layers have no index",
-                               layer));
-    }
-    if (*index >= count) {
-      throw Error(ErrorMessage("cli", "--layer",
-                               "be a layer index in [0, " + std::to_string(count) +
-                                   ") or a layer type",
-                               layer));
-    }
-    const LayerPositions& chosen = model.layers[static_cast<size_t>(*index)];
-    if (chosen.scheme != LayerScheme::kRope || chosen.rope_layer < 0) {
-      throw Error(ErrorMessage(
-          "cli", "--layer",
-          "pick a RoPE layer (layer " + layer + " is " +
-              std::string(LayerSchemeName(chosen.scheme)) +
-              (chosen.layer_type.empty() ? "" : ", " + chosen.layer_type) +
-              ": it does not rotate q and k)",
-          layer));
-    }
-    return scheme.layers[static_cast<size_t>(chosen.rope_layer)];
+    return RopeLayerAt(model, *index, "cli", "--layer");
   }
-  std::string known;
-  const auto add_known = [&known](const std::string& type) {
-    if (type.empty() || (", " + known + ", ").find(", " + type + ", ") != std::string::npos) {
-      return;
-    }
-    known += (known.empty() ? "" : ", ") + type;
-  };
-  for (const RopeLayerScheme& candidate : scheme.layers) {
-    if (!candidate.layer_type.empty() && candidate.layer_type == layer) return candidate;
-    add_known(candidate.layer_type);
-  }
-  // A type of the layers rather than of rope_parameters (Llama 4: chunked_attention).
-  bool without_rope = false;
-  for (const LayerPositions& candidate : model.layers) {
-    if (candidate.scheme == LayerScheme::kRope) add_known(candidate.layer_type);
-    if (candidate.layer_type != layer) continue;
-    if (candidate.scheme == LayerScheme::kRope && candidate.rope_layer >= 0) {
-      return scheme.layers[static_cast<size_t>(candidate.rope_layer)];
-    }
-    without_rope = true;
-  }
-  if (without_rope) {
-    throw Error(ErrorMessage("cli", "--layer",
-                             "name a type of RoPE layers (the " + layer +
-                                 " layers do not rotate q and k)" +
-                                 (known.empty() ? "" : "; RoPE layer types: " + known),
-                             layer));
-  }
-  if (known.empty()) {
-    throw Error(ErrorMessage("cli", "--layer",
-                             std::string(count > 0 ? "be left out or be a layer index"
-                                                   : "be left out") +
-                                 ": this config has one RoPE setting for every layer (no "
-                                 "layer_types)",
-                             layer));
-  }
-  throw Error(ErrorMessage("cli", "--layer",
-                           "be a layer index or one of the config's RoPE layer types (" + known +
-                               ")",
-                           layer));
+  return RopeLayerOfType(model, layer, "cli", "--layer");
 }
 
 }  // namespace posenc::cli

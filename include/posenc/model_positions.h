@@ -75,6 +75,16 @@ ModelPositions DescribeModel(std::string_view json_text);
 // Reads and parses a file, with LoadHfConfig's limits.
 ModelPositions LoadModelPositions(const std::filesystem::path& path);
 
+// The RoPE parameters of one layer, as the front ends choose it (posenc inspect --layer,
+// rope_from_hf_config(layer=...)): by index, or by layer type (a key of rope_parameters such as
+// "sliding_attention", or a type of the layers such as Llama 4's "chunked_attention"). Throws
+// posenc::Error naming `function` and `parameter` when the config gives no layer count, the
+// index is out of range, the layer does not rotate q and k, or no RoPE layer has the type.
+const RopeLayerScheme& RopeLayerAt(const ModelPositions& model, int64_t index,
+                                   std::string_view function, std::string_view parameter);
+const RopeLayerScheme& RopeLayerOfType(const ModelPositions& model, std::string_view layer_type,
+                                       std::string_view function, std::string_view parameter);
+
 // The attention options that run layer `layer` as the model does: causal, RoPE (for kRope
 // layers, with frequency options), ALiBi slopes, sliding window, chunk size and query scale. A
 // kRelativeBias layer gets relative_bias with its buckets and heads but no table: the table is

@@ -165,55 +165,11 @@ class LayerPositions:
             and self.to_dict() == other.to_dict()
         )
 
-    def describe(self):
-        """One line without the index: "rope theta 500000, chunks of 8192"."""
-        words = [self.scheme]
-        if self.rope_theta is not None:
-            if self.rope_type not in (None, "default"):
-                words[0] += f" {self.rope_type}"
-            theta = f"{self.rope_theta:g}".replace("e+0", "e").replace("e+", "e")
-            words[0] += f" theta {theta}"
-        if self.sliding_window is not None:
-            words.append(
-                f"window {self.sliding_window}"
-                + (" both ways" if self.symmetric_window else "")
-            )
-        if self.attention_chunk_size is not None:
-            words.append(f"chunks of {self.attention_chunk_size}")
-        if self.query_scale is not None:
-            q = self.query_scale
-            p = f"(p + {q['offset']})" if q["offset"] else "p"
-            words.append(
-                f"query scale 1 + {q['beta']:g} ln(1 + floor({p} / "
-                f"{q['floor_scale']:g}))"
-            )
-        if self.scheme != "none" and not self.causal:
-            words.append("bidirectional")
-        text = ", ".join(words)
-        if self.layer_type is not None:
-            text += f" [{self.layer_type}]"
-        return text
-
     def __repr__(self):
         fields = ", ".join(
             f"{name}={getattr(self, name)!r}" for name in self._FIELDS
         )
         return f"LayerPositions({fields})"
-
-
-def _runs(indices):
-    """[0, 1, 2, 4, 5, 6, 8] -> "0-2, 4-6, 8"; more than four runs are
-    shortened to the first two and the last."""
-    runs = []
-    for i in indices:
-        if runs and runs[-1][1] == i - 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    text = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
-    if len(text) > 4:
-        text = text[:2] + ["...", text[-1]]
-    return ", ".join(text)
 
 
 class ModelPositions:
@@ -234,8 +190,9 @@ class ModelPositions:
     2); alibi ``num_heads``, ``max_bias``. ``to_dict()`` gives all of it.
     """
 
-    def __init__(self, data):
+    def __init__(self, data, summary=()):
         self._data = dict(data)
+        self._summary = list(summary)
         self.layers = [LayerPositions(layer) for layer in data["layers"]]
         self._data["layers"] = self.layers
 
@@ -257,19 +214,10 @@ class ModelPositions:
         return out
 
     def summary(self):
-        """The layers run-length coded: ["all 32 layers: rope theta 10000"]
-        or ["layers 0-2, 4-6, ..., 44-46 (36): ...", ...]."""
-        if not self.layers:
-            return []
-        groups = {}
-        for layer in self.layers:
-            groups.setdefault(layer.describe(), []).append(layer.index)
-        if len(groups) == 1:
-            return [f"all {len(self.layers)} layers: {next(iter(groups))}"]
-        return [
-            f"layer{'s' if len(ix) > 1 else ''} {_runs(ix)} ({len(ix)}): {d}"
-            for d, ix in groups.items()
-        ]
+        """The layers run-length coded, as ``posenc inspect`` prints them:
+        ["all 32 layers: RoPE theta 1e4 [full_attention]"] or
+        ["layers 0-2, 4-6, ..., 44-46 (36): ...", ...]."""
+        return list(self._summary)
 
     def __repr__(self):
         skip = {"layers", "notes", "layer_types", "config_prefix"}
@@ -305,11 +253,13 @@ def model_positions(config):
         model.layers[3].query_scale   # {"rule": "llama4_attn_temperature", ...}
         rope = posenc.rope_from_hf_config(config, layer=0)
     """
-    return ModelPositions(
-        _config_call(
-            config, _core.model_positions_text, _core.model_positions_file
-        )
+    text, summary = _config_call(
+        config, _core.model_positions_text, _core.model_positions_file
     )
+    data = json.loads(text)
+    if data.get("layout") == "half-split":
+        data["layout"] = "half_split"  # RopeLayout's spelling, as elsewhere in Python
+    return ModelPositions(data, summary)
 
 
 __all__ = [

@@ -231,8 +231,8 @@ def test_llama4_nope_layers_scale_queries_as_the_reference():
         np.testing.assert_allclose(ours, q["temperature_scales"], atol=1e-6)
     text = repr(model)
     assert text.startswith("ModelPositions(scheme='rope', model_type=")
-    assert "layers 3, 7, ..., 47 (12): nope" in text
-    assert "layers 0-2, 4-6, ..., 44-46 (36): rope llama3 theta 500000" in text
+    assert "layers 3, 7, ..., 47 (12): NoPE" in text
+    assert "layers 0-2, 4-6, ..., 44-46 (36): RoPE llama3 theta 5e5" in text
 
 
 def test_model_positions_takes_a_path_a_json_string_or_a_dict():
@@ -443,5 +443,5 @@ def test_mrope_sections():
     assert model.mrope_section == [16, 24, 24]
     assert model.rotary_dim == 2 * sum(model.mrope_section)
     assert model.summary() == [
-        "all 28 layers: rope theta 1e6 [full_attention]"
+        "all 28 layers: RoPE theta 1e6 [full_attention]"
     ]
