@@ -12,25 +12,17 @@
 
 #include "posenc/alibi.h"
 #include "posenc/error.h"
+#include "test_support.h"
 
 namespace posenc {
 namespace {
 
 using Json = nlohmann::json;
 
-Json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << path;
-  return Json::parse(in);
-}
+using testing_support::ConfigPath;
+using testing_support::GoldenJson;
 
-Json HfRopeGolden(const std::string& name) {
-  return ReadJson(std::string(POSENC_GOLDEN_DIR) + "/hf_rope/" + name + ".json");
-}
-
-std::string ConfigPath(const std::string& name) {
-  return std::string(POSENC_GOLDEN_DIR) + "/../configs/" + name;
-}
+Json HfRopeGolden(const std::string& name) { return GoldenJson("hf_rope/" + name + ".json"); }
 
 RopeScheme AsRope(PositionScheme scheme) {
   EXPECT_TRUE(std::holds_alternative<RopeScheme>(scheme));
@@ -190,7 +182,7 @@ TEST(HfConfigGolden, DeepSeekSoftmaxScaleMultiplier) {
 
 // The apply golden files, end to end: config -> frequencies -> ApplyRope in both layouts.
 void ExpectApplyMatchesGolden(const std::string& apply_name, const Json& config) {
-  const Json g = ReadJson(std::string(POSENC_GOLDEN_DIR) + "/apply/" + apply_name + ".json");
+  const Json g = GoldenJson("apply/" + apply_name + ".json");
   const RopeScheme scheme = ParseRope(config);
   const auto positions = g["positions"].get<std::vector<int64_t>>();
   const auto hf_freq = g["inv_freq_hf_f32"].get<std::vector<double>>();
@@ -365,7 +357,7 @@ TEST(HfConfigRules, OriginalMaxPositionsTopLevelWinsThenDictThenM) {
 
 TEST(HfConfigRules, YarnFactorExplicitNullAndBetaFalsyDefaults) {
   // ref §4 and §10.4: Qwen2.5's snippet (M = L0 = 32768, factor 4) uses the explicit 4.
-  Json qwen = ReadJson(ConfigPath("qwen2.5-7b-instruct-yarn.json"));
+  Json qwen = testing_support::ReadJsonFile(ConfigPath("qwen2.5-7b-instruct-yarn.json"));
   const YarnScaling yarn = std::get<YarnScaling>(ParseRope(qwen).layers[0].scaling);
   EXPECT_EQ(yarn.factor, 4.0);
   EXPECT_EQ(yarn.beta_fast, 32.0);
@@ -412,7 +404,7 @@ TEST(HfConfigRules, NestedTruncateIsIgnoredLikeHuggingFace) {
 
 TEST(HfConfigRules, PerLayerLongRopeComputesTheLongFactorsEveryTime) {
   // ref §10.2: HF raises UnboundLocalError on the second long batch; here it is a pure function.
-  Json phi3 = ReadJson(ConfigPath("phi3-128k-longrope.json"));
+  Json phi3 = testing_support::ReadJsonFile(ConfigPath("phi3-128k-longrope.json"));
   Json layer = phi3["rope_scaling"];
   phi3.erase("rope_scaling");
   phi3["rope_parameters"] = {{"full_attention", layer}};
@@ -437,14 +429,14 @@ TEST(HfConfigRules, LegacySuIsLongRopeWithTopLevelL0) {
     EXPECT_LE(std::abs(ours.inv_freq[i] - hf[i]), Float32Ulp(hf[i])) << i;
   }
   // In a phi3 config, "yarn" is the other legacy name.
-  Json config = ReadJson(ConfigPath("phi3-128k-longrope.json"));
+  Json config = testing_support::ReadJsonFile(ConfigPath("phi3-128k-longrope.json"));
   config["rope_scaling"]["type"] = "yarn";
   EXPECT_EQ(RopeTypeName(ParseRope(config).layers[0].scaling), "longrope");
 }
 
 TEST(HfConfigRules, DynamicUsesMNotL0AndIsTheDefaultAtExactlyM) {
   // ref §3 (b), §10.5, §10.11.
-  Json config = ReadJson(ConfigPath("nomic-embed-text-v1.5-dynamic.json"));
+  Json config = testing_support::ReadJsonFile(ConfigPath("nomic-embed-text-v1.5-dynamic.json"));
   config["rope_scaling"]["original_max_position_embeddings"] = 512;
   const RopeScheme scheme = ParseRope(config);
   EXPECT_EQ(std::get<DynamicNtkScaling>(scheme.layers[0].scaling).max_positions, 2048);
@@ -474,7 +466,7 @@ TEST(HfConfigRules, NullHeadDimFallsBackForEveryType) {
 
 TEST(HfConfigRules, MptAlibiBiasMaxIsReadAndHuggingFacesIgnoringNoted) {
   // ref §8, §10.10.
-  Json mpt = ReadJson(ConfigPath("mpt-7b.json"));
+  Json mpt = testing_support::ReadJsonFile(ConfigPath("mpt-7b.json"));
   mpt["attn_config"]["alibi_bias_max"] = 16;
   const auto scheme = std::get<AlibiScheme>(ParseHfConfig(mpt.dump()));
   EXPECT_EQ(scheme.max_bias, 16.0);
@@ -555,15 +547,15 @@ TEST(HfConfigErrors, WrongTypesNameTheKey) {
                   {"high_freq_factor", 1.0}});
   ExpectError(config.dump(), "[hf_config] rope_scaling.high_freq_factor must be a number >= "
                              "low_freq_factor (4) (required by rope_type \"llama3\"), got 1.0");
-  config = ReadJson(ConfigPath("phi3-128k-longrope.json"));
+  config = testing_support::ReadJsonFile(ConfigPath("phi3-128k-longrope.json"));
   config["rope_scaling"]["short_factor"].erase(0);
   ExpectErrorContaining(config.dump(), "[hf_config] rope_scaling.short_factor must be a list of "
                                        "rotary_dim / 2 = 48 numbers > 0");
-  config = ReadJson(ConfigPath("phi3-128k-longrope.json"));
+  config = testing_support::ReadJsonFile(ConfigPath("phi3-128k-longrope.json"));
   config["rope_scaling"]["long_factor"][3] = -1;
   ExpectError(config.dump(), "[hf_config] rope_scaling.long_factor[3] must be a number > 0, "
                              "got -1");
-  config = ReadJson(ConfigPath("gpt2.json"));
+  config = testing_support::ReadJsonFile(ConfigPath("gpt2.json"));
   config.erase("n_positions");
   ExpectError(config.dump(), "[hf_config] n_positions must be an integer in [1, "
                              "9007199254740992], got nothing (the key is missing)");

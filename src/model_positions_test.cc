@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -15,32 +14,23 @@
 #include "posenc/error.h"
 #include "posenc/relative_bias.h"
 #include "posenc/rope.h"
+#include "test_support.h"
 
 namespace posenc {
 namespace {
 
 using Json = nlohmann::json;
 
-Json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << path;
-  return Json::parse(in);
-}
+using testing_support::ConfigPath;
 
-std::string ConfigsDir() { return std::string(POSENC_GOLDEN_DIR) + "/../configs/"; }
 Json Golden(const std::string& name) {
-  return ReadJson(std::string(POSENC_GOLDEN_DIR) + "/model_positions/" + name + ".json");
+  return testing_support::GoldenJson("model_positions/" + name + ".json");
 }
 
 ModelPositions Describe(const Json& config) { return DescribeModel(config.dump()); }
 
 void ExpectError(const Json& config, const std::string& message) {
-  try {
-    DescribeModel(config.dump());
-    ADD_FAILURE() << "no error; expected: " << message;
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
+  testing_support::ExpectError([&] { DescribeModel(config.dump()); }, message);
 }
 
 const RopeScheme& RopeOf(const ModelPositions& model) { return std::get<RopeScheme>(model.scheme); }
@@ -49,7 +39,7 @@ const RopeScheme& RopeOf(const ModelPositions& model) { return std::get<RopeSche
 void ExpectLayersMatchGolden(const std::string& name, const std::string& config_file) {
   SCOPED_TRACE(name);
   const Json golden = Golden(name);
-  const ModelPositions model = LoadModelPositions(ConfigsDir() + config_file);
+  const ModelPositions model = LoadModelPositions(ConfigPath(config_file));
   ASSERT_EQ(model.layers.size(), golden["num_hidden_layers"].get<size_t>());
   for (const Json& expected : golden["layers"]) {
     const LayerPositions& layer = model.layers[expected["layer"].get<size_t>()];
@@ -76,7 +66,7 @@ void ExpectLayersMatchGolden(const std::string& name, const std::string& config_
 void ExpectFrequenciesMatchGolden(const std::string& name, const std::string& config_file) {
   SCOPED_TRACE(name);
   const Json golden = Golden(name);
-  const ModelPositions model = LoadModelPositions(ConfigsDir() + config_file);
+  const ModelPositions model = LoadModelPositions(ConfigPath(config_file));
   for (const LayerPositions& layer : model.layers) {
     if (layer.scheme != LayerScheme::kRope) continue;
     const RopeLayerScheme& rope = RopeOf(model).layers[static_cast<size_t>(layer.rope_layer)];
@@ -101,7 +91,7 @@ void ExpectRotationMatchesGolden(const std::string& name, const std::string& con
                                  int64_t (*stored)(int64_t feature, const Rope& rope) = nullptr) {
   SCOPED_TRACE(name);
   const Json golden = Golden(name)["layout"];
-  const ModelPositions model = LoadModelPositions(ConfigsDir() + config_file);
+  const ModelPositions model = LoadModelPositions(ConfigPath(config_file));
   const RopeScheme& scheme = RopeOf(model);
   const int rope_layer =
       model.layers.empty() ? 0 : model.layers[static_cast<size_t>(layer_index)].rope_layer;
@@ -140,7 +130,7 @@ TEST(ModelPositionsGolden, Llama4ScoutNopeEveryFourthLayerChunkedRopeLayers) {
   ExpectLayersMatchGolden("llama4-scout-17b-16e", "real/llama4-scout-17b-16e.json");
   ExpectFrequenciesMatchGolden("llama4-scout-17b-16e", "real/llama4-scout-17b-16e.json");
   ExpectRotationMatchesGolden("llama4-scout-17b-16e", "real/llama4-scout-17b-16e.json", 0);
-  const ModelPositions model = LoadModelPositions(ConfigsDir() + "real/llama4-scout-17b-16e.json");
+  const ModelPositions model = LoadModelPositions(ConfigPath("real/llama4-scout-17b-16e.json"));
   EXPECT_EQ(model.config_prefix, "text_config.");
   EXPECT_EQ(model.MainScheme(), LayerScheme::kRope);
   EXPECT_EQ(RopeOf(model).layout, RopeLayout::kInterleaved);
@@ -168,7 +158,7 @@ TEST(ModelPositionsGolden, EmbeddingGemmaLocalGlobalBidirectional) {
   ExpectFrequenciesMatchGolden("gemma3_text-embeddinggemma-300m",
                                "real/gemma3_text-embeddinggemma-300m.json");
   const ModelPositions model =
-      LoadModelPositions(ConfigsDir() + "real/gemma3_text-embeddinggemma-300m.json");
+      LoadModelPositions(ConfigPath("real/gemma3_text-embeddinggemma-300m.json"));
   EXPECT_FALSE(model.layers[0].causal);
   EXPECT_TRUE(model.layers[0].symmetric_window);
   EXPECT_DOUBLE_EQ(*RopeOf(model).softmax_scale,
@@ -181,7 +171,7 @@ TEST(ModelPositionsGolden, ModernBertGlobalEveryThirdLayer) {
   ExpectLayersMatchGolden(name, "real/" + name + ".json");
   ExpectFrequenciesMatchGolden(name, "real/" + name + ".json");
   ExpectRotationMatchesGolden(name, "real/" + name + ".json", 0);
-  const ModelPositions model = LoadModelPositions(ConfigsDir() + "real/" + name + ".json");
+  const ModelPositions model = LoadModelPositions(ConfigPath("real/" + name + ".json"));
   const Json golden = Golden(name);  // the loop must not range over a temporary's member
   for (const Json& expected : golden["layers"]) {
     const LayerPositions& layer = model.layers[expected["layer"].get<size_t>()];
@@ -198,7 +188,7 @@ TEST(ModelPositionsGolden, ChatGlmRotatesHalfTheHeadInterleaved) {
     ExpectLayersMatchGolden(name, "real/" + name + ".json");
     ExpectFrequenciesMatchGolden(name, "real/" + name + ".json");
     ExpectRotationMatchesGolden(name, "real/" + name + ".json", 0);
-    const ModelPositions model = LoadModelPositions(ConfigsDir() + "real/" + name + ".json");
+    const ModelPositions model = LoadModelPositions(ConfigPath("real/" + name + ".json"));
     EXPECT_EQ(RopeOf(model).num_key_value_heads,
               Golden(name)["heads"]["num_key_value_heads"].get<int64_t>());
   }
@@ -219,7 +209,7 @@ TEST(ModelPositionsGolden, DeepSeekV3RotatesTheLast64Of192) {
     return rope.rotary_offset + (k % 2 == 0 ? k / 2 : rope.rotary_dim / 2 + k / 2);
   };
   ExpectRotationMatchesGolden("deepseek-v3", "deepseek-v3.json", 0, deinterleaved);
-  const ModelPositions model = LoadModelPositions(ConfigsDir() + "deepseek-v3.json");
+  const ModelPositions model = LoadModelPositions(ConfigPath("deepseek-v3.json"));
   const RopeLayerScheme& layer = RopeOf(model).layers[0];
   EXPECT_EQ(layer.head_dim, 192);
   EXPECT_EQ(layer.rotary_dim, 64);
@@ -372,7 +362,7 @@ TEST(ModelPositions, FalconAndBaichuanOldNames) {
 }
 
 TEST(ModelPositions, LayerAttentionOptionsRunEachLayerAsDescribed) {
-  const ModelPositions model = LoadModelPositions(ConfigsDir() + "real/llama4-scout-17b-16e.json");
+  const ModelPositions model = LoadModelPositions(ConfigPath("real/llama4-scout-17b-16e.json"));
   const AttentionOptions rope_layer = LayerAttentionOptions(model, 0);
   EXPECT_TRUE(rope_layer.rope.has_value());
   EXPECT_EQ(rope_layer.chunk_size, 8192);

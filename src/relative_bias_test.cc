@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -63,9 +62,8 @@ TEST(RelativePositionBucket, MatchesHuggingFaceGolden) {
       "t5_bidirectional",      "t5_causal",      "b64_d256_bidirectional", "b64_d256_causal",
       "b16_d64_bidirectional", "b16_d64_causal", "b8_d20_bidirectional",   "b8_d20_causal"};
   for (const std::string& name : files) {
-    std::ifstream in(std::string(POSENC_GOLDEN_DIR) + "/t5_buckets/" + name + ".json");
-    ASSERT_TRUE(in) << name;
-    const nlohmann::json golden = nlohmann::json::parse(in);
+    const nlohmann::json golden = testing_support::GoldenJson("t5_buckets/" + name + ".json");
+    ASSERT_TRUE(golden.is_object()) << name;
     const RelativeBuckets buckets =
         Make(golden["num_buckets"].get<int64_t>(), golden["max_distance"].get<int64_t>(),
              golden["bidirectional"].get<bool>());

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
 
@@ -21,6 +23,23 @@ void ExpectError(F&& call, const std::string& message) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), message);
   }
+}
+
+// A JSON file, parsed; a missing file fails the test (and parses as null).
+inline nlohmann::json ReadJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return in.good() ? nlohmann::json::parse(in) : nlohmann::json();
+}
+
+// A file of tests/golden/ ("model_positions/deepseek-v3.json"), parsed.
+inline nlohmann::json GoldenJson(const std::string& relative_path) {
+  return ReadJsonFile(std::string(POSENC_GOLDEN_DIR) + "/" + relative_path);
+}
+
+// The path of a config in tests/configs/ ("llama2-7b.json", "real/smollm3-3b-base.json").
+inline std::string ConfigPath(const std::string& name) {
+  return std::string(POSENC_GOLDEN_DIR) + "/../configs/" + name;
 }
 
 // A path private to this process and test, removed when the test ends, pass or fail.
