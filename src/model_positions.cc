@@ -195,9 +195,13 @@ int FindRopeLayer(const Node& top, const RopeScheme& rope, const std::string& la
   for (size_t k = 0; k < rope.layers.size(); ++k) {
     if (rope.layers[k].layer_type == layer_type) return static_cast<int>(k);
   }
+  std::string names;
+  for (const RopeLayerScheme& layer : rope.layers) {
+    names += (names.empty() ? "" : ", ") + layer.layer_type;
+  }
   const Json shown = layer_type;
   Fail(top.Key("layer_types[" + std::to_string(index) + "]"),
-       "name a layer type that rope_parameters has a dict for", &shown);
+       "name a layer type with RoPE parameters (" + names + ")", &shown);
 }
 
 LayerScheme BaseScheme(const PositionScheme& scheme) {

@@ -403,6 +403,13 @@ TEST(ModelPositionsErrors, BadLayerKeysNameTheKey) {
               "[hf_config] hybrid_override_pattern must be a string of num_hidden_layers = 3 "
               "characters M (Mamba), * (attention), - (MLP) or E (mixture of experts), got "
               "\"M*\"");
+  ExpectError({{"model_type", "gemma3"},
+               {"text_config",
+                {{"model_type", "gemma3_text"},
+                 {"num_hidden_layers", 2},
+                 {"layer_types", {"sliding_attention", "bogus"}}}}},
+              "[hf_config] text_config.layer_types[1] must name a layer type with RoPE parameters "
+              "(full_attention, sliding_attention), got \"bogus\"");
   ExpectError({{"model_type", "xlnet"}},
               "[hf_config] model_type must name a model whose position scheme posenc knows "
               "(docs/MODELS.md lists them); for another RoPE model, rope_theta (or "
