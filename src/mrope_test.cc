@@ -32,12 +32,12 @@ std::vector<float> Normal(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> v(n);
-  for (float &x : v)
-    x = normal(gen);
+  for (float &x : v) x = normal(gen);
   return v;
 }
 
-template <typename T> std::vector<T> Stored(const std::vector<float> &v) {
+template <typename T>
+std::vector<T> Stored(const std::vector<float> &v) {
   std::vector<T> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     if constexpr (std::is_same_v<T, double>)
@@ -52,22 +52,18 @@ template <typename T> std::vector<T> Stored(const std::vector<float> &v) {
 // text, as its get_rope_index numbers them: text 0..3, image (t, h, w) = (4, 4
 // + row, 4 + col), text from 7.
 struct Streams {
-  std::vector<int64_t> data; // [3, tokens]
+  std::vector<int64_t> data;  // [3, tokens]
   int64_t tokens;
-  PositionStreams View() const {
-    return PositionStreams::Dense(data.data(), 3, tokens);
-  }
+  PositionStreams View() const { return PositionStreams::Dense(data.data(), 3, tokens); }
 };
 Streams TextImageText() {
   std::vector<int64_t> t, h, w;
-  for (int64_t p = 0; p < 4; ++p)
-    t.push_back(p), h.push_back(p), w.push_back(p);
+  for (int64_t p = 0; p < 4; ++p) t.push_back(p), h.push_back(p), w.push_back(p);
   for (int64_t row = 0; row < 2; ++row) {
     for (int64_t col = 0; col < 3; ++col)
       t.push_back(4), h.push_back(4 + row), w.push_back(4 + col);
   }
-  for (int64_t p = 7; p < 12; ++p)
-    t.push_back(p), h.push_back(p), w.push_back(p);
+  for (int64_t p = 7; p < 12; ++p) t.push_back(p), h.push_back(p), w.push_back(p);
   Streams s{t, static_cast<int64_t>(t.size())};
   s.data.insert(s.data.end(), h.begin(), h.end());
   s.data.insert(s.data.end(), w.begin(), w.end());
@@ -76,9 +72,8 @@ Streams TextImageText() {
 
 TEST(MRopeSections, BlocksGiveEachStreamItsRunOfPairs) {
   // Qwen2-VL-7B: head_dim 128, 64 pairs, [16, 24, 24].
-  const MRope m =
-      MRope::Sections(Rope::Default(128, 1e6), std::vector<int64_t>{16, 24, 24},
-                      MropeSections::kBlocks);
+  const MRope m = MRope::Sections(Rope::Default(128, 1e6), std::vector<int64_t>{16, 24, 24},
+                                  MropeSections::kBlocks);
   ASSERT_EQ(m.pair_stream.size(), 64u);
   EXPECT_EQ(m.num_streams, 3);
   for (int64_t i = 0; i < 64; ++i) {
@@ -89,17 +84,13 @@ TEST(MRopeSections, BlocksGiveEachStreamItsRunOfPairs) {
 TEST(MRopeSections, InterleavedTakesTurnsThenTimeKeepsTheRest) {
   // Qwen3-VL: [24, 20, 20] of 64 pairs: t h w repeated 20 times (pairs 0-59),
   // then t t t t.
-  const MRope m =
-      MRope::Sections(Rope::Default(128, 5e6), std::vector<int64_t>{24, 20, 20},
-                      MropeSections::kInterleaved);
-  for (int64_t i = 0; i < 60; ++i)
-    EXPECT_EQ(m.pair_stream[i], i % 3) << i;
-  for (int64_t i = 60; i < 64; ++i)
-    EXPECT_EQ(m.pair_stream[i], 0) << i;
+  const MRope m = MRope::Sections(Rope::Default(128, 5e6), std::vector<int64_t>{24, 20, 20},
+                                  MropeSections::kInterleaved);
+  for (int64_t i = 0; i < 60; ++i) EXPECT_EQ(m.pair_stream[i], i % 3) << i;
+  for (int64_t i = 60; i < 64; ++i) EXPECT_EQ(m.pair_stream[i], 0) << i;
   // A small case by hand: [2, 1, 1] of 4 pairs is t h w t.
   const MRope small =
-      MRope::Sections(Rope::Default(8), std::vector<int64_t>{2, 1, 1},
-                      MropeSections::kInterleaved);
+      MRope::Sections(Rope::Default(8), std::vector<int64_t>{2, 1, 1}, MropeSections::kInterleaved);
   EXPECT_EQ(small.pair_stream, (std::vector<int64_t>{0, 1, 2, 0}));
 }
 
@@ -120,10 +111,8 @@ TEST(MRopeVision, BuildersSplitTheFrequenciesBetweenRowAndColumn) {
   // columns f_1, f_3, ....
   const MRope p = MRope::Pixtral(64);
   for (int64_t j = 0; j < 16; ++j) {
-    EXPECT_DOUBLE_EQ(p.rope.inv_freq[j],
-                     std::pow(10000.0, -2.0 * (2 * j) / 64.0));
-    EXPECT_DOUBLE_EQ(p.rope.inv_freq[16 + j],
-                     std::pow(10000.0, -2.0 * (2 * j + 1) / 64.0));
+    EXPECT_DOUBLE_EQ(p.rope.inv_freq[j], std::pow(10000.0, -2.0 * (2 * j) / 64.0));
+    EXPECT_DOUBLE_EQ(p.rope.inv_freq[16 + j], std::pow(10000.0, -2.0 * (2 * j + 1) / 64.0));
   }
   // Llama 4 vision, head_dim 88: 44 interleaved pairs, 22 per stream at
   // 10000^(-2j/44).
@@ -143,18 +132,15 @@ void ExpectEqualStreamsAreOneD(MropeSections layout, RopeLayout pair_layout) {
   const int64_t tokens = 70, heads = 3, kv_heads = 2, head_dim = 96;
   Rope rope = Rope::Default(head_dim, 1e6, pair_layout, 80, 8);
   rope.attention_factor = 1.125;
-  const MRope m =
-      MRope::Sections(rope, std::vector<int64_t>{14, 13, 13}, layout);
+  const MRope m = MRope::Sections(rope, std::vector<int64_t>{14, 13, 13}, layout);
   std::vector<int64_t> pos(tokens);
   for (int64_t t = 0; t < tokens; ++t)
-    pos[t] = t < 50 ? 1000 + t : 5000000 + 7 * t; // runs + jumps
+    pos[t] = t < 50 ? 1000 + t : 5000000 + 7 * t;  // runs + jumps
   std::vector<int64_t> streams;
-  for (int s = 0; s < 3; ++s)
-    streams.insert(streams.end(), pos.begin(), pos.end());
+  for (int s = 0; s < 3; ++s) streams.insert(streams.end(), pos.begin(), pos.end());
   const std::vector<T> q0 = Stored<T>(Normal(tokens * heads * head_dim, 1));
   const std::vector<T> k0 = Stored<T>(Normal(tokens * kv_heads * head_dim, 2));
-  for (const RopeDirection dir :
-       {RopeDirection::kForward, RopeDirection::kInverse}) {
+  for (const RopeDirection dir : {RopeDirection::kForward, RopeDirection::kInverse}) {
     std::vector<T> q1 = q0, k1 = k0, q2 = q0, k2 = k0;
     ApplyRope(rope, pos, Heads<T>::Dense(q1.data(), tokens, heads, head_dim),
               Heads<T>::Dense(k1.data(), tokens, kv_heads, head_dim), dir);
@@ -168,10 +154,8 @@ void ExpectEqualStreamsAreOneD(MropeSections layout, RopeLayout pair_layout) {
 
 TEST(MRope, EqualStreamsGiveOneDRopeBitForBitOnEveryTarget) {
   ForEachSimdTarget([](int64_t) {
-    for (const MropeSections s :
-         {MropeSections::kBlocks, MropeSections::kInterleaved}) {
-      for (const RopeLayout l :
-           {RopeLayout::kHalfSplit, RopeLayout::kInterleaved}) {
+    for (const MropeSections s : {MropeSections::kBlocks, MropeSections::kInterleaved}) {
+      for (const RopeLayout l : {RopeLayout::kHalfSplit, RopeLayout::kInterleaved}) {
         ExpectEqualStreamsAreOneD<float>(s, l);
         ExpectEqualStreamsAreOneD<BFloat16>(s, l);
         ExpectEqualStreamsAreOneD<Float16>(s, l);
@@ -183,7 +167,8 @@ TEST(MRope, EqualStreamsGiveOneDRopeBitForBitOnEveryTarget) {
 
 // The kernel against the double reference: float32 rounding of cos, sin and two
 // FMAs relative to the pair's size (4 ulps), or one unit of the storage type.
-template <typename T> double Tolerance() {
+template <typename T>
+double Tolerance() {
   if constexpr (std::is_same_v<T, float>)
     return std::ldexp(1.0, -21);
   else if constexpr (std::is_same_v<T, BFloat16>)
@@ -193,23 +178,17 @@ template <typename T> double Tolerance() {
 }
 
 template <typename T>
-void ExpectKernelMatchesReference(int64_t head_dim, const MRope &m,
-                                  const Streams &streams) {
+void ExpectKernelMatchesReference(int64_t head_dim, const MRope &m, const Streams &streams) {
   const int64_t tokens = streams.tokens, heads = 2;
   const std::vector<T> x0 = Stored<T>(Normal(tokens * heads * head_dim, 7));
-  for (const RopeDirection dir :
-       {RopeDirection::kForward, RopeDirection::kInverse}) {
+  for (const RopeDirection dir : {RopeDirection::kForward, RopeDirection::kInverse}) {
     std::vector<T> got(x0.size()), want(x0.size());
-    const Heads<const T> in =
-        Heads<const T>::Dense(x0.data(), tokens, heads, head_dim);
-    ApplyMRope<T>(m, streams.View(), in,
-                  Heads<T>::Dense(got.data(), tokens, heads, head_dim), dir);
-    ApplyMRopeReference<T>(
-        m, streams.View(), in,
-        Heads<T>::Dense(want.data(), tokens, heads, head_dim), dir);
+    const Heads<const T> in = Heads<const T>::Dense(x0.data(), tokens, heads, head_dim);
+    ApplyMRope<T>(m, streams.View(), in, Heads<T>::Dense(got.data(), tokens, heads, head_dim), dir);
+    ApplyMRopeReference<T>(m, streams.View(), in,
+                           Heads<T>::Dense(want.data(), tokens, heads, head_dim), dir);
     for (size_t j = 0; j < x0.size(); ++j) {
-      const double bound =
-          Tolerance<T>() * (4.0 + std::abs(ToFloat(x0[j])) * 2);
+      const double bound = Tolerance<T>() * (4.0 + std::abs(ToFloat(x0[j])) * 2);
       ASSERT_NEAR(ToFloat(got[j]), ToFloat(want[j]), bound) << j;
     }
   }
@@ -217,24 +196,18 @@ void ExpectKernelMatchesReference(int64_t head_dim, const MRope &m,
 
 TEST(MRope, KernelMatchesTheDoubleReferenceOnEveryTarget) {
   Streams s = TextImageText();
-  for (int64_t &p : s.data)
-    p += 123456; // far from 0, where float32 angles would fail
+  for (int64_t &p : s.data) p += 123456;  // far from 0, where float32 angles would fail
   ForEachSimdTarget([&](int64_t) {
     // Pair counts around every vector width, blocks and interleaved, both pair
     // layouts.
     for (const int64_t pairs : {3, 8, 17, 33, 64}) {
-      const std::vector<int64_t> sections{pairs - 2 * (pairs / 3), pairs / 3,
-                                          pairs / 3};
-      for (const MropeSections layout :
-           {MropeSections::kBlocks, MropeSections::kInterleaved}) {
-        for (const RopeLayout pl :
-             {RopeLayout::kHalfSplit, RopeLayout::kInterleaved}) {
-          if (layout == MropeSections::kInterleaved &&
-              sections[0] != sections[1] + (pairs % 3))
-            continue; // only maps that interleaving gives
-          const MRope m = MRope::Sections(
-              Rope::Default(2 * pairs + 4, 1e6, pl, 2 * pairs, 3), sections,
-              layout);
+      const std::vector<int64_t> sections{pairs - 2 * (pairs / 3), pairs / 3, pairs / 3};
+      for (const MropeSections layout : {MropeSections::kBlocks, MropeSections::kInterleaved}) {
+        for (const RopeLayout pl : {RopeLayout::kHalfSplit, RopeLayout::kInterleaved}) {
+          if (layout == MropeSections::kInterleaved && sections[0] != sections[1] + (pairs % 3))
+            continue;  // only maps that interleaving gives
+          const MRope m = MRope::Sections(Rope::Default(2 * pairs + 4, 1e6, pl, 2 * pairs, 3),
+                                          sections, layout);
           ExpectKernelMatchesReference<float>(2 * pairs + 4, m, s);
           ExpectKernelMatchesReference<BFloat16>(2 * pairs + 4, m, s);
           ExpectKernelMatchesReference<Float16>(2 * pairs + 4, m, s);
@@ -250,11 +223,10 @@ TEST(MRope, StridedPositionsReadTheSameStreams) {
   const Streams s = TextImageText();
   std::vector<int64_t> token_major(s.data.size());
   for (int64_t t = 0; t < s.tokens; ++t) {
-    for (int64_t k = 0; k < 3; ++k)
-      token_major[t * 3 + k] = s.data[k * s.tokens + t];
+    for (int64_t k = 0; k < 3; ++k) token_major[t * 3 + k] = s.data[k * s.tokens + t];
   }
-  const MRope m = MRope::Sections(
-      Rope::Default(16), std::vector<int64_t>{2, 3, 3}, MropeSections::kBlocks);
+  const MRope m =
+      MRope::Sections(Rope::Default(16), std::vector<int64_t>{2, 3, 3}, MropeSections::kBlocks);
   std::vector<float> a = Normal(s.tokens * 16, 3), b = a;
   ApplyMRope(m, s.View(), Heads<float>::Dense(a.data(), s.tokens, 1, 16));
   ApplyMRope(m, PositionStreams{token_major.data(), 3, s.tokens, 1, 3},
@@ -266,9 +238,8 @@ TEST(MRope, StridedPositionsReadTheSameStreams) {
 // tokens by the same (dt, dh, dw) leaves the score, and the norm of each row is
 // kept (double storage: exact math).
 TEST(MRope, ScoresDependOnlyOnPerStreamDifferencesAndNormsAreKept) {
-  const MRope m =
-      MRope::Sections(Rope::Default(32, 1e4), std::vector<int64_t>{4, 6, 6},
-                      MropeSections::kBlocks);
+  const MRope m = MRope::Sections(Rope::Default(32, 1e4), std::vector<int64_t>{4, 6, 6},
+                                  MropeSections::kBlocks);
   const std::vector<float> qf = Normal(32, 11), kf = Normal(32, 12);
   auto score = [&](std::vector<int64_t> qpos, std::vector<int64_t> kpos) {
     std::vector<double> q(qf.begin(), qf.end()), k(kf.begin(), kf.end());
@@ -293,93 +264,67 @@ TEST(MRope, InverseUndoesForward) {
   const Streams s = TextImageText();
   const MRope m = MRope::QwenVision(16);
   std::vector<int64_t> rows_cols(s.data.begin() + s.tokens,
-                                 s.data.end()); // 2 streams
+                                 s.data.end());  // 2 streams
   const std::vector<float> x0 = Normal(s.tokens * 16, 5);
   std::vector<float> x = x0;
-  const PositionStreams p =
-      PositionStreams::Dense(rows_cols.data(), 2, s.tokens);
+  const PositionStreams p = PositionStreams::Dense(rows_cols.data(), 2, s.tokens);
   ApplyMRope(m, p, Heads<float>::Dense(x.data(), s.tokens, 1, 16));
-  ApplyMRope(m, p, Heads<float>::Dense(x.data(), s.tokens, 1, 16),
-             RopeDirection::kInverse);
-  for (size_t j = 0; j < x.size(); ++j)
-    EXPECT_NEAR(x[j], x0[j], 1e-6) << j;
+  ApplyMRope(m, p, Heads<float>::Dense(x.data(), s.tokens, 1, 16), RopeDirection::kInverse);
+  for (size_t j = 0; j < x.size(); ++j) EXPECT_NEAR(x[j], x0[j], 1e-6) << j;
 }
 
 TEST(MRopeErrors, BadSectionsAreRefusedWithTheRule) {
   const std::vector<int64_t> short_by_one{16, 24, 23};
-  ExpectError(
-      [&] {
-        MRope::Sections(Rope::Default(128), short_by_one,
-                        MropeSections::kBlocks);
-      },
-      "[mrope] sections must add up to the rotary pairs, rotary_dim / 2 = 64 "
-      "(they add "
-      "up to 63), got 63");
+  ExpectError([&] { MRope::Sections(Rope::Default(128), short_by_one, MropeSections::kBlocks); },
+              "[mrope] sections must add up to the rotary pairs, rotary_dim / 2 = 64 "
+              "(they add "
+              "up to 63), got 63");
   const std::vector<int64_t> zero{64, 0};
-  ExpectError(
-      [&] {
-        MRope::Sections(Rope::Default(128), zero, MropeSections::kBlocks);
-      },
-      "[mrope] sections[1] must be in [1, rotary_dim / 2 = 64], got 0");
+  ExpectError([&] { MRope::Sections(Rope::Default(128), zero, MropeSections::kBlocks); },
+              "[mrope] sections[1] must be in [1, rotary_dim / 2 = 64], got 0");
   const std::vector<int64_t> five{1, 1, 1, 1, 60};
-  ExpectError(
-      [&] {
-        MRope::Sections(Rope::Default(128), five, MropeSections::kBlocks);
-      },
-      "[mrope] sections.size() must be 1 to 4, got 5");
+  ExpectError([&] { MRope::Sections(Rope::Default(128), five, MropeSections::kBlocks); },
+              "[mrope] sections.size() must be 1 to 4, got 5");
   // Interleaving [16, 24, 24] would give stream 1 only pairs 1, 4, ..., 61: 21,
   // not 24.
   const std::vector<int64_t> qwen2{16, 24, 24};
-  ExpectError(
-      [&] {
-        MRope::Sections(Rope::Default(128), qwen2, MropeSections::kInterleaved);
-      },
-      "[mrope] sections[0] must equal the pairs that interleaving gives stream "
-      "0 (22): "
-      "taking turns, stream s > 0 keeps pairs s, s + n, ... below n * "
-      "sections[s], got "
-      "16");
+  ExpectError([&] { MRope::Sections(Rope::Default(128), qwen2, MropeSections::kInterleaved); },
+              "[mrope] sections[0] must equal the pairs that interleaving gives stream "
+              "0 (22): "
+              "taking turns, stream s > 0 keeps pairs s, s + n, ... below n * "
+              "sections[s], got "
+              "16");
   ExpectError([] { MRope::QwenVision(78); },
               "[mrope] QwenVision head_dim must be a multiple of 4 in [4, "
               "2^20], got 78");
 }
 
 TEST(MRopeErrors, BadPositionsLeaveTheBuffersUntouched) {
-  const MRope m = MRope::Sections(
-      Rope::Default(16), std::vector<int64_t>{2, 3, 3}, MropeSections::kBlocks);
+  const MRope m =
+      MRope::Sections(Rope::Default(16), std::vector<int64_t>{2, 3, 3}, MropeSections::kBlocks);
   const std::vector<float> q0 = Normal(4 * 16, 1), k0 = Normal(4 * 16, 2);
   std::vector<float> q = q0, k = k0;
-  auto qv = Heads<float>::Dense(q.data(), 4, 1, 16),
-       kv = Heads<float>::Dense(k.data(), 4, 1, 16);
+  auto qv = Heads<float>::Dense(q.data(), 4, 1, 16), kv = Heads<float>::Dense(k.data(), 4, 1, 16);
   std::vector<int64_t> pos(12, 3);
-  ExpectError(
-      [&] { ApplyMRope(m, PositionStreams::Dense(pos.data(), 2, 4), qv, kv); },
-      "[mrope] positions.num_streams must equal the rotation's streams (3), "
-      "got 2");
-  ExpectError(
-      [&] { ApplyMRope(m, PositionStreams::Dense(pos.data(), 3, 3), qv, kv); },
-      "[mrope] positions.tokens must equal the number of tokens (4), got 3");
-  pos[9] = -1; // stream 2, token 1
-  ExpectError(
-      [&] { ApplyMRope(m, PositionStreams::Dense(pos.data(), 3, 4), qv, kv); },
-      "[mrope] positions[2][1] must be >= 0, got -1");
+  ExpectError([&] { ApplyMRope(m, PositionStreams::Dense(pos.data(), 2, 4), qv, kv); },
+              "[mrope] positions.num_streams must equal the rotation's streams (3), "
+              "got 2");
+  ExpectError([&] { ApplyMRope(m, PositionStreams::Dense(pos.data(), 3, 3), qv, kv); },
+              "[mrope] positions.tokens must equal the number of tokens (4), got 3");
+  pos[9] = -1;  // stream 2, token 1
+  ExpectError([&] { ApplyMRope(m, PositionStreams::Dense(pos.data(), 3, 4), qv, kv); },
+              "[mrope] positions[2][1] must be >= 0, got -1");
   pos[9] = 3;
   auto wrong = Heads<float>::Dense(k.data(), 4, 1, 8);
-  ExpectError(
-      [&] {
-        ApplyMRope(m, PositionStreams::Dense(pos.data(), 3, 4), qv, wrong);
-      },
-      "[mrope] k.head_dim must equal rope.head_dim (16), got 8");
+  ExpectError([&] { ApplyMRope(m, PositionStreams::Dense(pos.data(), 3, 4), qv, wrong); },
+              "[mrope] k.head_dim must equal rope.head_dim (16), got 8");
   MRope broken = m;
   broken.pair_stream[5] = 3;
-  ExpectError(
-      [&] {
-        ApplyMRope(broken, PositionStreams::Dense(pos.data(), 3, 4), qv, kv);
-      },
-      "[mrope] pair_stream[5] must be in [0, num_streams = 3), got 3");
+  ExpectError([&] { ApplyMRope(broken, PositionStreams::Dense(pos.data(), 3, 4), qv, kv); },
+              "[mrope] pair_stream[5] must be in [0, num_streams = 3), got 3");
   EXPECT_EQ(q, q0);
   EXPECT_EQ(k, k0);
 }
 
-} // namespace
-} // namespace posenc
+}  // namespace
+}  // namespace posenc

@@ -1,5 +1,3 @@
-#include "posenc/rope.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +10,7 @@
 #include "float32_range.h"
 #include "posenc/error.h"
 #include "posenc/positions.h"
+#include "posenc/rope.h"
 #include "posenc/storage.h"
 #include "rope_call.h"
 #include "rope_kernels.h"
@@ -28,18 +27,15 @@ void ValidateDims(int64_t head_dim, int64_t rotary_dim, int64_t rotary_offset) {
   Require(head_dim > 0, kFn, "head_dim", "be positive", head_dim);
   Require(rotary_offset >= 0, kFn, "rotary_offset", "be >= 0", rotary_offset);
   Require(rotary_dim >= 2, kFn, "rotary_dim", "be >= 2", rotary_dim);
-  if (rotary_dim % 2 != 0 ||
-      rotary_dim > head_dim) { // the message only on failure
-    Require(false, kFn, "rotary_dim",
-            "be even and <= head_dim (" + std::to_string(head_dim) + ")",
+  if (rotary_dim % 2 != 0 || rotary_dim > head_dim) {  // the message only on failure
+    Require(false, kFn, "rotary_dim", "be even and <= head_dim (" + std::to_string(head_dim) + ")",
             rotary_dim);
   }
   // Subtracted, not added: rotary_offset + rotary_dim could overflow.
   if (rotary_offset > head_dim - rotary_dim) {
     Require(false, kFn, "rotary_offset",
             "be <= head_dim - rotary_dim (" + std::to_string(head_dim) + " - " +
-                std::to_string(rotary_dim) + " = " +
-                std::to_string(head_dim - rotary_dim) + ")",
+                std::to_string(rotary_dim) + " = " + std::to_string(head_dim - rotary_dim) + ")",
             rotary_offset);
   }
 }
@@ -56,59 +52,50 @@ void ValidatePositionsOf(const RopeCall &call, int64_t tokens) {
   if (call.mrope == nullptr) {
     ValidatePositions(call.function, call.positions, tokens);
   } else {
-    call.streams.Validate(call.function, "positions", call.mrope->num_streams,
-                          tokens);
+    call.streams.Validate(call.function, "positions", call.mrope->num_streams, tokens);
   }
 }
 
 // One view: well formed and rope.head_dim wide.
 template <typename T>
-void ValidateView(const RopeCall &call, const Heads<T> &view,
-                  std::string_view name) {
+void ValidateView(const RopeCall &call, const Heads<T> &view, std::string_view name) {
   view.Validate(call.function, name);
   if (view.head_dim != call.rope.head_dim) {
     Require(false, call.function, std::string(name) + ".head_dim",
-            "equal rope.head_dim (" + std::to_string(call.rope.head_dim) + ")",
-            view.head_dim);
+            "equal rope.head_dim (" + std::to_string(call.rope.head_dim) + ")", view.head_dim);
   }
 }
 
 // A view after the first: as many tokens as the first.
 template <typename T, typename U>
-void ValidateSameTokens(const RopeCall &call, const Heads<T> &first,
-                        const Heads<U> &view, std::string_view first_name,
-                        std::string_view name) {
-  if (view.tokens == first.tokens)
-    return;
+void ValidateSameTokens(const RopeCall &call, const Heads<T> &first, const Heads<U> &view,
+                        std::string_view first_name, std::string_view name) {
+  if (view.tokens == first.tokens) return;
   Require(false, call.function, std::string(name) + ".tokens",
-          "equal " + std::string(first_name) + ".tokens (" +
-              std::to_string(first.tokens) + ")",
+          "equal " + std::string(first_name) + ".tokens (" + std::to_string(first.tokens) + ")",
           view.tokens);
 }
 
 template <typename T>
-void ValidateSameHeads(const RopeCall &call, const Heads<const T> &in,
-                       const Heads<T> &out, std::string_view in_name,
-                       std::string_view out_name) {
-  if (out.num_heads == in.num_heads)
-    return;
+void ValidateSameHeads(const RopeCall &call, const Heads<const T> &in, const Heads<T> &out,
+                       std::string_view in_name, std::string_view out_name) {
+  if (out.num_heads == in.num_heads) return;
   Require(false, call.function, std::string(out_name) + ".num_heads",
-          "equal " + std::string(in_name) + ".num_heads (" +
-              std::to_string(in.num_heads) + ")",
+          "equal " + std::string(in_name) + ".num_heads (" + std::to_string(in.num_heads) + ")",
           out.num_heads);
 }
 
 template <typename A, typename B>
 void RequireDisjoint(const RopeCall &call, const Heads<A> &a, const Heads<B> &b,
                      std::string_view a_name, std::string_view b_name) {
-  if (!RowsOverlap(a, b))
-    return;
-  Require(false, call.function, a_name,
-          "not share memory with " + std::string(b_name), "overlapping views");
+  if (!RowsOverlap(a, b)) return;
+  Require(false, call.function, a_name, "not share memory with " + std::string(b_name),
+          "overlapping views");
 }
 
 // An (input, output) pair of views; the same memory when in place.
-template <typename T> struct InOut {
+template <typename T>
+struct InOut {
   Heads<const T> in;
   Heads<T> out;
 };
@@ -129,8 +116,8 @@ void RotateWithKernel(const RopeCall &call, RopeDirection direction,
   args.rotary_dim = rope.rotary_dim;
   args.inv_freq = rope.inv_freq.data();
   args.cos_scale = rope.attention_factor;
-  args.sin_scale = direction == RopeDirection::kInverse ? -rope.attention_factor
-                                                        : rope.attention_factor;
+  args.sin_scale =
+      direction == RopeDirection::kInverse ? -rope.attention_factor : rope.attention_factor;
   if (call.mrope == nullptr) {
     args.positions = call.positions.data();
   } else {
@@ -141,15 +128,12 @@ void RotateWithKernel(const RopeCall &call, RopeDirection direction,
     args.pair_stream = call.mrope->pair_stream.data();
   }
   for (const InOut<T> &v : views) {
-    if (v.in.Empty())
-      continue; // zero tokens or heads: nothing to rotate
-    args.tensors[args.num_tensors++] = {v.in.data,        v.out.data,
-                                        v.in.num_heads,   v.in.token_stride,
-                                        v.in.head_stride, v.out.token_stride,
+    if (v.in.Empty()) continue;  // zero tokens or heads: nothing to rotate
+    args.tensors[args.num_tensors++] = {v.in.data,         v.out.data,       v.in.num_heads,
+                                        v.in.token_stride, v.in.head_stride, v.out.token_stride,
                                         v.out.head_stride};
   }
-  if (args.num_tensors == 0)
-    return;
+  if (args.num_tensors == 0) return;
   internal::RopeKernel(args);
 }
 
@@ -160,8 +144,7 @@ void RotateInto(const RopeCall &call, RopeDirection direction,
     // float64 storage has no SIMD kernel: it is the reference itself, unrounded
     // (gradient checks in double need exactly that).
     for (const InOut<T> &v : views) {
-      if (!v.in.Empty())
-        internal::RopeCallReference<T>(call, v.in, v.out, direction);
+      if (!v.in.Empty()) internal::RopeCallReference<T>(call, v.in, v.out, direction);
     }
   } else {
     RotateWithKernel(call, direction, views);
@@ -171,13 +154,15 @@ void RotateInto(const RopeCall &call, RopeDirection direction,
 // Stored values to double and back: float64 storage keeps the double result;
 // float32, bfloat16 and float16 round it once to float and then to the storage
 // type.
-template <typename T> double Widen(T value) {
+template <typename T>
+double Widen(T value) {
   if constexpr (std::is_same_v<T, double>)
     return value;
   else
     return ToFloat(value);
 }
-template <typename T> T Narrow(double value) {
+template <typename T>
+T Narrow(double value) {
   if constexpr (std::is_same_v<T, double>)
     return value;
   else
@@ -186,19 +171,19 @@ template <typename T> T Narrow(double value) {
 
 // Position of pair i of token t.
 int64_t PairPosition(const RopeCall &call, int64_t t, int64_t i) {
-  if (call.mrope == nullptr)
-    return call.positions[t];
+  if (call.mrope == nullptr) return call.positions[t];
   return call.streams.At(call.mrope->pair_stream[i], t);
 }
 
-} // namespace
+}  // namespace
 
 namespace internal {
 
 // The checks of each form, shared by the rotating calls (which run them before
 // writing) and the Validate twins (which run only them), so the two cannot
 // disagree.
-template <typename T> void ValidateRopeCall(const RopeCall &call, Heads<T> x) {
+template <typename T>
+void ValidateRopeCall(const RopeCall &call, Heads<T> x) {
   ValidateRotation(call);
   ValidateView(call, x, "x");
   ValidatePositionsOf(call, x.tokens);
@@ -215,8 +200,7 @@ void ValidateRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k) {
 }
 
 template <typename T>
-void ValidateRopeCall(const RopeCall &call, Heads<const T> x_in,
-                      Heads<T> x_out) {
+void ValidateRopeCall(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out) {
   ValidateRotation(call);
   ValidateView(call, x_in, "x_in");
   ValidatePositionsOf(call, x_in.tokens);
@@ -256,8 +240,7 @@ void RunRopeCall(const RopeCall &call, Heads<T> x, RopeDirection direction) {
 }
 
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k,
-                 RopeDirection direction) {
+void RunRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k, RopeDirection direction) {
   ValidateRopeCall(call, q, k);
   RotateInto<T>(call, direction, {{q, q}, {k, k}});
 }
@@ -270,8 +253,8 @@ void RunRopeCall(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out,
 }
 
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out,
-                 Heads<const T> k_in, Heads<T> k_out, RopeDirection direction) {
+void RunRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out, Heads<const T> k_in,
+                 Heads<T> k_out, RopeDirection direction) {
   ValidateRopeCall(call, q_in, q_out, k_in, k_out);
   RotateInto<T>(call, direction, {{q_in, q_out}, {k_in, k_out}});
 }
@@ -280,12 +263,11 @@ void RunRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out,
 // rounded once to float and then to the storage type (the kernel's float32
 // arithmetic differs from it by float32 rounding, which the tests bound).
 template <typename T>
-void RopeCallReference(const RopeCall &call, Heads<const T> x_in,
-                       Heads<T> x_out, RopeDirection direction) {
+void RopeCallReference(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out,
+                       RopeDirection direction) {
   const Rope &rope = call.rope;
   const int64_t half = rope.rotary_dim / 2;
-  const int64_t begin = rope.rotary_offset,
-                end = rope.rotary_offset + rope.rotary_dim;
+  const int64_t begin = rope.rotary_offset, end = rope.rotary_offset + rope.rotary_dim;
   // Pair i is features (begin + i * step, begin + i * step + partner).
   const bool interleaved = rope.layout == RopeLayout::kInterleaved;
   const int64_t step = interleaved ? 2 : 1;
@@ -311,38 +293,32 @@ void RopeCallReference(const RopeCall &call, Heads<const T> x_in,
         out[j1] = Narrow<T>(x0 * table[i].sin + x1 * table[i].cos);
       }
       if (in != out) {
-        for (int64_t d = 0; d < begin; ++d)
-          out[d] = in[d];
-        for (int64_t d = end; d < x_in.head_dim; ++d)
-          out[d] = in[d];
+        for (int64_t d = 0; d < begin; ++d) out[d] = in[d];
+        for (int64_t d = end; d < x_in.head_dim; ++d) out[d] = in[d];
       }
     }
   }
 }
 
-#define POSENC_INSTANTIATE_ROPE_CALL(T)                                        \
-  template void ValidateRopeCall<T>(const RopeCall &, Heads<T>);               \
-  template void ValidateRopeCall<T>(const RopeCall &, Heads<T>, Heads<T>);     \
-  template void ValidateRopeCall<T>(const RopeCall &, Heads<const T>,          \
-                                    Heads<T>);                                 \
-  template void ValidateRopeCall<T>(const RopeCall &, Heads<const T>,          \
-                                    Heads<T>, Heads<const T>, Heads<T>);       \
-  template void RunRopeCall<T>(const RopeCall &, Heads<T>, RopeDirection);     \
-  template void RunRopeCall<T>(const RopeCall &, Heads<T>, Heads<T>,           \
-                               RopeDirection);                                 \
-  template void RunRopeCall<T>(const RopeCall &, Heads<const T>, Heads<T>,     \
-                               RopeDirection);                                 \
-  template void RunRopeCall<T>(const RopeCall &, Heads<const T>, Heads<T>,     \
-                               Heads<const T>, Heads<T>, RopeDirection);       \
-  template void RopeCallReference<T>(const RopeCall &, Heads<const T>,         \
-                                     Heads<T>, RopeDirection);
+#define POSENC_INSTANTIATE_ROPE_CALL(T)                                                         \
+  template void ValidateRopeCall<T>(const RopeCall &, Heads<T>);                                \
+  template void ValidateRopeCall<T>(const RopeCall &, Heads<T>, Heads<T>);                      \
+  template void ValidateRopeCall<T>(const RopeCall &, Heads<const T>, Heads<T>);                \
+  template void ValidateRopeCall<T>(const RopeCall &, Heads<const T>, Heads<T>, Heads<const T>, \
+                                    Heads<T>);                                                  \
+  template void RunRopeCall<T>(const RopeCall &, Heads<T>, RopeDirection);                      \
+  template void RunRopeCall<T>(const RopeCall &, Heads<T>, Heads<T>, RopeDirection);            \
+  template void RunRopeCall<T>(const RopeCall &, Heads<const T>, Heads<T>, RopeDirection);      \
+  template void RunRopeCall<T>(const RopeCall &, Heads<const T>, Heads<T>, Heads<const T>,      \
+                               Heads<T>, RopeDirection);                                        \
+  template void RopeCallReference<T>(const RopeCall &, Heads<const T>, Heads<T>, RopeDirection);
 POSENC_INSTANTIATE_ROPE_CALL(float)
 POSENC_INSTANTIATE_ROPE_CALL(BFloat16)
 POSENC_INSTANTIATE_ROPE_CALL(Float16)
 POSENC_INSTANTIATE_ROPE_CALL(double)
 #undef POSENC_INSTANTIATE_ROPE_CALL
 
-} // namespace internal
+}  // namespace internal
 
 namespace {
 
@@ -351,75 +327,64 @@ RopeCall OneStream(const Rope &rope, std::span<const int64_t> positions) {
 }
 
 template <typename T>
-void RopeInPlace(const Rope &rope, std::span<const int64_t> positions,
-                 Heads<T> x, RopeDirection direction) {
+void RopeInPlace(const Rope &rope, std::span<const int64_t> positions, Heads<T> x,
+                 RopeDirection direction) {
   internal::RunRopeCall<T>(OneStream(rope, positions), x, direction);
 }
 template <typename T>
-void RopeInPlace(const Rope &rope, std::span<const int64_t> positions,
-                 Heads<T> q, Heads<T> k, RopeDirection direction) {
+void RopeInPlace(const Rope &rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k,
+                 RopeDirection direction) {
   internal::RunRopeCall<T>(OneStream(rope, positions), q, k, direction);
 }
 template <typename T>
-void RopeOutOfPlace(const Rope &rope, std::span<const int64_t> positions,
-                    Heads<const T> x_in, Heads<T> x_out,
-                    RopeDirection direction) {
+void RopeOutOfPlace(const Rope &rope, std::span<const int64_t> positions, Heads<const T> x_in,
+                    Heads<T> x_out, RopeDirection direction) {
   internal::RunRopeCall<T>(OneStream(rope, positions), x_in, x_out, direction);
 }
 template <typename T>
-void RopeOutOfPlace(const Rope &rope, std::span<const int64_t> positions,
-                    Heads<const T> q_in, Heads<T> q_out, Heads<const T> k_in,
-                    Heads<T> k_out, RopeDirection direction) {
-  internal::RunRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out,
-                           direction);
+void RopeOutOfPlace(const Rope &rope, std::span<const int64_t> positions, Heads<const T> q_in,
+                    Heads<T> q_out, Heads<const T> k_in, Heads<T> k_out, RopeDirection direction) {
+  internal::RunRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out, direction);
 }
 template <typename T>
-void ValidateInPlace(const Rope &rope, std::span<const int64_t> positions,
-                     Heads<T> x) {
+void ValidateInPlace(const Rope &rope, std::span<const int64_t> positions, Heads<T> x) {
   internal::ValidateRopeCall<T>(OneStream(rope, positions), x);
 }
 template <typename T>
-void ValidateInPlace(const Rope &rope, std::span<const int64_t> positions,
-                     Heads<T> q, Heads<T> k) {
+void ValidateInPlace(const Rope &rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k) {
   internal::ValidateRopeCall<T>(OneStream(rope, positions), q, k);
 }
 template <typename T>
-void ValidateOutOfPlace(const Rope &rope, std::span<const int64_t> positions,
-                        Heads<const T> x_in, Heads<T> x_out) {
+void ValidateOutOfPlace(const Rope &rope, std::span<const int64_t> positions, Heads<const T> x_in,
+                        Heads<T> x_out) {
   internal::ValidateRopeCall<T>(OneStream(rope, positions), x_in, x_out);
 }
 template <typename T>
-void ValidateOutOfPlace(const Rope &rope, std::span<const int64_t> positions,
-                        Heads<const T> q_in, Heads<T> q_out,
-                        Heads<const T> k_in, Heads<T> k_out) {
-  internal::ValidateRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in,
-                                k_out);
+void ValidateOutOfPlace(const Rope &rope, std::span<const int64_t> positions, Heads<const T> q_in,
+                        Heads<T> q_out, Heads<const T> k_in, Heads<T> k_out) {
+  internal::ValidateRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out);
 }
 template <typename T>
-void RopeReference(const Rope &rope, std::span<const int64_t> positions,
-                   Heads<const T> x_in, Heads<T> x_out,
-                   RopeDirection direction) {
-  internal::RopeCallReference<T>(OneStream(rope, positions), x_in, x_out,
-                                 direction);
+void RopeReference(const Rope &rope, std::span<const int64_t> positions, Heads<const T> x_in,
+                   Heads<T> x_out, RopeDirection direction) {
+  internal::RopeCallReference<T>(OneStream(rope, positions), x_in, x_out, direction);
 }
 
-} // namespace
+}  // namespace
 
 std::vector<double> DefaultInvFreq(double base, int64_t rotary_dim) {
-  Require(std::isfinite(base) && base > 0, "default_inv_freq", "base",
-          "be finite and > 0", base);
-  Require(rotary_dim > 0 && rotary_dim % 2 == 0, "default_inv_freq",
-          "rotary_dim", "be even and > 0", rotary_dim);
+  Require(std::isfinite(base) && base > 0, "default_inv_freq", "base", "be finite and > 0", base);
+  Require(rotary_dim > 0 && rotary_dim % 2 == 0, "default_inv_freq", "rotary_dim",
+          "be even and > 0", rotary_dim);
   std::vector<double> inv_freq(rotary_dim / 2);
   for (int64_t i = 0; i < rotary_dim / 2; ++i) {
-    inv_freq[i] = std::pow(base, -static_cast<double>(2 * i) /
-                                     static_cast<double>(rotary_dim));
+    inv_freq[i] = std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
   }
   return inv_freq;
 }
 
-Rope Rope::Default(int64_t head_dim, double base, RopeLayout layout,
-                   int64_t rotary_dim, int64_t rotary_offset) {
+Rope Rope::Default(int64_t head_dim, double base, RopeLayout layout, int64_t rotary_dim,
+                   int64_t rotary_offset) {
   Rope rope;
   rope.head_dim = head_dim;
   rope.rotary_dim = rotary_dim == 0 ? head_dim - rotary_offset : rotary_dim;
@@ -433,26 +398,22 @@ Rope Rope::Default(int64_t head_dim, double base, RopeLayout layout,
 
 void Rope::Validate() const {
   ValidateDims(head_dim, rotary_dim, rotary_offset);
-  Require(
-      layout == RopeLayout::kHalfSplit || layout == RopeLayout::kInterleaved,
-      kFn, "layout", "be kHalfSplit or kInterleaved", static_cast<int>(layout));
+  Require(layout == RopeLayout::kHalfSplit || layout == RopeLayout::kInterleaved, kFn, "layout",
+          "be kHalfSplit or kInterleaved", static_cast<int>(layout));
   // Messages are built only on failure: Validate runs on every call, a decode
   // step included.
   if (static_cast<int64_t>(inv_freq.size()) != rotary_dim / 2) {
     Require(false, kFn, "inv_freq.size()",
-            "equal rotary_dim / 2 (" + std::to_string(rotary_dim / 2) + ")",
-            inv_freq.size());
+            "equal rotary_dim / 2 (" + std::to_string(rotary_dim / 2) + ")", inv_freq.size());
   }
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     if (!(std::isfinite(inv_freq[i]) && inv_freq[i] >= 0)) {
-      Require(false, kFn, "inv_freq[" + std::to_string(i) + "]",
-              "be finite and >= 0", inv_freq[i]);
+      Require(false, kFn, "inv_freq[" + std::to_string(i) + "]", "be finite and >= 0", inv_freq[i]);
     }
   }
   // The kernels scale cos and sin by it in float32.
-  Require(internal::IsPositiveFloat32(attention_factor), kFn,
-          "attention_factor", "be " + std::string(internal::kPositiveFloat32),
-          attention_factor);
+  Require(internal::IsPositiveFloat32(attention_factor), kFn, "attention_factor",
+          "be " + std::string(internal::kPositiveFloat32), attention_factor);
 }
 
 CosSin RopeAngle(int64_t pos, double inv_freq) {
@@ -468,8 +429,7 @@ CosSin RopeAngle(int64_t pos, double inv_freq) {
 }
 
 void ApplyRopeReference(const Rope &rope, std::span<const int64_t> positions,
-                        Heads<const float> x_in, Heads<float> x_out,
-                        RopeDirection direction) {
+                        Heads<const float> x_in, Heads<float> x_out, RopeDirection direction) {
   RopeReference(rope, positions, x_in, x_out, direction);
 }
 void ApplyRopeReference(const Rope &rope, std::span<const int64_t> positions,
@@ -478,104 +438,93 @@ void ApplyRopeReference(const Rope &rope, std::span<const int64_t> positions,
   RopeReference(rope, positions, x_in, x_out, direction);
 }
 void ApplyRopeReference(const Rope &rope, std::span<const int64_t> positions,
-                        Heads<const Float16> x_in, Heads<Float16> x_out,
-                        RopeDirection direction) {
+                        Heads<const Float16> x_in, Heads<Float16> x_out, RopeDirection direction) {
   RopeReference(rope, positions, x_in, x_out, direction);
 }
 
 void ApplyRopeReference(const Rope &rope, std::span<const int64_t> positions,
-                        Heads<const double> x_in, Heads<double> x_out,
-                        RopeDirection direction) {
+                        Heads<const double> x_in, Heads<double> x_out, RopeDirection direction) {
   RopeReference(rope, positions, x_in, x_out, direction);
 }
 
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<float> x, RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<float> x,
+               RopeDirection direction) {
   RopeInPlace(rope, positions, x, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<BFloat16> x, RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<BFloat16> x,
+               RopeDirection direction) {
   RopeInPlace(rope, positions, x, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<Float16> x, RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<Float16> x,
+               RopeDirection direction) {
   RopeInPlace(rope, positions, x, direction);
 }
 
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<float> q, Heads<float> k, RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<float> q, Heads<float> k,
+               RopeDirection direction) {
   RopeInPlace(rope, positions, q, k, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<BFloat16> q, Heads<BFloat16> k, RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<BFloat16> q,
+               Heads<BFloat16> k, RopeDirection direction) {
   RopeInPlace(rope, positions, q, k, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<Float16> q, Heads<Float16> k, RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<Float16> q,
+               Heads<Float16> k, RopeDirection direction) {
   RopeInPlace(rope, positions, q, k, direction);
 }
 
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<const float> x_in, Heads<float> x_out,
-               RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const float> x_in,
+               Heads<float> x_out, RopeDirection direction) {
   RopeOutOfPlace(rope, positions, x_in, x_out, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<const BFloat16> x_in, Heads<BFloat16> x_out,
-               RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const BFloat16> x_in,
+               Heads<BFloat16> x_out, RopeDirection direction) {
   RopeOutOfPlace(rope, positions, x_in, x_out, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<const Float16> x_in, Heads<Float16> x_out,
-               RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const Float16> x_in,
+               Heads<Float16> x_out, RopeDirection direction) {
   RopeOutOfPlace(rope, positions, x_in, x_out, direction);
 }
 
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<const float> q_in, Heads<float> q_out,
-               Heads<const float> k_in, Heads<float> k_out,
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const float> q_in,
+               Heads<float> q_out, Heads<const float> k_in, Heads<float> k_out,
                RopeDirection direction) {
   RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<const BFloat16> q_in, Heads<BFloat16> q_out,
-               Heads<const BFloat16> k_in, Heads<BFloat16> k_out,
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const BFloat16> q_in,
+               Heads<BFloat16> q_out, Heads<const BFloat16> k_in, Heads<BFloat16> k_out,
                RopeDirection direction) {
   RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<const Float16> q_in, Heads<Float16> q_out,
-               Heads<const Float16> k_in, Heads<Float16> k_out,
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const Float16> q_in,
+               Heads<Float16> q_out, Heads<const Float16> k_in, Heads<Float16> k_out,
                RopeDirection direction) {
   RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
 }
 
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<double> x, RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<double> x,
+               RopeDirection direction) {
   RopeInPlace(rope, positions, x, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<double> q, Heads<double> k, RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<double> q,
+               Heads<double> k, RopeDirection direction) {
   RopeInPlace(rope, positions, q, k, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<const double> x_in, Heads<double> x_out,
-               RopeDirection direction) {
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const double> x_in,
+               Heads<double> x_out, RopeDirection direction) {
   RopeOutOfPlace(rope, positions, x_in, x_out, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions,
-               Heads<const double> q_in, Heads<double> q_out,
-               Heads<const double> k_in, Heads<double> k_out,
+void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const double> q_in,
+               Heads<double> q_out, Heads<const double> k_in, Heads<double> k_out,
                RopeDirection direction) {
   RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
 }
 
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<float> x) {
+void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<float> x) {
   ValidateInPlace(rope, positions, x);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<float> q, Heads<float> k) {
+void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<float> q,
+                       Heads<float> k) {
   ValidateInPlace(rope, positions, q, k);
 }
 void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
@@ -583,16 +532,15 @@ void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
   ValidateOutOfPlace(rope, positions, x_in, x_out);
 }
 void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<const float> q_in, Heads<float> q_out,
-                       Heads<const float> k_in, Heads<float> k_out) {
+                       Heads<const float> q_in, Heads<float> q_out, Heads<const float> k_in,
+                       Heads<float> k_out) {
   ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<BFloat16> x) {
+void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<BFloat16> x) {
   ValidateInPlace(rope, positions, x);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<BFloat16> q, Heads<BFloat16> k) {
+void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<BFloat16> q,
+                       Heads<BFloat16> k) {
   ValidateInPlace(rope, positions, q, k);
 }
 void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
@@ -604,12 +552,11 @@ void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
                        Heads<const BFloat16> k_in, Heads<BFloat16> k_out) {
   ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<Float16> x) {
+void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<Float16> x) {
   ValidateInPlace(rope, positions, x);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<Float16> q, Heads<Float16> k) {
+void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<Float16> q,
+                       Heads<Float16> k) {
   ValidateInPlace(rope, positions, q, k);
 }
 void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
@@ -617,16 +564,15 @@ void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
   ValidateOutOfPlace(rope, positions, x_in, x_out);
 }
 void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<const Float16> q_in, Heads<Float16> q_out,
-                       Heads<const Float16> k_in, Heads<Float16> k_out) {
+                       Heads<const Float16> q_in, Heads<Float16> q_out, Heads<const Float16> k_in,
+                       Heads<Float16> k_out) {
   ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<double> x) {
+void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<double> x) {
   ValidateInPlace(rope, positions, x);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<double> q, Heads<double> k) {
+void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<double> q,
+                       Heads<double> k) {
   ValidateInPlace(rope, positions, q, k);
 }
 void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
@@ -634,9 +580,9 @@ void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
   ValidateOutOfPlace(rope, positions, x_in, x_out);
 }
 void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
-                       Heads<const double> q_in, Heads<double> q_out,
-                       Heads<const double> k_in, Heads<double> k_out) {
+                       Heads<const double> q_in, Heads<double> q_out, Heads<const double> k_in,
+                       Heads<double> k_out) {
   ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
 }
 
-} // namespace posenc
+}  // namespace posenc

@@ -17,7 +17,7 @@ namespace posenc::internal {
 // One call's rotation: which function reports errors, the rotation, and the
 // positions.
 struct RopeCall {
-  std::string_view function; // "rope" or "mrope", for the messages
+  std::string_view function;  // "rope" or "mrope", for the messages
   const Rope &rope;
   // 1-D RoPE: the positions list (mrope is null). Multi-stream: mrope and its
   // streams.
@@ -26,12 +26,12 @@ struct RopeCall {
   PositionStreams streams;
 };
 
-template <typename T> void ValidateRopeCall(const RopeCall &call, Heads<T> x);
+template <typename T>
+void ValidateRopeCall(const RopeCall &call, Heads<T> x);
 template <typename T>
 void ValidateRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k);
 template <typename T>
-void ValidateRopeCall(const RopeCall &call, Heads<const T> x_in,
-                      Heads<T> x_out);
+void ValidateRopeCall(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out);
 template <typename T>
 void ValidateRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out,
                       Heads<const T> k_in, Heads<T> k_out);
@@ -40,19 +40,18 @@ void ValidateRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out,
 template <typename T>
 void RunRopeCall(const RopeCall &call, Heads<T> x, RopeDirection direction);
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k,
-                 RopeDirection direction);
+void RunRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k, RopeDirection direction);
 template <typename T>
 void RunRopeCall(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out,
                  RopeDirection direction);
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out,
-                 Heads<const T> k_in, Heads<T> k_out, RopeDirection direction);
+void RunRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out, Heads<const T> k_in,
+                 Heads<T> k_out, RopeDirection direction);
 
 // The double reference on validated input (x_in and x_out may be the same
 // memory).
 template <typename T>
-void RopeCallReference(const RopeCall &call, Heads<const T> x_in,
-                       Heads<T> x_out, RopeDirection direction);
+void RopeCallReference(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out,
+                       RopeDirection direction);
 
-} // namespace posenc::internal
+}  // namespace posenc::internal

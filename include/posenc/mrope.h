@@ -53,9 +53,9 @@ namespace posenc {
 
 // How M-RoPE sections are laid over the pairs.
 enum class MropeSections {
-  kBlocks, // Qwen2-VL, Qwen2.5-VL: stream s takes sections[s] consecutive pairs
-  kInterleaved, // Qwen3-VL: pair i takes stream i % 3 while that stream's
-                // section lasts
+  kBlocks,       // Qwen2-VL, Qwen2.5-VL: stream s takes sections[s] consecutive pairs
+  kInterleaved,  // Qwen3-VL: pair i takes stream i % 3 while that stream's
+                 // section lasts
 };
 
 struct MRope {
@@ -76,8 +76,7 @@ struct MRope {
   // M-RoPE over `rope`'s pairs (its inv_freq, layout, scaling and offset are
   // kept): one stream per section; the sections must add up to rope.rotary_dim
   // / 2.
-  static MRope Sections(Rope rope, std::span<const int64_t> sections,
-                        MropeSections layout);
+  static MRope Sections(Rope rope, std::span<const int64_t> sections, MropeSections layout);
 
   // Qwen2-VL / Qwen2.5-VL vision tower (VisionRotaryEmbedding(head_dim / 2)):
   // stream 0 = patch row, stream 1 = patch column; pairs [0, head_dim / 4) turn
@@ -117,8 +116,7 @@ struct PositionStreams {
   int64_t token_stride = 1;
 
   // [num_streams, tokens], row-major.
-  static PositionStreams Dense(const int64_t *data, int64_t num_streams,
-                               int64_t tokens) {
+  static PositionStreams Dense(const int64_t *data, int64_t num_streams, int64_t tokens) {
     return {data, num_streams, tokens, tokens, 1};
   }
   // One stream: a plain position list.
@@ -133,8 +131,8 @@ struct PositionStreams {
   // empty, non-negative strides), has `num_streams` streams and `tokens`
   // tokens, and every position is in [0, kMaxPosition]. `function` and `name`
   // go into the message.
-  void Validate(std::string_view function, std::string_view name,
-                int64_t num_streams, int64_t tokens) const;
+  void Validate(std::string_view function, std::string_view name, int64_t num_streams,
+                int64_t tokens) const;
 };
 
 // The four forms of ApplyRope (posenc/rope.h) with position streams: in place
@@ -147,11 +145,10 @@ struct PositionStreams {
 // function "mrope". positions has mrope.num_streams streams and as many tokens
 // as the tensors.
 template <typename T>
-void ApplyMRope(const MRope &mrope, const PositionStreams &positions,
-                Heads<T> x, RopeDirection direction = RopeDirection::kForward);
+void ApplyMRope(const MRope &mrope, const PositionStreams &positions, Heads<T> x,
+                RopeDirection direction = RopeDirection::kForward);
 template <typename T>
-void ApplyMRope(const MRope &mrope, const PositionStreams &positions,
-                Heads<T> q, Heads<T> k,
+void ApplyMRope(const MRope &mrope, const PositionStreams &positions, Heads<T> q, Heads<T> k,
                 RopeDirection direction = RopeDirection::kForward);
 template <typename T>
 void ApplyMRope(const MRope &mrope, const PositionStreams &positions,
@@ -167,18 +164,17 @@ void ApplyMRope(const MRope &mrope, const PositionStreams &positions,
 // order, writing nothing (for callers that validate a batch before running its
 // first element).
 template <typename T>
-void ValidateApplyMRope(const MRope &mrope, const PositionStreams &positions,
-                        Heads<T> x);
+void ValidateApplyMRope(const MRope &mrope, const PositionStreams &positions, Heads<T> x);
 template <typename T>
-void ValidateApplyMRope(const MRope &mrope, const PositionStreams &positions,
-                        Heads<T> q, Heads<T> k);
+void ValidateApplyMRope(const MRope &mrope, const PositionStreams &positions, Heads<T> q,
+                        Heads<T> k);
 
 // The scalar reference in double, for one tensor, out of place or in place
 // (x_in and x_out the same memory): cos and sin by RopeAngle(position of the
 // pair's stream, inv_freq[i]). Assumes validated input.
 template <typename T>
 void ApplyMRopeReference(const MRope &mrope, const PositionStreams &positions,
-                         std::type_identity_t<Heads<const T>> x_in,
-                         Heads<T> x_out, RopeDirection direction);
+                         std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out,
+                         RopeDirection direction);
 
-} // namespace posenc
+}  // namespace posenc
