@@ -52,7 +52,7 @@ struct VisionGrid {
 enum class MropeIndexRules {
   // Qwen2-VL, transformers v4.45.0: T(i) = i, one run per video.
   kQwen2Vl,
-  // Qwen2.5-VL, transformers v4.49.0 (and vLLM): for a video,
+  // Qwen2.5-VL, transformers v4.49.0: for a video,
   // T(i) = trunc(float32(float32(i * s) * tokens_per_second)), s = second_per_grid_ts[video]
   // rounded to float32 (1.0 when absent); for an image T(i) = 0.
   kQwen2_5Vl,
