@@ -33,6 +33,7 @@ import math
 import operator
 import os
 
+import numpy as np
 import torch
 
 from posenc import _core
@@ -40,11 +41,14 @@ from posenc import model_positions, rope_from_hf_config
 
 __all__ = [
     "LearnedPositions",
+    "MultimodalRotaryEmbedding",
     "RelativePositionBias",
     "RotaryEmbedding",
     "SinusoidalPositions",
+    "VisionRotaryEmbedding",
     "alibi_bias",
     "alibi_slopes",
+    "apply_mrope",
     "apply_rope",
     "attention",
     "rope_from_hf_config",
@@ -180,10 +184,15 @@ def _numpy(tensor):
 
 
 def _rotate_qk(rope, positions, q, k, direction):
-    """Rotated copies of q and k, allocated like them (strides preserved)."""
-    q_out = _empty("rope", q.shape, q.dtype, like=q)
-    k_out = _empty("rope", k.shape, k.dtype, like=k)
-    _core.apply_rope_qk(
+    """Rotated copies of q and k, allocated like them (strides preserved);
+    rope is a posenc.Rope (positions [..., tokens]) or a posenc.MRope
+    (position streams [streams, ..., tokens])."""
+    multi = isinstance(rope, _core.MRope)
+    function = "mrope" if multi else "rope"
+    q_out = _empty(function, q.shape, q.dtype, like=q)
+    k_out = _empty(function, k.shape, k.dtype, like=k)
+    apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
+    apply_qk(
         rope,
         positions,
         _numpy(q),
@@ -205,7 +214,9 @@ _OPPOSITE = {
 class _ApplyRope(torch.autograd.Function):
     """FORWARD is y = a R(phi) x on q and k; INVERSE is its transpose a
     R(-phi). Each is the other's backward pass, and the backward is itself this
-    Function, so it is differentiable again (gradgradcheck)."""
+    Function, so it is differentiable again (gradgradcheck). The rotation is a
+    posenc.Rope or a posenc.MRope (each pair's angle from its own position
+    stream; the transpose is the same)."""
 
     @staticmethod
     def forward(ctx, q, k, positions, rope, direction):
@@ -326,6 +337,261 @@ class RotaryEmbedding(torch.nn.Module):
 
     def extra_repr(self):
         return repr(self.rope)
+
+
+def _check_instance(function, name, value, cls, what):
+    if not isinstance(value, cls):
+        raise _error(function, name, f"be {what}", type(value).__name__)
+
+
+def _int_list(values):
+    """A list of ints from a sequence of ints, else None (bools and floats are
+    refused, never truncated)."""
+    try:
+        items = list(values)
+        if any(isinstance(v, bool) for v in items):
+            return None
+        return [operator.index(v) for v in items]
+    except TypeError:
+        return None
+
+
+def _stream_positions(function, mrope, q, positions, name, text_form):
+    """positions as the int64 numpy view apply_mrope_qk reads, for q [*batch,
+    tokens, heads, head_dim]: [streams, *batch, tokens]. With text_form
+    (Hugging Face's position_ids), [*batch, tokens] is every stream's and None
+    means 0 .. tokens - 1 in every stream (broadcast views, no copy); without
+    it, [streams, tokens] is shared by the batch."""
+    _check_activations(function, "q", q)
+    if q.dim() < 3:
+        raise _error(
+            function,
+            "q.shape",
+            "be [..., tokens, heads, head_dim]",
+            tuple(q.shape),
+        )
+    batch, tokens = tuple(q.shape[:-3]), q.shape[-3]
+    full = (mrope.num_streams,) + batch + (tokens,)
+    if positions is None and text_form:
+        return np.broadcast_to(np.arange(tokens, dtype=np.int64), full)
+    array = _positions(function, positions, name)
+    shape = tuple(array.shape)
+    if shape == full:
+        return array
+    if text_form and shape == batch + (tokens,):
+        return np.broadcast_to(array, full)
+    if not text_form and shape == full[:1] + full[-1:]:
+        return array
+    rule = f"be (streams, *batch, tokens) = {full}"
+    if text_form:
+        rule += (
+            f" or (*batch, tokens) = {batch + (tokens,)} (text: the same "
+            "position in every stream)"
+        )
+    elif batch:
+        rule += f" or (streams, tokens) = {full[:1] + full[-1:]}"
+    raise _error(function, f"{name}.shape", rule, shape)
+
+
+def apply_mrope(mrope, positions, q, k):
+    """Rotates q and k by multi-stream RoPE; differentiable. Returns (q_rot,
+    k_rot).
+
+    mrope is a ``posenc.MRope`` (M-RoPE sections, a vision tower's 2-D RoPE).
+    Shapes: q is [..., tokens, num_heads, head_dim], k [..., tokens,
+    num_kv_heads, head_dim] (posenc's layout: Hugging Face's [batch, heads,
+    seq, dim] passes as ``x.transpose(1, 2)`` without a copy); positions is
+    int64 [streams, ..., tokens] (Hugging Face's position_ids [3, batch, seq])
+    or [streams, tokens] (shared by the batch), read where it lies (any
+    strides, no copy). Pair i turns by the position of stream
+    mrope.pair_stream[i]. Backward: the transpose, by the same kernel. q and k
+    are CPU float32, float64, bfloat16 or float16 tensors of one dtype.
+    """
+    _check_instance(
+        "mrope",
+        "mrope",
+        mrope,
+        _core.MRope,
+        "a posenc.MRope (of a MultimodalRotaryEmbedding: its .mrope)",
+    )
+    return _rotate_streams(mrope, _positions("mrope", positions), q, k)
+
+
+def _rotate_streams(mrope, positions, q, k):
+    """apply_mrope with positions already an int64 numpy view."""
+    _check_activations("mrope", "q", q)
+    _check_activations("mrope", "k", k)
+    if k.dtype != q.dtype:
+        raise _error("mrope", "k.dtype", f"equal q.dtype ({q.dtype})", k.dtype)
+    return _ApplyRope.apply(
+        q, k, positions, mrope, _core.RopeDirection.FORWARD
+    )
+
+
+class MultimodalRotaryEmbedding(torch.nn.Module):
+    """Multimodal RoPE as a module: ``forward(q, k, position_ids=None) ->
+    (q_rot, k_rot)``.
+
+    M-RoPE of Qwen2-VL and Qwen2.5-VL (``mrope_section`` pairs per stream in
+    blocks) and Qwen3-VL (``interleaved=True``): each token has a time, a
+    height and a width position, and each rotary pair turns by one of them.
+    Built from a Hugging Face config (``from_hf_config``), from head_dim,
+    mrope_section and base (plain RoPE frequencies), from a ready
+    ``posenc.Rope`` and mrope_section, or from a ``posenc.MRope``.
+
+    q is [batch, tokens, heads, head_dim] and k [batch, tokens, kv_heads,
+    head_dim] (posenc's layout; any leading batch dims; Hugging Face's
+    [batch, heads, seq, dim] is ``x.transpose(1, 2)``, no copy), CPU float32,
+    bfloat16, float16 or float64. position_ids is Hugging Face's int64 [3,
+    batch, tokens] (``get_rope_index``), or [batch, tokens] for text (the same
+    position in each stream: then M-RoPE is 1-D RoPE exactly), or None for 0
+    .. tokens - 1. Autograd: the backward pass is the inverse rotation. The
+    module has no parameters.
+    """
+
+    def __init__(
+        self,
+        head_dim=None,
+        mrope_section=None,
+        base=10000.0,
+        *,
+        interleaved=False,
+        rope=None,
+        mrope=None,
+    ):
+        super().__init__()
+        if mrope is None:
+            if mrope_section is None:
+                raise _error(
+                    "mrope", "mrope_section", "be given when mrope is not", None
+                )
+            sections = _int_list(mrope_section)
+            if sections is None:
+                raise _error(
+                    "mrope",
+                    "mrope_section",
+                    "be a sequence of ints",
+                    repr(mrope_section),
+                )
+            if rope is None:
+                if head_dim is None:
+                    raise _error(
+                        "mrope",
+                        "head_dim",
+                        "be given when rope and mrope are not",
+                        None,
+                    )
+                rope = _core.Rope.default(head_dim, base)
+            _check_instance("mrope", "rope", rope, _core.Rope, "a posenc.Rope")
+            mrope = _core.MRope.sections(rope, sections, bool(interleaved))
+        _check_instance("mrope", "mrope", mrope, _core.MRope, "a posenc.MRope")
+        self.mrope = mrope
+
+    @classmethod
+    def from_hf_config(cls, config, layer=None, **kwargs):
+        """The M-RoPE of a Hugging Face Qwen2-VL, Qwen2.5-VL or Qwen3-VL
+        config (a dict, its JSON text or a config.json path): the language
+        model's RoPE (``rope_from_hf_config``; ``layer`` and the other
+        keywords as there) with its ``mrope_section`` and
+        ``mrope_interleaved``. A config without M-RoPE raises
+        ``posenc.Error``."""
+        model = model_positions(config)
+        if model.scheme != "rope" or model.mrope_section is None:
+            raise _error(
+                "mrope",
+                "config",
+                "describe a model with M-RoPE (rope_scaling.mrope_section: "
+                "Qwen2-VL, Qwen2.5-VL, Qwen3-VL)",
+                f"{model.model_type} ({model.scheme}, no mrope_section)",
+            )
+        rope = rope_from_hf_config(config, layer=layer, **kwargs)
+        return cls(
+            rope=rope,
+            mrope_section=model.mrope_section,
+            interleaved=model.mrope_interleaved,
+        )
+
+    @property
+    def rope(self):
+        """The underlying ``posenc.Rope`` (layout, frequencies, scaling)."""
+        return self.mrope.rope
+
+    @property
+    def inv_freq(self):
+        """float64 [rotary_dim / 2]: the inverse frequencies."""
+        return torch.tensor(self.mrope.rope.inv_freq, dtype=torch.float64)
+
+    def forward(self, q, k, position_ids=None):
+        positions = _stream_positions(
+            "mrope", self.mrope, q, position_ids, "position_ids", True
+        )
+        return _rotate_streams(self.mrope, positions, q, k)
+
+    def extra_repr(self):
+        return repr(self.mrope)
+
+
+_VISION_KINDS = {
+    "qwen2_vl": _core.MRope.qwen_vision,
+    "qwen2_5_vl": _core.MRope.qwen_vision,
+    "qwen3_vl": _core.MRope.qwen_vision,
+    "pixtral": _core.MRope.pixtral,
+    "llama4": _core.MRope.llama4_vision,
+}
+
+
+class VisionRotaryEmbedding(torch.nn.Module):
+    """The 2-D RoPE of a vision tower as a module: ``forward(q, k, positions)
+    -> (q_rot, k_rot)``.
+
+    kind: "qwen2_vl", "qwen2_5_vl", "qwen3_vl" (the Qwen towers: pairs
+    [0, head_dim / 4) by the patch row, the rest by the column, at
+    theta^(-2j / (head_dim / 2))), "pixtral" (rows at the even, columns at
+    the odd frequencies of theta^(-2j / head_dim)) or "llama4" (interleaved
+    pairs; positions (column + 1, row + 1), the class token (0, 0)); head_dim
+    the tower's head width (a multiple of 4), theta the base. Or a ready
+    ``posenc.MRope`` as mrope.
+
+    q and k are [tokens, heads, head_dim] (as the Qwen towers hold them) or
+    [batch, tokens, heads, head_dim], CPU float32, bfloat16, float16 or
+    float64; positions is int64 [2, tokens] (stream 0, stream 1 of each
+    patch; shared by the batch) or [2, batch, tokens]. Autograd: the backward
+    pass is the inverse rotation. The module has no parameters.
+    """
+
+    def __init__(self, kind=None, head_dim=None, theta=10000.0, *, mrope=None):
+        super().__init__()
+        if mrope is None:
+            if kind not in _VISION_KINDS:
+                raise _error(
+                    "mrope",
+                    "kind",
+                    "be one of " + ", ".join(repr(k) for k in _VISION_KINDS),
+                    repr(kind),
+                )
+            if isinstance(head_dim, bool) or not isinstance(head_dim, int):
+                raise _error(
+                    "mrope", "head_dim", "be an int", type(head_dim).__name__
+                )
+            try:
+                theta = _real_number(theta)
+            except (TypeError, ValueError):
+                raise _error(
+                    "mrope", "theta", "be a number", type(theta).__name__
+                ) from None
+            mrope = _VISION_KINDS[kind](head_dim, theta)
+        _check_instance("mrope", "mrope", mrope, _core.MRope, "a posenc.MRope")
+        self.kind = kind
+        self.mrope = mrope
+
+    def forward(self, q, k, positions):
+        positions = _stream_positions(
+            "mrope", self.mrope, q, positions, "positions", False
+        )
+        return _rotate_streams(self.mrope, positions, q, k)
+
+    def extra_repr(self):
+        return (f"kind={self.kind!r}, " if self.kind else "") + repr(self.mrope)
 
 
 class SinusoidalPositions(torch.nn.Module):

@@ -11,5 +11,6 @@ void BindAlibi(pybind11::module_& m);      // alibi_bindings.cc
 void BindAttention(pybind11::module_& m);  // attention_bindings.cc
 void BindHfConfig(pybind11::module_& m);   // hf_config_bindings.cc
 void BindRelativeBias(pybind11::module_& m);  // relative_bias_bindings.cc
+void BindMRope(pybind11::module_& m);         // mrope_bindings.cc
 
 }  // namespace posenc::python

@@ -18,4 +18,5 @@ PYBIND11_MODULE(_core, m) {
   posenc::python::BindAttention(m);
   posenc::python::BindHfConfig(m);
   posenc::python::BindRelativeBias(m);
+  posenc::python::BindMRope(m);
 }

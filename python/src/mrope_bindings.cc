@@ -1,0 +1,506 @@
+// posenc.MRope and apply_mrope*: multi-stream RoPE on numpy arrays (posenc/mrope.h).
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "arrays.h"
+#include "batch.h"
+#include "bindings.h"
+#include "posenc/mrope.h"
+#include "posenc/npy.h"
+
+namespace posenc::python {
+namespace {
+
+constexpr std::string_view kFn = "mrope";
+
+// The MRope, RopeDirection or Rope an argument holds; anything else is a posenc::Error naming it
+// (pybind11 would print its whole signature instead).
+template <typename T>
+const T& Holds(const py::object& value, std::string_view name, std::string_view what) {
+  Require(py::isinstance<T>(value), kFn, name, "be a " + std::string(what),
+          std::string(py::str(py::type::of(value).attr("__name__"))));
+  return value.cast<const T&>();
+}
+const MRope& MRopeOf(const py::object& value) {
+  return Holds<MRope>(value, "mrope", "posenc.MRope");
+}
+RopeDirection DirectionOf(const py::object& value) {
+  return Holds<RopeDirection>(value, "direction", "posenc.RopeDirection");
+}
+
+// Calls f(T{}) with T the element type of x, as apply_rope does: float, double, Float16, or
+// BFloat16 when the caller says that x holds bfloat16 bits.
+template <typename F>
+auto DispatchElement(const py::object& x, bool bfloat16, std::string_view name, const F& f) {
+  if (bfloat16) return f(BFloat16{});
+  if (py::isinstance<py::array>(x)) {
+    const auto array = py::reinterpret_borrow<py::array>(x);
+    if (HoldsElement<double>(array)) return f(double{});
+    if (HoldsElement<Float16>(array)) return f(Float16{});
+    Require(HoldsElement<float>(array), kFn, name,
+            "have dtype float32, float64 or float16 (or hold bfloat16 bits, with bfloat16=True)",
+            DtypeName(array));
+  }
+  return f(float{});  // the float path also reports an argument that is not an array
+}
+
+// The caller's `out`, or a new C-contiguous array of the shape and dtype of `like`.
+py::object OutputLike(const py::object& out, const py::object& like, std::string_view name) {
+  if (!out.is_none()) return out;
+  const py::array array = AsArray(like, kFn, name);
+  RequireOutputSize(ShapeOf(array), array.itemsize(), kFn, "out.shape", DtypeName(array));
+  return py::array(array.dtype(), ShapeOf(array));
+}
+
+void RequireSameShape(const py::object& a, const py::object& b, std::string_view a_name,
+                      std::string_view b_name) {
+  const std::vector<int64_t> shape_a = ShapeOf(AsArray(a, kFn, a_name));
+  const std::vector<int64_t> shape_b = ShapeOf(AsArray(b, kFn, b_name));
+  Require(shape_b == shape_a, kFn, std::string(b_name) + ".shape",
+          "equal " + std::string(a_name) + ".shape " + NpyShapeString(shape_a),
+          NpyShapeString(shape_b));
+}
+
+// Checked here, before any batch element reaches the library, so that the message names the
+// argument whichever path (folded or per element) the call takes.
+template <typename T>
+void RequireHeadDim(const MRope& mrope, const BatchedHeads<T>& view) {
+  if (view.first.head_dim == mrope.rope.head_dim) return;
+  Require(false, kFn, view.name + ".head_dim",
+          "equal rope.head_dim (" + std::to_string(mrope.rope.head_dim) + ")", view.first.head_dim);
+}
+
+template <typename A, typename B>
+void RequireSameTokens(const BatchedHeads<A>& first, const BatchedHeads<B>& view) {
+  if (view.first.tokens == first.first.tokens) return;
+  Require(false, kFn, view.name + ".tokens",
+          "equal " + first.name + ".tokens (" + std::to_string(first.first.tokens) + ")",
+          view.first.tokens);
+}
+
+// A writable view of an input's memory, only for the validators (which write nothing).
+template <typename T>
+Heads<T> ForValidation(Heads<const T> view) {
+  return {.data = const_cast<T*>(view.data),
+          .tokens = view.tokens,
+          .num_heads = view.num_heads,
+          .head_dim = view.head_dim,
+          .token_stride = view.token_stride,
+          .head_stride = view.head_stride};
+}
+
+// The position streams of a batch: int64 [streams, tokens] (shared by every batch element) or
+// [streams, ..., tokens] with the batch's leading dims (streams of their own per element).
+// numpy's strides are kept: an int64 ndarray with non-negative, aligned strides is read where it
+// lies (only a reversed or misaligned one is copied); a sequence of ints is converted.
+class BatchStreams {
+ public:
+  BatchStreams(const py::object& positions, const MRope& mrope,
+               std::span<const int64_t> batch_shape, int64_t tokens)
+      : array_(ReadArray(positions)) {
+    const std::vector<int64_t> shape = ShapeOf(array_);
+    const auto ndim = static_cast<int64_t>(shape.size());
+    const auto batch_ndim = static_cast<int64_t>(batch_shape.size());
+    std::vector<int64_t> shared{mrope.num_streams, tokens}, batched{mrope.num_streams};
+    batched.insert(batched.end(), batch_shape.begin(), batch_shape.end());
+    batched.push_back(tokens);
+    shared_ = ndim == 2;
+    const bool fits = (ndim == 2 || ndim == 2 + batch_ndim) && shape.back() == tokens &&
+                      (shared_ || std::equal(batch_shape.begin(), batch_shape.end(),
+                                             shape.begin() + 1, shape.end() - 1));
+    std::string rule = "be (streams, tokens) = " + NpyShapeString(shared);
+    if (batch_ndim > 0) rule += " or (streams, *batch, tokens) = " + NpyShapeString(batched);
+    Require(fits, kFn, "positions.shape", rule, NpyShapeString(shape));
+    // Strides in elements; a unit dim's stride is never used, so it is 0.
+    const auto stride = [&](int64_t i) {
+      return shape[i] == 1
+                 ? int64_t{0}
+                 : static_cast<int64_t>(array_.strides(i)) / static_cast<int64_t>(sizeof(int64_t));
+    };
+    first_ = {.data = static_cast<const int64_t*>(array_.data()),
+              .num_streams = shape[0],
+              .tokens = tokens,
+              .stream_stride = stride(0),
+              .token_stride = stride(ndim - 1)};
+    if (!shared_) {
+      batch_shape_.assign(batch_shape.begin(), batch_shape.end());
+      for (int64_t i = 1; i < ndim - 1; ++i) batch_strides_.push_back(stride(i));
+    }
+  }
+
+  // The streams of batch element b (row-major over the batch dims).
+  PositionStreams At(int64_t b) const {
+    PositionStreams streams = first_;
+    for (size_t i = batch_shape_.size(); i-- > 0;) {
+      streams.data += (b % batch_shape_[i]) * batch_strides_[i];
+      b /= batch_shape_[i];
+    }
+    return streams;
+  }
+
+  // Streams with no tokens: what a batch without elements hands the validators.
+  PositionStreams NoTokens() const {
+    PositionStreams streams = first_;
+    streams.tokens = 0;
+    return streams;
+  }
+
+  // The streams of the whole batch folded into tokens (batch_count * tokens of them, in the
+  // order BatchedHeads::Fold folds activations) when one token stride reaches them all: streams
+  // of their own whose batch dims step over each other as a C-contiguous batch does, or shared
+  // streams of one batch element or of one token (stride 0). Nothing is copied.
+  std::optional<PositionStreams> Folded(int64_t batch_count) const {
+    PositionStreams streams = first_;
+    if (shared_) {
+      if (batch_count == 1 || streams.tokens == 0) return streams;
+      if (streams.tokens != 1) return std::nullopt;
+      streams.token_stride = 0;
+    } else {
+      int64_t step = streams.token_stride, extent = streams.tokens;
+      bool have_inner = streams.tokens > 1;
+      for (size_t i = batch_shape_.size(); i-- > 0;) {
+        if (batch_shape_[i] == 1) continue;
+        if (have_inner && batch_strides_[i] != step * extent) return std::nullopt;
+        if (!have_inner) streams.token_stride = batch_strides_[i];
+        step = batch_strides_[i], extent = batch_shape_[i], have_inner = true;
+      }
+    }
+    streams.tokens *= batch_count;
+    return streams;
+  }
+
+ private:
+  static py::array ReadArray(const py::object& positions) {
+    if (!py::isinstance<py::array>(positions)) return Int64Array(positions, kFn, "positions");
+    const auto array = py::reinterpret_borrow<py::array>(positions);
+    RequireDtype<int64_t>(array, kFn, "positions");
+    bool in_place = reinterpret_cast<uintptr_t>(array.data()) % alignof(int64_t) == 0;
+    for (py::ssize_t i = 0; i < array.ndim(); ++i) {
+      in_place = in_place && (array.shape(i) == 1 ||
+                              (array.strides(i) >= 0 &&
+                               array.strides(i) % static_cast<py::ssize_t>(sizeof(int64_t)) == 0));
+    }
+    if (in_place) return array;
+    return py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+  }
+
+  py::array array_;  // keeps first_.data alive
+  PositionStreams first_;
+  bool shared_ = true;
+  std::vector<int64_t> batch_shape_, batch_strides_;  // empty when shared
+};
+
+// Runs call(validate_only, streams, views...) over a batch whose views all have the same batch
+// shape, as RunBatched does for 1-D positions: once over the whole batch folded into tokens when
+// the views and the streams all allow it (the library validates that one call), else once per
+// batch element (RunEachElement: every element validated before any is written). A batch without
+// elements is only validated.
+template <typename Call, typename... T>
+void RunBatchedStreams(const BatchStreams& positions, const Call& call, BatchedHeads<T>... views) {
+  const int64_t count = std::get<0>(std::tie(views...)).BatchCount();
+  if (count == 0) {
+    call(true, positions.NoTokens(), NoTokens(views)...);
+    return;
+  }
+  auto folded = std::make_tuple(views...);
+  const std::optional<PositionStreams> all = positions.Folded(count);
+  if (all && std::apply([](auto&... v) { return (v.Fold() & ...); }, folded)) {
+    py::gil_scoped_release release;
+    std::apply([&](auto&... v) { call(false, *all, v.first...); }, folded);
+    return;
+  }
+  RunEachElement(
+      kFn, count,
+      [&](bool validate_only, int64_t b) { call(validate_only, positions.At(b), views.At(b)...); },
+      views...);
+}
+
+template <typename T>
+void RotateInPlace(const MRope& mrope, const py::object& positions, const py::object& x,
+                   RopeDirection direction) {
+  auto view = ViewHeads<T>(x, kFn, "x");
+  RequireHeadDim(mrope, view);
+  const BatchStreams streams(positions, mrope, view.batch_shape, view.first.tokens);
+  RunBatchedStreams(
+      streams,
+      [&](bool validate_only, const PositionStreams& p, Heads<T> v) {
+        validate_only ? ValidateApplyMRope(mrope, p, v) : ApplyMRope(mrope, p, v, direction);
+      },
+      view);
+}
+
+template <typename T>
+py::object RotateInto(const MRope& mrope, const py::object& positions, const py::object& x,
+                      const py::object& out_arg, RopeDirection direction) {
+  const py::object out = OutputLike(out_arg, x, "x");
+  RequireSameShape(x, out, "x", "out");
+  auto in = ViewHeads<const T>(x, kFn, "x");
+  auto dst = ViewHeads<T>(out, kFn, "out");
+  RequireHeadDim(mrope, in);
+  const BatchStreams streams(positions, mrope, in.batch_shape, in.first.tokens);
+  RunBatchedStreams(
+      streams,
+      [&](bool validate_only, const PositionStreams& p, Heads<const T> i, Heads<T> o) {
+        if (!validate_only) return ApplyMRope<T>(mrope, p, i, o, direction);
+        // The library's checks of x (rotation, view, positions) and of out's view; out has x's
+        // shape, and the aliasing of the two is checked across the batch.
+        ValidateApplyMRope(mrope, p, ForValidation(i));
+        o.Validate(kFn, "out");
+      },
+      in, dst);
+  return out;
+}
+
+template <typename T>
+void RotateQkInPlace(const MRope& mrope, const py::object& positions, const py::object& q,
+                     const py::object& k, RopeDirection direction) {
+  auto qv = ViewHeads<T>(q, kFn, "q");
+  auto kv = ViewHeads<T>(k, kFn, "k");
+  RequireSameBatch(qv, kv, kFn, "q", "k");
+  RequireSameTokens(qv, kv);
+  RequireHeadDim(mrope, qv);
+  RequireHeadDim(mrope, kv);
+  const BatchStreams streams(positions, mrope, qv.batch_shape, qv.first.tokens);
+  RunBatchedStreams(
+      streams,
+      [&](bool validate_only, const PositionStreams& p, Heads<T> qh, Heads<T> kh) {
+        validate_only ? ValidateApplyMRope(mrope, p, qh, kh)
+                      : ApplyMRope(mrope, p, qh, kh, direction);
+      },
+      qv, kv);
+}
+
+template <typename T>
+py::tuple RotateQkInto(const MRope& mrope, const py::object& positions, const py::object& q,
+                       const py::object& k, const py::object& q_out_arg,
+                       const py::object& k_out_arg, RopeDirection direction) {
+  const py::object q_out = OutputLike(q_out_arg, q, "q");
+  const py::object k_out = OutputLike(k_out_arg, k, "k");
+  RequireSameShape(q, q_out, "q", "q_out");
+  RequireSameShape(k, k_out, "k", "k_out");
+  auto qi = ViewHeads<const T>(q, kFn, "q");
+  auto ki = ViewHeads<const T>(k, kFn, "k");
+  auto qo = ViewHeads<T>(q_out, kFn, "q_out");
+  auto ko = ViewHeads<T>(k_out, kFn, "k_out");
+  RequireSameBatch(qi, ki, kFn, "q", "k");
+  RequireSameTokens(qi, ki);
+  RequireHeadDim(mrope, qi);
+  RequireHeadDim(mrope, ki);
+  const BatchStreams streams(positions, mrope, qi.batch_shape, qi.first.tokens);
+  RunBatchedStreams(
+      streams,
+      [&](bool validate_only, const PositionStreams& p, Heads<const T> qh, Heads<const T> kh,
+          Heads<T> qoh, Heads<T> koh) {
+        if (!validate_only) return ApplyMRope<T>(mrope, p, qh, qoh, kh, koh, direction);
+        // The library's checks of the outputs (rotation, views, positions, q_out and k_out
+        // apart) and of the inputs' views; the inputs may share memory (k = q), and the inputs
+        // and outputs are kept apart across the batch.
+        qoh.Validate(kFn, "q_out");
+        koh.Validate(kFn, "k_out");
+        qh.Validate(kFn, "q");
+        kh.Validate(kFn, "k");
+        ValidateApplyMRope(mrope, p, qoh, koh);
+      },
+      qi, ki, qo, ko);
+  return py::make_tuple(q_out, k_out);
+}
+
+std::string Repr(const MRope& mrope) {
+  const Rope& rope = mrope.rope;
+  std::ostringstream out;
+  out << "MRope(num_streams=" << mrope.num_streams << ", pair_stream=[";
+  // Run-length: "0 x16, 1 x24, 2 x24" for blocks, the list itself when the streams alternate.
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t s : mrope.pair_stream) {
+    if (runs.empty() || runs.back().first != s) runs.emplace_back(s, 0);
+    ++runs.back().second;
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    out << (i ? ", " : "") << runs[i].first;
+    if (runs[i].second > 1) out << " x" << runs[i].second;
+  }
+  out << "], head_dim=" << rope.head_dim << ", rotary_dim=" << rope.rotary_dim;
+  if (rope.rotary_offset != 0) out << ", rotary_offset=" << rope.rotary_offset;
+  out << ", layout=" << (rope.layout == RopeLayout::kHalfSplit ? "HALF_SPLIT" : "INTERLEAVED")
+      << ", attention_factor=" << rope.attention_factor << ")";
+  return out.str();
+}
+
+constexpr const char* kArrayContract = R"(
+Shapes: x (or q, k) is an array [..., tokens, heads, head_dim] whose last dim is contiguous;
+other strides are free (a transposed [batch, heads, seq, dim] array is fine), and nothing is
+copied. positions is int64 [streams, tokens] (shared by the batch) or [streams, ..., tokens]
+(the batch dims: streams of their own per batch element; Hugging Face's position_ids [3, batch,
+seq]); stream s of token t turns the pairs whose pair_stream is s. Its strides are free too
+(positions[:, ::2], a transpose of [tokens, streams]): it is read where it lies. float32, float16
+and bfloat16 (bits in an int16/uint16 array, with bfloat16=True) run the library's kernels
+(float32 arithmetic, one rounding to the storage type); float64 runs the library's
+double-precision reference. Raises ValueError (posenc.Error) naming the argument and the rule;
+nothing is written when an argument is bad.)";
+
+}  // namespace
+
+void BindMRope(py::module_& m) {
+  py::class_<MRope>(m, "MRope", R"(Multi-stream RoPE (posenc/mrope.h): RoPE whose pairs turn by
+different position streams.
+
+A token carries num_streams positions; pair i of each head turns by
+phi_i = positions[pair_stream[i]][t] * rope.inv_freq[i]. The rotation otherwise is rope's (layout,
+rotary_dim, rotary_offset, attention_factor). With one stream, or every stream holding the same
+position (text tokens of an M-RoPE model), it is exactly 1-D RoPE, bit for bit.
+
+Builders: sections (Qwen2-VL / Qwen2.5-VL M-RoPE in blocks, Qwen3-VL interleaved), qwen_vision,
+pixtral and llama4_vision (2-D RoPE of vision towers: streams (row, column), Llama 4 (column + 1,
+row + 1)), one_stream. Immutable and always valid.)")
+      .def(py::init([](const py::object& rope, std::vector<int64_t> pair_stream,
+                       std::optional<int64_t> num_streams) {
+             MRope mrope;
+             mrope.rope = Holds<Rope>(rope, "rope", "posenc.Rope");
+             mrope.num_streams = num_streams.value_or(
+                 pair_stream.empty()
+                     ? 1
+                     : 1 + *std::max_element(pair_stream.begin(), pair_stream.end()));
+             mrope.pair_stream = std::move(pair_stream);
+             mrope.Validate();
+             return mrope;
+           }),
+           py::arg("rope"), py::arg("pair_stream"), py::kw_only(),
+           py::arg("num_streams") = py::none(),
+           "An MRope with an explicit stream per pair (rope.rotary_dim / 2 entries, each in "
+           "[0, num_streams)); num_streams defaults to max(pair_stream) + 1. Validated.")
+      .def_static(
+          "one_stream",
+          [](const py::object& rope) {
+            return MRope::OneStream(Holds<Rope>(rope, "rope", "posenc.Rope"));
+          },
+          py::arg("rope"), "1-D RoPE as one stream.")
+      .def_static(
+          "sections",
+          [](const py::object& rope, std::vector<int64_t> sections, bool interleaved) {
+            return MRope::Sections(
+                Holds<Rope>(rope, "rope", "posenc.Rope"), sections,
+                interleaved ? MropeSections::kInterleaved : MropeSections::kBlocks);
+          },
+          py::arg("rope"), py::arg("sections"), py::arg("interleaved") = false,
+          R"(M-RoPE over rope's pairs (its inv_freq, layout, scaling and offset kept): one stream
+per section (Hugging Face's mrope_section: time, height, width), the sections adding up to
+rope.rotary_dim / 2.
+
+interleaved False (Qwen2-VL, Qwen2.5-VL): blocks, stream s takes sections[s] consecutive pairs
+([16, 24, 24]: pairs 0-15 time, 16-39 height, 40-63 width). True (Qwen3-VL, mrope_interleaved):
+pair i takes stream i % 3 while that stream's section lasts, time for the rest.)")
+      .def_static("qwen_vision", &MRope::QwenVision, py::arg("head_dim"),
+                  py::arg("theta") = 10000.0,
+                  R"(The Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision tower: streams (row, column);
+pairs [0, head_dim / 4) turn by the row, the rest by the column, both at
+theta^(-2j / (head_dim / 2)); half-split. head_dim a multiple of 4.)")
+      .def_static("pixtral", &MRope::Pixtral, py::arg("head_dim"), py::arg("theta") = 10000.0,
+                  R"(Pixtral's vision encoder: streams (row, column); with f_j = theta^(-2j /
+head_dim), pairs [0, head_dim / 4) turn by the row at f_0, f_2, ..., the rest by the column at
+f_1, f_3, ...; half-split. head_dim a multiple of 4.)")
+      .def_static("llama4_vision", &MRope::Llama4Vision, py::arg("head_dim"),
+                  py::arg("theta") = 10000.0,
+                  R"(Llama 4's vision encoder: streams (column + 1, row + 1), the class token at
+(0, 0); n = head_dim / 2 interleaved pairs, pairs [0, n / 2) by stream 0 and the rest by stream
+1, both at theta^(-2j / n). head_dim a multiple of 4.)")
+      .def_property_readonly(
+          "rope", [](const MRope& mrope) { return mrope.rope; },
+          "The rotation (a copy): layout, rotary_dim, rotary_offset, attention_factor, inv_freq.")
+      .def_property_readonly(
+          "num_streams", [](const MRope& mrope) { return mrope.num_streams; },
+          "Position streams per token (1 to MAX_STREAMS).")
+      .def_property_readonly(
+          "pair_stream", [](const MRope& mrope) { return mrope.pair_stream; },
+          "rotary_dim / 2 stream indices: the stream that turns pair i (a copy).")
+      .def_property_readonly("head_dim", [](const MRope& mrope) { return mrope.rope.head_dim; })
+      .def_readonly_static("MAX_STREAMS", &MRope::kMaxStreams)
+      .def("validate", &MRope::Validate, "Raises ValueError naming the field, value and rule.")
+      .def("__eq__",
+           [](const MRope& a, const py::object& other) {
+             if (!py::isinstance<MRope>(other)) return false;
+             const auto& b = other.cast<const MRope&>();
+             return a.num_streams == b.num_streams && a.pair_stream == b.pair_stream &&
+                    a.rope.head_dim == b.rope.head_dim && a.rope.rotary_dim == b.rope.rotary_dim &&
+                    a.rope.rotary_offset == b.rope.rotary_offset &&
+                    a.rope.layout == b.rope.layout && a.rope.inv_freq == b.rope.inv_freq &&
+                    a.rope.attention_factor == b.rope.attention_factor;
+           })
+      .def("__repr__", &Repr);
+
+  m.def(
+      "apply_mrope",
+      [](const py::object& mrope, const py::object& positions, const py::object& x,
+         const py::object& direction, const py::object& out, bool bfloat16) {
+        const MRope& spec = MRopeOf(mrope);
+        const RopeDirection dir = DirectionOf(direction);
+        return DispatchElement(x, bfloat16, "x", [&](auto element) {
+          return RotateInto<decltype(element)>(spec, positions, x, out, dir);
+        });
+      },
+      py::arg("mrope"), py::arg("positions"), py::arg("x"), py::kw_only(),
+      py::arg("direction") = RopeDirection::kForward, py::arg("out") = py::none(),
+      py::arg("bfloat16") = false,
+      (std::string("Returns x rotated by multi-stream RoPE, into `out` (same shape and dtype, "
+                   "must not overlap x) or a new C-contiguous array.\n") +
+       kArrayContract)
+          .c_str());
+
+  m.def(
+      "apply_mrope_inplace",
+      [](const py::object& mrope, const py::object& positions, const py::object& x,
+         const py::object& direction, bool bfloat16) {
+        const MRope& spec = MRopeOf(mrope);
+        const RopeDirection dir = DirectionOf(direction);
+        DispatchElement(x, bfloat16, "x", [&](auto element) {
+          RotateInPlace<decltype(element)>(spec, positions, x, dir);
+        });
+      },
+      py::arg("mrope"), py::arg("positions"), py::arg("x"), py::kw_only(),
+      py::arg("direction") = RopeDirection::kForward, py::arg("bfloat16") = false,
+      (std::string("Rotates x in place.\n") + kArrayContract).c_str());
+
+  m.def(
+      "apply_mrope_qk",
+      [](const py::object& mrope, const py::object& positions, const py::object& q,
+         const py::object& k, const py::object& direction, const py::object& q_out,
+         const py::object& k_out, bool bfloat16) {
+        const MRope& spec = MRopeOf(mrope);
+        const RopeDirection dir = DirectionOf(direction);
+        return DispatchElement(q, bfloat16, "q", [&](auto element) {
+          return RotateQkInto<decltype(element)>(spec, positions, q, k, q_out, k_out, dir);
+        });
+      },
+      py::arg("mrope"), py::arg("positions"), py::arg("q"), py::arg("k"), py::kw_only(),
+      py::arg("direction") = RopeDirection::kForward, py::arg("q_out") = py::none(),
+      py::arg("k_out") = py::none(), py::arg("bfloat16") = false,
+      (std::string("Returns (q_out, k_out): q [..., tokens, num_heads, head_dim] and k [..., "
+                   "tokens, num_kv_heads, head_dim] (same batch dims and tokens, any head "
+                   "counts) rotated with the angles of their shared positions.\n") +
+       kArrayContract)
+          .c_str());
+
+  m.def(
+      "apply_mrope_qk_inplace",
+      [](const py::object& mrope, const py::object& positions, const py::object& q,
+         const py::object& k, const py::object& direction, bool bfloat16) {
+        const MRope& spec = MRopeOf(mrope);
+        const RopeDirection dir = DirectionOf(direction);
+        DispatchElement(q, bfloat16, "q", [&](auto element) {
+          RotateQkInPlace<decltype(element)>(spec, positions, q, k, dir);
+        });
+      },
+      py::arg("mrope"), py::arg("positions"), py::arg("q"), py::arg("k"), py::kw_only(),
+      py::arg("direction") = RopeDirection::kForward, py::arg("bfloat16") = false,
+      (std::string("Rotates q and k in place (they must not share memory).\n") + kArrayContract)
+          .c_str());
+}
+
+}  // namespace posenc::python

@@ -1,0 +1,768 @@
+"""Multi-stream RoPE from Python: posenc.MRope and apply_mrope* (numpy),
+posenc.torch's MultimodalRotaryEmbedding, VisionRotaryEmbedding and
+apply_mrope, against Hugging Face's reference outputs (tests/golden/mrope/),
+1-D RoPE, gradcheck and the library's error messages."""
+
+import json
+import pathlib
+import re
+
+import numpy as np
+import pytest
+import torch
+from numpy.lib.stride_tricks import as_strided
+
+import posenc
+import posenc.torch as pt
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "mrope"
+
+TEXT = {
+    "qwen2_vl_text": False,
+    "qwen2_vl_text_small": False,
+    "qwen3_vl_text": True,
+    "qwen3_vl_text_small": True,
+    "qwen3_vl_text_uneven": True,
+}
+VISION = {
+    "qwen2_vl_vision": posenc.MRope.qwen_vision,
+    "qwen2_5_vl_vision": posenc.MRope.qwen_vision,
+    "qwen3_vl_vision": posenc.MRope.qwen_vision,
+    "pixtral_vision": posenc.MRope.pixtral,
+    "llama4_vision": posenc.MRope.llama4_vision,
+}
+# float32 storage: float32 arithmetic on exact angles, one rounding; against
+# the float64 truth within a few float32 ulps of the largest |x|.
+F32_TOL = 4e-6
+# float64 storage is the library's double reference; Hugging Face's float64
+# lines agree with an independent rotation to 2e-11 at positions near 2^17.
+F64_TOL = 1e-9
+
+
+def golden(name):
+    return json.loads((GOLDEN / f"{name}.json").read_text())
+
+
+# Qwen3-VL's [2, 3, 3] over 8 pairs: the interleaving slice stops at the last
+# pair, so the streams get 3, 3 and 2 pairs, not the sections' counts.
+# MRope.sections refuses such sections; an explicit pair_stream states it.
+UNEVEN_PAIR_STREAM = [0, 1, 2, 0, 1, 2, 0, 1]
+
+
+def text_mrope(rope, g, name):
+    if name == "qwen3_vl_text_uneven":
+        return posenc.MRope(rope, UNEVEN_PAIR_STREAM)
+    return posenc.MRope.sections(rope, g["mrope_section"], TEXT[name])
+
+
+def text_case(name):
+    """(mrope, positions [3, T], q [T, Hq, D], k or None) of a text file, the
+    rotation built on the file's float64 frequencies."""
+    g = golden(name)
+    d, t = g["head_dim"], g["tokens"]
+    rope = posenc.Rope(
+        d, d, posenc.RopeLayout.HALF_SPLIT, g["inv_freq_f64"]
+    )
+    mrope = text_mrope(rope, g, name)
+    q = np.array(g["q"], np.float32).reshape(t, g["num_heads_q"], d)
+    k = None
+    if g["num_heads_k"]:
+        k = np.array(g["k"], np.float32).reshape(t, g["num_heads_k"], d)
+    return g, mrope, np.array(g["positions"], np.int64), q, k
+
+
+def vision_case(name):
+    """(mrope, positions [2, n], q [n, 1, D], want_f32, want_f64) of the
+    file's apply tokens."""
+    g = golden(name)
+    mrope = VISION[name](g["head_dim"], g["theta"])
+    key = "positions_window_order" if "positions_window_order" in g else "positions"
+    positions = np.array(g[key], np.int64)[:, g["apply_tokens"]]
+    shape = (len(g["apply_tokens"]), 1, g["head_dim"])
+    q = np.array(g["q"], np.float32).reshape(shape)
+    return (
+        mrope,
+        positions,
+        q,
+        np.array(g["q_out_f32"]).reshape(shape),
+        np.array(g["q_out_f64"]).reshape(shape),
+    )
+
+
+def reference(mrope, positions, x):
+    """A plain NumPy rotation by the MRope's own fields, in float64:
+    positions [streams, T], x [T, H, D]."""
+    rope = mrope.rope
+    half, begin = rope.rotary_dim // 2, rope.rotary_offset
+    inv_freq = np.array(rope.inv_freq)
+    pos = positions[np.array(mrope.pair_stream)].T  # [T, half]
+    angle = pos * inv_freq
+    cos = rope.attention_factor * np.cos(angle)[:, None, :]
+    sin = rope.attention_factor * np.sin(angle)[:, None, :]
+    out = x.astype(np.float64).copy()
+    if rope.layout == posenc.RopeLayout.HALF_SPLIT:
+        a = slice(begin, begin + half)
+        b = slice(begin + half, begin + 2 * half)
+    else:
+        a = slice(begin, begin + 2 * half, 2)
+        b = slice(begin + 1, begin + 2 * half, 2)
+    xa, xb = out[..., a].copy(), out[..., b].copy()
+    out[..., a] = xa * cos - xb * sin
+    out[..., b] = xb * cos + xa * sin
+    return out
+
+
+# ---------------------------------------------------------------- builders
+
+
+def test_sections_blocks_and_interleaved_pair_streams():
+    rope = posenc.Rope.default(128, 1e6)
+    blocks = posenc.MRope.sections(rope, [16, 24, 24])
+    assert blocks.num_streams == 3
+    assert blocks.pair_stream == [0] * 16 + [1] * 24 + [2] * 24
+    assert blocks.rope.inv_freq == rope.inv_freq
+    inter = posenc.MRope.sections(rope, [24, 20, 20], interleaved=True)
+    assert inter.pair_stream == [0, 1, 2] * 20 + [0] * 4
+    small = posenc.MRope.sections(posenc.Rope.default(16), [4, 2, 2], True)
+    assert small.pair_stream == [0, 1, 2, 0, 1, 2, 0, 0]
+    assert "num_streams=3" in repr(blocks) and "0 x16, 1 x24, 2 x24" in repr(blocks)
+
+
+def test_vision_builders():
+    qwen = posenc.MRope.qwen_vision(80)
+    assert qwen.num_streams == 2 and qwen.head_dim == 80
+    assert qwen.pair_stream == [0] * 20 + [1] * 20
+    assert qwen.rope.layout == posenc.RopeLayout.HALF_SPLIT
+    np.testing.assert_allclose(
+        qwen.rope.inv_freq[:20], 1e4 ** (-np.arange(0, 40, 2) / 40), rtol=1e-15
+    )
+    assert qwen.rope.inv_freq[:20] == qwen.rope.inv_freq[20:]
+    pixtral = posenc.MRope.pixtral(64)
+    f = 1e4 ** (-np.arange(0, 64, 2) / 64)
+    np.testing.assert_allclose(pixtral.rope.inv_freq, np.r_[f[::2], f[1::2]], rtol=1e-15)
+    llama4 = posenc.MRope.llama4_vision(88)
+    assert llama4.rope.layout == posenc.RopeLayout.INTERLEAVED
+    assert posenc.MRope.MAX_STREAMS == 4
+
+
+def test_explicit_pair_stream_and_equality():
+    rope = posenc.Rope.default(8)
+    m = posenc.MRope(rope, [0, 1, 1, 0])
+    assert m.num_streams == 2
+    assert posenc.MRope(rope, [0, 1, 1, 0], num_streams=2) == m
+    assert posenc.MRope(rope, [0, 0, 0, 0], num_streams=3).num_streams == 3
+    assert posenc.MRope.one_stream(rope).pair_stream == [0] * 4
+    assert m != posenc.MRope.one_stream(rope)
+
+
+# ---------------------------------------------------------- golden (numpy)
+
+
+@pytest.mark.parametrize("name", TEXT)
+def test_text_golden_float64_is_the_reference(name):
+    g, mrope, positions, q, k = text_case(name)
+    out = posenc.apply_mrope(mrope, positions, q.astype(np.float64))
+    np.testing.assert_allclose(
+        out.reshape(-1), g["q_out_f64"], rtol=0, atol=F64_TOL
+    )
+    if k is not None:
+        q_out, k_out = posenc.apply_mrope_qk(
+            mrope, positions, q.astype(np.float64), k.astype(np.float64)
+        )
+        np.testing.assert_array_equal(q_out, out)
+        np.testing.assert_allclose(
+            k_out.reshape(-1), g["k_out_f64"], rtol=0, atol=F64_TOL
+        )
+
+
+@pytest.mark.parametrize("name", TEXT)
+def test_text_golden_float32(name):
+    g, mrope, positions, q, k = text_case(name)
+    out = posenc.apply_mrope(mrope, positions, q)
+    assert out.dtype == np.float32
+    # Against the float64 truth everywhere (posenc's angles are exact)...
+    truth = np.array(g["q_out_f64"]).reshape(q.shape)
+    np.testing.assert_allclose(out, truth, rtol=0, atol=F32_TOL)
+    # ... and against Hugging Face's float32 run where its float32 angles
+    # are still exact to float32 rounding (positions < 2^12; at 131071 they
+    # are off by ~0.01 rad, SOURCES.md).
+    small = positions.max(axis=0) < 4096
+    hf32 = np.array(g["q_out_f32"]).reshape(q.shape)
+    np.testing.assert_allclose(out[small], hf32[small], rtol=0, atol=F32_TOL)
+    if k is not None:
+        rope32 = posenc.Rope(
+            g["head_dim"], g["head_dim"], posenc.RopeLayout.HALF_SPLIT,
+            [float(np.float32(f)) for f in g["inv_freq_f32"]],
+        )
+        m32 = text_mrope(rope32, g, name)
+        _, k_out = posenc.apply_mrope_qk(m32, positions, q, k)
+        k32 = np.array(g["k_out_f32"]).reshape(k.shape)
+        np.testing.assert_allclose(k_out[small], k32[small], rtol=0, atol=F32_TOL)
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_vision_golden(name):
+    mrope, positions, q, want32, want64 = vision_case(name)
+    out64 = posenc.apply_mrope(mrope, positions, q.astype(np.float64))
+    np.testing.assert_allclose(out64, want64, rtol=0, atol=F64_TOL)
+    out32 = posenc.apply_mrope(mrope, positions, q)
+    np.testing.assert_allclose(out32, want32, rtol=0, atol=F32_TOL)
+    np.testing.assert_allclose(out64, reference(mrope, positions, q), rtol=0, atol=1e-12)
+
+
+def test_text_golden_default_frequencies_match_hugging_face():
+    # Rope.default's double frequencies are Hugging Face's float64 ones.
+    g = golden("qwen2_vl_text")
+    rope = posenc.Rope.default(g["head_dim"], g["theta"])
+    np.testing.assert_allclose(rope.inv_freq, g["inv_freq_f64"], rtol=1e-15)
+
+
+# ------------------------------------------------------- 1-D RoPE equality
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_equal_streams_are_1d_rope_bit_for_bit(dtype, interleaved):
+    rope = posenc.Rope.default(32, 5e5, rotary_dim=24, rotary_offset=4)
+    mrope = posenc.MRope.sections(rope, [4, 4, 4], interleaved)
+    x = np.random.default_rng(1).standard_normal((2, 9, 3, 32)).astype(dtype)
+    pos = np.array([0, 1, 2, 7, 99, 4096, 131071, 1 << 20, 123456789])
+    streams = np.broadcast_to(pos, (3, 9))  # stride 0 over streams
+    np.testing.assert_array_equal(
+        posenc.apply_mrope(mrope, streams, x), posenc.apply_rope(rope, pos, x)
+    )
+    one = posenc.MRope.one_stream(rope)
+    np.testing.assert_array_equal(
+        posenc.apply_mrope(one, pos[None], x), posenc.apply_rope(rope, pos, x)
+    )
+
+
+def test_equal_streams_bfloat16_bits():
+    rope = posenc.Rope.default(16)
+    mrope = posenc.MRope.sections(rope, [2, 3, 3])
+    bits = torch.randn(2, 5, 2, 16).to(torch.bfloat16).view(torch.int16).numpy()
+    pos = np.arange(5) * 1000
+    out = posenc.apply_mrope(mrope, np.stack([pos] * 3), bits, bfloat16=True)
+    np.testing.assert_array_equal(out, posenc.apply_rope(rope, pos, bits, bfloat16=True))
+
+
+# -------------------------------------------------- forms, strides, batches
+
+
+def random_case(seed=0, batch=(2,), tokens=6, heads=3, dim=16):
+    rng = np.random.default_rng(seed)
+    mrope = posenc.MRope.sections(posenc.Rope.default(dim), [2, 3, 3])
+    positions = rng.integers(0, 5000, (3,) + batch + (tokens,))
+    x = rng.standard_normal(batch + (tokens, heads, dim)).astype(np.float32)
+    return mrope, positions, x
+
+
+def per_element(mrope, positions, x):
+    """The rotation of each batch element by its own streams, in float64."""
+    out = np.empty(x.shape)
+    for b in np.ndindex(*x.shape[:-3]):
+        out[b] = reference(mrope, positions[(slice(None),) + b], x[b])
+    return out
+
+
+@pytest.mark.parametrize("batch", [(), (1,), (2,), (2, 3)])
+def test_batched_streams_match_per_element_reference(batch):
+    mrope, positions, x = random_case(batch=batch)
+    want = per_element(mrope, positions, x)
+    np.testing.assert_allclose(
+        posenc.apply_mrope(mrope, positions, x), want, rtol=0, atol=F32_TOL
+    )
+    shared = positions[(slice(None),) + (0,) * len(batch)]
+    want_shared = per_element(
+        mrope, np.broadcast_to(shared[(slice(None),) + (None,) * len(batch)], positions.shape), x
+    )
+    np.testing.assert_allclose(
+        posenc.apply_mrope(mrope, shared, x), want_shared, rtol=0, atol=F32_TOL
+    )
+
+
+def test_four_forms_and_inverse():
+    mrope, positions, x = random_case(batch=(2,))
+    k = np.random.default_rng(5).standard_normal((2, 6, 1, 16)).astype(np.float32)
+    out = posenc.apply_mrope(mrope, positions, x)
+    q_out, k_out = posenc.apply_mrope_qk(mrope, positions, x, k)
+    np.testing.assert_array_equal(q_out, out)
+    np.testing.assert_array_equal(k_out, posenc.apply_mrope(mrope, positions, k))
+    inplace = x.copy()
+    posenc.apply_mrope_inplace(mrope, positions, inplace)
+    np.testing.assert_array_equal(inplace, out)
+    qi, ki = x.copy(), k.copy()
+    posenc.apply_mrope_qk_inplace(mrope, positions, qi, ki)
+    np.testing.assert_array_equal(qi, q_out)
+    np.testing.assert_array_equal(ki, k_out)
+    back = posenc.apply_mrope(
+        mrope, positions, out, direction=posenc.RopeDirection.INVERSE
+    )
+    np.testing.assert_allclose(back, x, rtol=0, atol=1e-5)
+    into = np.empty_like(x)
+    assert posenc.apply_mrope(mrope, positions, x, out=into) is into
+    np.testing.assert_array_equal(into, out)
+
+
+def test_strided_positions_and_activations_are_read_in_place():
+    mrope, positions, x = random_case(batch=(2,), tokens=6)
+    want = per_element(mrope, positions, x)
+    # [batch, tokens, streams] transposed to [streams, batch, tokens]; a
+    # strided slice; Hugging Face's [batch, heads, seq, dim] transposed.
+    tbs = np.ascontiguousarray(positions.transpose(1, 2, 0)).transpose(2, 0, 1)
+    wide = np.zeros((3, 2, 12), np.int64)
+    wide[:, :, ::2] = positions
+    hf = np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    for p in (tbs, wide[:, :, ::2]):
+        for xs in (x, hf):
+            np.testing.assert_allclose(
+                posenc.apply_mrope(mrope, p, xs), want, rtol=0, atol=F32_TOL
+            )
+    # Reversed (negative strides) is copied, not refused.
+    np.testing.assert_allclose(
+        posenc.apply_mrope(mrope, positions[::-1][::-1], x), want, rtol=0, atol=F32_TOL
+    )
+    # A Python list of lists is converted.
+    np.testing.assert_allclose(
+        posenc.apply_mrope(mrope, positions.tolist(), x), want, rtol=0, atol=F32_TOL
+    )
+
+
+def test_in_place_writes_the_callers_memory():
+    mrope, positions, x = random_case(batch=(2,))
+    hf = np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # [b, h, t, d]
+    view = hf.transpose(0, 2, 1, 3)
+    posenc.apply_mrope_inplace(mrope, positions, view)
+    np.testing.assert_allclose(
+        hf.transpose(0, 2, 1, 3), per_element(mrope, positions, x), rtol=0, atol=F32_TOL
+    )
+
+
+def test_decode_step_shared_streams_of_one_token():
+    # One token per batch element with shared streams: stride 0 over the
+    # folded batch, one call.
+    mrope, _, x = random_case(batch=(4,), tokens=1)
+    p = np.array([[70], [71], [75]])
+    want = per_element(mrope, np.broadcast_to(p[:, None, :], (3, 4, 1)), x)
+    np.testing.assert_allclose(posenc.apply_mrope(mrope, p, x), want, rtol=0, atol=F32_TOL)
+
+
+def test_empty_inputs_are_no_ops():
+    mrope = posenc.MRope.qwen_vision(16)
+    x = np.zeros((0, 5, 2, 16), np.float32)
+    assert posenc.apply_mrope(mrope, np.zeros((2, 5), np.int64), x).shape == x.shape
+    y = np.zeros((3, 0, 2, 16), np.float32)
+    assert posenc.apply_mrope(mrope, np.zeros((2, 3, 0), np.int64), y).shape == y.shape
+
+
+# ------------------------------------------------------------------ errors
+
+MROPE = posenc.MRope.sections(posenc.Rope.default(16), [2, 3, 3])
+X = np.random.default_rng(3).standard_normal((2, 4, 2, 16)).astype(np.float32)
+P = np.zeros((3, 2, 4), np.int64)
+
+
+def big_positions():
+    p = P.copy()
+    p[1, 1, 2] = 1 << 60
+    return p
+
+
+NUMPY_ERRORS = {
+    "streams": (
+        lambda x: posenc.apply_mrope_inplace(MROPE, np.zeros((2, 2, 4), np.int64), x),
+        "[mrope] positions.num_streams must equal the rotation's streams (3), got 2",
+    ),
+    "positions shape": (
+        lambda x: posenc.apply_mrope_inplace(MROPE, np.zeros((3, 2, 5), np.int64), x),
+        "[mrope] positions.shape must be (streams, tokens) = (3, 4) or "
+        "(streams, *batch, tokens) = (3, 2, 4), got (3, 2, 5)",
+    ),
+    "1-D positions": (
+        lambda x: posenc.apply_mrope_inplace(MROPE, np.arange(4), x),
+        "[mrope] positions.shape must be (streams, tokens) = (3, 4) or "
+        "(streams, *batch, tokens) = (3, 2, 4), got (4,)",
+    ),
+    "positions dtype": (
+        lambda x: posenc.apply_mrope_inplace(MROPE, P.astype(np.int32), x),
+        "[mrope] positions must have dtype int64, got int32",
+    ),
+    "float positions": (
+        lambda x: posenc.apply_mrope_inplace(MROPE, [[0.5] * 4] * 3, x),
+        "[mrope] positions must be an int64 array or a sequence of ints, got list",
+    ),
+    "position too large, later element": (
+        lambda x: posenc.apply_mrope_inplace(MROPE, big_positions(), x),
+        "[mrope] positions[1][6] must be <= 2^32 = 4294967296 (kMaxPosition, where "
+        "float32 RoPE stops being accurate), got 1152921504606846976",
+    ),
+    "head_dim": (
+        lambda x: posenc.apply_mrope_inplace(
+            posenc.MRope.sections(posenc.Rope.default(8), [2, 1, 1]), P, x
+        ),
+        "[mrope] x.head_dim must equal rope.head_dim (8), got 16",
+    ),
+    "k tokens": (
+        lambda x: posenc.apply_mrope_qk_inplace(MROPE, P, x, np.zeros((2, 3, 1, 16), np.float32)),
+        "[mrope] k.tokens must equal q.tokens (4), got 3",
+    ),
+    "k batch": (
+        lambda x: posenc.apply_mrope_qk_inplace(MROPE, P, x, np.zeros((3, 4, 1, 16), np.float32)),
+        "[mrope] k.shape[:-3] must equal q's batch dims (2,), got (3,)",
+    ),
+    "rope as mrope": (
+        lambda x: posenc.apply_mrope_inplace(posenc.Rope.default(16), P, x),
+        "[mrope] mrope must be a posenc.MRope, got Rope",
+    ),
+    "direction": (
+        lambda x: posenc.apply_mrope_inplace(MROPE, P, x, direction="inverse"),
+        "[mrope] direction must be a posenc.RopeDirection, got str",
+    ),
+    "q and k the same memory": (
+        lambda x: posenc.apply_mrope_qk_inplace(MROPE, P, x, x[:, :, :1]),
+        "[mrope] k must not share memory with q, got overlapping views",
+    ),
+    "out overlaps x across the batch": (
+        lambda x: posenc.apply_mrope(MROPE, P, x[::-1], out=x),
+        "[mrope] out must not share memory with x, got overlapping views",
+    ),
+    "out dtype": (
+        lambda x: posenc.apply_mrope(MROPE, P, x, out=np.zeros(x.shape)),
+        "[mrope] out must have dtype float32, got float64",
+    ),
+}
+
+
+@pytest.mark.parametrize("call, message", NUMPY_ERRORS.values(), ids=NUMPY_ERRORS.keys())
+def test_numpy_errors_name_the_argument_and_write_nothing(call, message):
+    x = X.copy()
+    with pytest.raises(posenc.Error, match="^" + re.escape(message) + "$"):
+        call(x)
+    np.testing.assert_array_equal(x, X)
+
+
+BUILDER_ERRORS = {
+    "sections sum": (
+        lambda: posenc.MRope.sections(posenc.Rope.default(16), [2, 2, 2]),
+        "[mrope] sections must add up to the rotary pairs, rotary_dim / 2 = 8 "
+        "(they add up to 6), got 6",
+    ),
+    "vision head_dim": (
+        lambda: posenc.MRope.qwen_vision(78),
+        "[mrope] QwenVision head_dim must be a multiple of 4 in [4, 2^20], got 78",
+    ),
+    "pair_stream": (
+        lambda: posenc.MRope(posenc.Rope.default(8), [0, 1, 2, 0], num_streams=2),
+        "[mrope] pair_stream[2] must be in [0, num_streams = 2), got 2",
+    ),
+    "uneven interleaved sections": (
+        lambda: posenc.MRope.sections(posenc.Rope.default(16), [2, 3, 3], True),
+        "[mrope] sections[0] must equal the pairs that interleaving gives stream 0 (3): "
+        "taking turns, stream s > 0 keeps pairs s, s + n, ... below n * sections[s], got 2",
+    ),
+    "rope type": (
+        lambda: posenc.MRope.sections("rope", [1]),
+        "[mrope] rope must be a posenc.Rope, got str",
+    ),
+}
+
+
+@pytest.mark.parametrize("call, message", BUILDER_ERRORS.values(), ids=BUILDER_ERRORS.keys())
+def test_builder_errors(call, message):
+    with pytest.raises(posenc.Error, match="^" + re.escape(message) + "$"):
+        call()
+
+
+# ------------------------------------------------------------------- torch
+
+
+QWEN2_VL = {
+    "model_type": "qwen2_vl",
+    "hidden_size": 3584,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 28,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+}
+
+
+def hf_mrope_reference(q, position_ids, inv_freq, section, interleaved):
+    """Hugging Face's Qwen2-VL / Qwen3-VL text rotation in float64, written
+    from the lines SOURCES.md quotes: q [B, T, H, D], position_ids [3, B, T]."""
+    freqs = position_ids.double()[..., None] * inv_freq  # [3, B, T, D/2]
+    if interleaved:
+        f = freqs[0].clone()
+        for dim, offset in ((1, 1), (2, 2)):
+            idx = slice(offset, section[dim] * 3, 3)
+            f[..., idx] = freqs[dim, ..., idx]
+    else:
+        splits = freqs.split(section, dim=-1)
+        f = torch.cat([m[i % 3] for i, m in enumerate(splits)], dim=-1)
+    emb = torch.cat((f, f), dim=-1)[:, :, None, :]  # [B, T, 1, D]
+    x = q.double()
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * emb.cos() + rotated * emb.sin()
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_module_matches_hugging_face_lines(interleaved):
+    section = [24, 20, 20] if interleaved else [16, 24, 24]
+    rot = pt.MultimodalRotaryEmbedding(128, section, 5e6, interleaved=interleaved)
+    q, k = torch.randn(2, 7, 4, 128), torch.randn(2, 7, 2, 128)
+    position_ids = torch.randint(0, 20000, (3, 2, 7))
+    q_rot, k_rot = rot(q, k, position_ids)
+    assert q_rot.dtype == torch.float32 and q_rot.shape == q.shape
+    inv = rot.inv_freq
+    torch.testing.assert_close(
+        q_rot.double(),
+        hf_mrope_reference(q, position_ids, inv, section, interleaved),
+        rtol=0,
+        atol=2e-5,
+    )
+    torch.testing.assert_close(
+        k_rot.double(),
+        hf_mrope_reference(k, position_ids, inv, section, interleaved),
+        rtol=0,
+        atol=2e-5,
+    )
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl_text_small", "qwen3_vl_text_small"])
+def test_module_golden_float64(name):
+    g = golden(name)
+    rot = pt.MultimodalRotaryEmbedding(
+        g["head_dim"], g["mrope_section"], g["theta"], interleaved=TEXT[name]
+    )
+    t, d = g["tokens"], g["head_dim"]
+    q = torch.tensor(g["q"], dtype=torch.float32).reshape(1, t, -1, d).double()
+    k = torch.tensor(g["k"], dtype=torch.float32).reshape(1, t, -1, d).double()
+    position_ids = torch.tensor(g["positions"])[:, None, :]  # [3, 1, T]
+    q_rot, k_rot = rot(q, k, position_ids)
+    want_q = torch.tensor(g["q_out_f64"], dtype=torch.float64).reshape(q.shape)
+    want_k = torch.tensor(g["k_out_f64"], dtype=torch.float64).reshape(k.shape)
+    torch.testing.assert_close(q_rot, want_q, rtol=0, atol=F64_TOL)
+    torch.testing.assert_close(k_rot, want_k, rtol=0, atol=F64_TOL)
+
+
+def test_from_hf_config_and_text_positions_are_1d_rope():
+    rot = pt.MultimodalRotaryEmbedding.from_hf_config(QWEN2_VL)
+    assert rot.mrope.pair_stream == [0] * 16 + [1] * 24 + [2] * 24
+    rope = posenc.rope_from_hf_config(QWEN2_VL)
+    assert rot.rope.inv_freq == rope.inv_freq
+    q, k = torch.randn(2, 5, 28, 128), torch.randn(2, 5, 4, 128)
+    text = torch.tensor([[0, 1, 2, 3, 4], [9, 10, 11, 12, 13]])
+    one_d = pt.apply_rope(q, k, text, rope)
+    for position_ids in (text, text[None].expand(3, 2, 5)):
+        q_rot, k_rot = rot(q, k, position_ids)
+        assert torch.equal(q_rot, one_d[0]) and torch.equal(k_rot, one_d[1])
+    q_rot, _ = rot(q, k)  # None: 0 .. T - 1
+    assert torch.equal(q_rot, pt.apply_rope(q, k, torch.arange(5), rope)[0])
+
+
+def test_hf_layout_transposed_tensors_keep_their_strides():
+    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3])
+    q_hf = torch.randn(2, 4, 5, 16)  # [batch, heads, seq, dim]
+    k_hf = torch.randn(2, 1, 5, 16)
+    position_ids = torch.randint(0, 100, (3, 2, 5))
+    q_rot, k_rot = rot(q_hf.transpose(1, 2), k_hf.transpose(1, 2), position_ids)
+    assert q_rot.stride() == q_hf.transpose(1, 2).stride()
+    want_q, want_k = rot(
+        q_hf.transpose(1, 2).contiguous(), k_hf.transpose(1, 2).contiguous(), position_ids
+    )
+    assert torch.equal(q_rot, want_q) and torch.equal(k_rot, want_k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_module_low_precision_dtypes(dtype):
+    rot = pt.MultimodalRotaryEmbedding(16, [4, 2, 2], interleaved=True)
+    q, k = torch.randn(2, 6, 3, 16), torch.randn(2, 6, 1, 16)
+    position_ids = torch.randint(0, 3000, (3, 2, 6))
+    q_rot, k_rot = rot(q.to(dtype), k.to(dtype), position_ids)
+    assert q_rot.dtype == dtype and k_rot.dtype == dtype
+    want_q, want_k = rot(q.to(dtype).double(), k.to(dtype).double(), position_ids)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}[dtype]
+    torch.testing.assert_close(q_rot.double(), want_q, rtol=tol, atol=tol)
+    torch.testing.assert_close(k_rot.double(), want_k, rtol=tol, atol=tol)
+
+
+def test_gradcheck_float64():
+    rot = pt.MultimodalRotaryEmbedding(8, [1, 2, 1], 100.0)
+    q = torch.randn(2, 3, 2, 8, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 3, 1, 8, dtype=torch.float64, requires_grad=True)
+    position_ids = torch.tensor(
+        [[[0, 1, 2], [5, 5, 6]], [[0, 3, 2], [5, 6, 7]], [[0, 1, 9], [5, 7, 6]]]
+    )
+    assert torch.autograd.gradcheck(lambda a, b: rot(a, b, position_ids), (q, k))
+    assert torch.autograd.gradgradcheck(lambda a, b: rot(a, b, position_ids), (q, k))
+
+
+def test_backward_is_the_inverse_rotation():
+    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3])
+    mrope = rot.mrope
+    q = torch.randn(2, 5, 3, 16, requires_grad=True)
+    k = torch.randn(2, 5, 1, 16, requires_grad=True)
+    position_ids = torch.randint(0, 9000, (3, 2, 5))
+    gq, gk = torch.randn(2, 5, 3, 16), torch.randn(2, 5, 1, 16)
+    q_rot, k_rot = rot(q, k, position_ids)
+    torch.autograd.backward((q_rot, k_rot), (gq, gk))
+    inverse = posenc.RopeDirection.INVERSE
+    p = position_ids.numpy()
+    np.testing.assert_array_equal(
+        q.grad.numpy(), posenc.apply_mrope(mrope, p, gq.numpy(), direction=inverse)
+    )
+    np.testing.assert_array_equal(
+        k.grad.numpy(), posenc.apply_mrope(mrope, p, gk.numpy(), direction=inverse)
+    )
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_vision_module_golden(name):
+    g = golden(name)
+    kind = name.rsplit("_vision", 1)[0]
+    rot = pt.VisionRotaryEmbedding(kind, g["head_dim"], g["theta"])
+    mrope, positions, q, want32, want64 = vision_case(name)
+    assert rot.mrope == mrope
+    qt = torch.from_numpy(q)
+    q_rot, k_rot = rot(qt, qt, torch.from_numpy(positions))  # [tokens, heads, dim]
+    np.testing.assert_allclose(q_rot.numpy(), want32, rtol=0, atol=F32_TOL)
+    assert torch.equal(q_rot, k_rot)
+    q64, _ = rot(qt.double()[None], qt.double()[None], torch.from_numpy(positions))
+    np.testing.assert_allclose(q64[0].numpy(), want64, rtol=0, atol=F64_TOL)
+
+
+def test_vision_gradcheck():
+    rot = pt.VisionRotaryEmbedding("pixtral", 8)
+    q = torch.randn(5, 2, 8, dtype=torch.float64, requires_grad=True)
+    positions = torch.tensor([[0, 0, 1, 1, 2], [0, 1, 0, 1, 0]])
+    assert torch.autograd.gradcheck(lambda a: rot(a, a, positions)[0], (q,))
+
+
+def q8(*shape, dtype=torch.float32):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+ROT = pt.MultimodalRotaryEmbedding(8, [1, 2, 1])
+VIS = pt.VisionRotaryEmbedding("qwen2_vl", 8)
+TORCH_ERRORS = {
+    "position_ids [2, B, T]": (
+        lambda: ROT(q8(2, 3, 1, 8), q8(2, 3, 1, 8), torch.zeros(2, 2, 3, dtype=torch.int64)),
+        "[mrope] position_ids.shape must be (streams, *batch, tokens) = (3, 2, 3) or "
+        "(*batch, tokens) = (2, 3) (text: the same position in every stream), got (2, 2, 3)",
+    ),
+    "mismatched batch": (
+        lambda: ROT(q8(2, 3, 1, 8), q8(2, 3, 1, 8), torch.zeros(3, 4, 3, dtype=torch.int64)),
+        "[mrope] position_ids.shape must be (streams, *batch, tokens) = (3, 2, 3) or "
+        "(*batch, tokens) = (2, 3) (text: the same position in every stream), got (3, 4, 3)",
+    ),
+    "mismatched tokens": (
+        lambda: ROT(q8(2, 3, 1, 8), q8(2, 3, 1, 8), torch.zeros(3, 2, 4, dtype=torch.int64)),
+        "[mrope] position_ids.shape must be (streams, *batch, tokens) = (3, 2, 3) or "
+        "(*batch, tokens) = (2, 3) (text: the same position in every stream), got (3, 2, 4)",
+    ),
+    "float position_ids": (
+        lambda: ROT(q8(2, 3, 1, 8), q8(2, 3, 1, 8), torch.zeros(3, 2, 3)),
+        "[mrope] position_ids must have dtype int64, got float32",
+    ),
+    "k tokens": (
+        lambda: ROT(q8(2, 3, 1, 8), q8(2, 2, 1, 8), torch.zeros(3, 2, 3, dtype=torch.int64)),
+        "[mrope] k.tokens must equal q.tokens (3), got 2",
+    ),
+    "k dtype": (
+        lambda: ROT(q8(1, 3, 1, 8), q8(1, 3, 1, 8, dtype=torch.float64)),
+        "[mrope] k.dtype must equal q.dtype (torch.float32), got torch.float64",
+    ),
+    "int q": (
+        lambda: ROT(torch.zeros(1, 3, 1, 8, dtype=torch.int32), q8(1, 3, 1, 8)),
+        "[mrope] q must have dtype float32, float64, bfloat16, float16, got int32",
+    ),
+    "head_dim": (
+        lambda: ROT(q8(1, 3, 1, 16), q8(1, 3, 1, 16)),
+        "[mrope] q.head_dim must equal rope.head_dim (8), got 16",
+    ),
+    "2-D q": (
+        lambda: ROT(q8(3, 8), q8(3, 8)),
+        "[mrope] q.shape must be [..., tokens, heads, head_dim], got (3, 8)",
+    ),
+    "vision positions [3, T]": (
+        lambda: VIS(q8(3, 1, 8), q8(3, 1, 8), torch.zeros(3, 3, dtype=torch.int64)),
+        "[mrope] positions.shape must be (streams, *batch, tokens) = (2, 3), got (3, 3)",
+    ),
+    "negative position": (
+        lambda: VIS(q8(3, 1, 8), q8(3, 1, 8), torch.tensor([[0, 1, 2], [0, -1, 0]])),
+        "[mrope] positions[1][1] must be >= 0, got -1",
+    ),
+    "vision kind": (
+        lambda: pt.VisionRotaryEmbedding("qwen", 8),
+        "[mrope] kind must be one of 'qwen2_vl', 'qwen2_5_vl', 'qwen3_vl', 'pixtral', "
+        "'llama4', got 'qwen'",
+    ),
+    "vision head_dim float": (
+        lambda: pt.VisionRotaryEmbedding("pixtral", 8.0),
+        "[mrope] head_dim must be an int, got float",
+    ),
+    "sections of floats": (
+        lambda: pt.MultimodalRotaryEmbedding(8, [1.0, 2, 1]),
+        "[mrope] mrope_section must be a sequence of ints, got [1.0, 2, 1]",
+    ),
+    "config without M-RoPE": (
+        lambda: pt.MultimodalRotaryEmbedding.from_hf_config(
+            {**QWEN2_VL, "model_type": "qwen2", "rope_scaling": None}
+        ),
+        "[mrope] config must describe a model with M-RoPE (rope_scaling.mrope_section: "
+        "Qwen2-VL, Qwen2.5-VL, Qwen3-VL), got qwen2 (rope, no mrope_section)",
+    ),
+    "functional with a module": (
+        lambda: pt.apply_mrope(ROT, torch.zeros(3, 3, dtype=torch.int64), q8(3, 1, 8), q8(3, 1, 8)),
+        "[mrope] mrope must be a posenc.MRope (of a MultimodalRotaryEmbedding: its .mrope), "
+        "got MultimodalRotaryEmbedding",
+    ),
+}
+
+
+@pytest.mark.parametrize("call, message", TORCH_ERRORS.values(), ids=TORCH_ERRORS.keys())
+def test_torch_errors(call, message):
+    with pytest.raises(posenc.Error, match="^" + re.escape(message) + "$"):
+        call()
+
+
+# ------------------------------------------------------------ no copies
+
+
+def test_numpy_positions_and_activations_are_not_copied():
+    # A read-only int64 view of a larger buffer: if posenc copied it, a
+    # change to the buffer between calls could not show; it must.
+    mrope, positions, x = random_case(batch=(2,))
+    buf = np.zeros((3, 2, 12), np.int64)
+    view = buf[:, :, ::2]
+    view.setflags(write=False)
+    first = posenc.apply_mrope(mrope, view, x)
+    np.testing.assert_array_equal(first, posenc.apply_mrope(mrope, np.zeros_like(positions), x))
+    buf[:, :, ::2] = positions
+    np.testing.assert_allclose(
+        posenc.apply_mrope(mrope, view, x), per_element(mrope, positions, x), rtol=0, atol=F32_TOL
+    )
+    # In place on a strided view writes the caller's buffer, not a copy.
+    big = np.zeros((2, 6, 5, 16), np.float32)
+    big[:, :, 1:4] = x
+    posenc.apply_mrope_inplace(mrope, positions, big[:, :, 1:4])
+    np.testing.assert_allclose(
+        big[:, :, 1:4], per_element(mrope, positions, x), rtol=0, atol=F32_TOL
+    )
+    assert not big[:, :, 0].any() and not big[:, :, 4].any()
+
+
+def test_torch_expanded_position_ids_are_views():
+    # Hugging Face expands text position_ids to [3, B, T] with stride 0; the
+    # module reads them in place (the result equals the materialised copy).
+    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3])
+    q, k = torch.randn(2, 4, 2, 16), torch.randn(2, 4, 1, 16)
+    ids = torch.arange(8).reshape(2, 4)
+    expanded = ids[None].expand(3, 2, 4)
+    assert expanded.stride()[0] == 0
+    a = rot(q, k, expanded)
+    b = rot(q, k, expanded.contiguous())
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
