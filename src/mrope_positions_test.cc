@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -260,6 +262,35 @@ TEST(MropeIndexConfig, ReadsEachModelType) {
   EXPECT_EQ(qwen3.rules, MropeIndexRules::kQwen3Vl);
   EXPECT_EQ(qwen3.video_token_id, 151656);
   EXPECT_EQ(qwen3.tokens_per_second, 0);
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(MropeIndexConfig, ReadsThePublishedConfigs) {
+  struct Case {
+    const char* file;
+    MropeIndexRules rules;
+    int64_t tokens_per_second;
+  };
+  const Case cases[] = {
+      {"real/qwen2_vl-qwen2-vl-7b-instruct.json", MropeIndexRules::kQwen2Vl, 0},
+      {"real/qwen2_5_vl-qwen2.5-vl-7b-instruct.json", MropeIndexRules::kQwen2_5Vl, 2},
+      {"real/qwen3_vl-qwen3-vl-8b-instruct.json", MropeIndexRules::kQwen3Vl, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    const QwenVlTokens t = QwenVlTokensFromConfig(ReadText(testing_support::ConfigPath(c.file)));
+    EXPECT_EQ(t.rules, c.rules);
+    EXPECT_EQ(t.image_token_id, kImage);
+    EXPECT_EQ(t.video_token_id, kVideo);
+    EXPECT_EQ(t.vision_start_token_id, kStart);
+    EXPECT_EQ(t.spatial_merge_size, 2);
+    EXPECT_EQ(t.tokens_per_second, c.tokens_per_second);
+  }
 }
 
 TEST(MropeIndexConfig, RefusesWhatItCannotUse) {
