@@ -23,25 +23,30 @@ std::string Equal(std::string_view what, int64_t value) {
   return "equal " + std::string(what) + " (" + std::to_string(value) + ")";
 }
 
-// A dense float copy of x rotated by RoPE at its tokens' positions, made by the standalone op's
-// reference, so that attention and ApplyRope can never disagree on what the rotation is.
-std::vector<float> Rotated(const Rope& rope, std::span<const int64_t> positions,
-                           Heads<const float> x) {
-  std::vector<float> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
-  ApplyRopeReference(rope, positions, x,
-                     Heads<float>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim),
-                     RopeDirection::kForward);
-  return buffer;
-}
+// Whether q and k turn by RoPE (1-D or multi-stream) before scoring.
+bool Rotates(const AttentionOptions& options) { return options.rope || options.mrope; }
 
-// A dense copy of x rotated by the standalone RoPE op (ApplyRope: the same SIMD kernel, so the
-// fused path and ApplyRope can never disagree on the rotation), in x's own storage type.
+// A dense copy of x (q when is_query, else k) rotated at its tokens' positions, in x's own
+// storage type: by the standalone op (ApplyRope / ApplyMRope: the same SIMD kernel, so the fused
+// path and the op can never disagree on the rotation), or by its double reference.
 template <typename T>
-std::vector<T> RotatedCopy(const Rope& rope, std::span<const int64_t> positions,
-                           Heads<const T> x) {
+std::vector<T> RotatedCopy(const AttentionOptions& options, bool is_query,
+                           std::span<const int64_t> positions, Heads<const T> x, bool reference) {
   std::vector<T> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
-  ApplyRope(rope, positions, x, Heads<T>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim),
-            RopeDirection::kForward);
+  const Heads<T> out = Heads<T>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim);
+  constexpr RopeDirection kForward = RopeDirection::kForward;
+  if (options.mrope) {
+    const PositionStreams& streams = is_query ? options.mrope_query_pos : options.mrope_key_pos;
+    if (reference) {
+      ApplyMRopeReference<T>(*options.mrope, streams, x, out, kForward);
+    } else {
+      ApplyMRope<T>(*options.mrope, streams, x, out, kForward);
+    }
+  } else if (reference) {
+    ApplyRopeReference(*options.rope, positions, x, out, kForward);
+  } else {
+    ApplyRope(*options.rope, positions, x, out, kForward);
+  }
   return buffer;
 }
 
@@ -108,9 +113,9 @@ void FusedAttention(const AttentionOptions& options, Heads<const T> q, Heads<con
                     Heads<const T> v, std::span<const int64_t> query_pos,
                     std::span<const int64_t> key_pos, Heads<float> out) {
   std::vector<T> q_rotated, k_rotated;
-  if (options.rope) {
-    q_rotated = RotatedCopy(*options.rope, query_pos, q);
-    k_rotated = RotatedCopy(*options.rope, key_pos, k);
+  if (Rotates(options)) {
+    q_rotated = RotatedCopy(options, true, query_pos, q, false);
+    k_rotated = RotatedCopy(options, false, key_pos, k, false);
     q = Heads<const T>::Dense(q_rotated.data(), q.tokens, q.num_heads, q.head_dim);
     k = Heads<const T>::Dense(k_rotated.data(), k.tokens, k.num_heads, k.head_dim);
   }
@@ -172,9 +177,9 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
   // (1) RoPE: rotate q and k at their own positions, into dense float copies. The rest of the
   // passes read q and k through the views, whichever memory they point at.
   std::vector<float> q_rotated, k_rotated;
-  if (options.rope) {
-    q_rotated = Rotated(*options.rope, query_pos, q);
-    k_rotated = Rotated(*options.rope, key_pos, k);
+  if (Rotates(options)) {
+    q_rotated = RotatedCopy(options, true, query_pos, q, true);
+    k_rotated = RotatedCopy(options, false, key_pos, k, true);
     q = Heads<const float>::Dense(q_rotated.data(), q.tokens, q.num_heads, q.head_dim);
     k = Heads<const float>::Dense(k_rotated.data(), k.tokens, k.num_heads, k.head_dim);
   }
@@ -289,6 +294,17 @@ void CheckAttention(const AttentionOptions& options, Heads<const T> q, Heads<con
     options.rope->Validate();
     Require(options.rope->head_dim == q.head_dim, kFunction, "rope.head_dim",
             Equal("q.head_dim", q.head_dim), options.rope->head_dim);
+  }
+  if (options.mrope) {
+    Require(!options.rope, kFunction, "mrope", "not be given with rope (each is a rotation)",
+            "both");
+    options.mrope->Validate();
+    Require(options.mrope->rope.head_dim == q.head_dim, kFunction, "mrope.rope.head_dim",
+            Equal("q.head_dim", q.head_dim), options.mrope->rope.head_dim);
+    options.mrope_query_pos.Validate(kFunction, "mrope_query_pos", options.mrope->num_streams,
+                                     q.tokens);
+    options.mrope_key_pos.Validate(kFunction, "mrope_key_pos", options.mrope->num_streams,
+                                   k.tokens);
   }
   if (options.alibi) {
     options.alibi->Validate();

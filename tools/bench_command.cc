@@ -18,6 +18,7 @@
 #include "posenc/attention.h"
 #include "posenc/heads.h"
 #include "posenc/positions.h"
+#include "posenc/mrope.h"
 #include "posenc/rope.h"
 #include "posenc/runtime.h"
 #include "posenc/sinusoidal.h"
@@ -163,6 +164,53 @@ void AddRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& posi
   }
 }
 
+// Qwen2-VL's three position streams for `tokens` tokens: 16 text tokens, then images of 32 x 32
+// merged patches (each token a new (row, column), the time fixed), text again after each: the
+// image-heavy prefill of a vision-language model, where most tokens are not one step after the
+// previous one in every stream. [3, tokens], row-major.
+std::vector<int64_t> VisionLanguageStreams(int64_t tokens) {
+  std::vector<int64_t> streams(3 * tokens);
+  int64_t next = 0;  // the next text position
+  for (int64_t t = 0; t < tokens;) {
+    for (int64_t i = 0; i < 16 && t < tokens; ++i, ++t, ++next) {
+      for (int64_t k = 0; k < 3; ++k) streams[k * tokens + t] = next;
+    }
+    for (int64_t i = 0; i < 32 * 32 && t < tokens; ++i, ++t) {
+      streams[t] = next;
+      streams[tokens + t] = next + i / 32;
+      streams[2 * tokens + t] = next + i % 32;
+    }
+    next += 32;
+  }
+  return streams;
+}
+
+// M-RoPE in place on q and k, sections of Qwen2-VL (blocks) and Qwen3-VL (interleaved) scaled to
+// head_dim, at VisionLanguageStreams: the same bytes as 1-D RoPE, so the same bandwidth ratio.
+template <typename T>
+void AddMRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& streams, QK<T>& b,
+                   std::vector<Case>& cases) {
+  const std::string dtype = StorageTypeName(StorageTypeOf<T>());
+  const std::string shape =
+      ShapeString({{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}},
+                  {"q", "k"});
+  const double bytes = 2.0 * static_cast<double>(b.q.size() + b.k.size()) * sizeof(T);
+  const int64_t pairs = s.head_dim / 2;
+  const PositionStreams view = PositionStreams::Dense(streams.data(), 3, s.tokens);
+  // [16, 24, 24] and [24, 20, 20] of 64 pairs.
+  const std::vector<int64_t> blocks{pairs / 4, pairs * 3 / 8, pairs - pairs / 4 - pairs * 3 / 8};
+  const std::vector<int64_t> interleaved{pairs - 2 * (pairs * 5 / 16), pairs * 5 / 16,
+                                         pairs * 5 / 16};
+  for (const MropeSections layout : {MropeSections::kBlocks, MropeSections::kInterleaved}) {
+    const bool in_blocks = layout == MropeSections::kBlocks;
+    const MRope mrope =
+        MRope::Sections(Rope::Default(s.head_dim, 1e6), in_blocks ? blocks : interleaved, layout);
+    cases.push_back({{"mrope_forward", in_blocks ? "sections" : "interleaved", dtype, true, shape,
+                      threads, bytes, {}},
+                     [&b, mrope, view] { ApplyMRope(mrope, view, b.qv, b.kv); }});
+  }
+}
+
 // Attention inputs of one storage type: prefill q, k, v of prefill_tokens, and one decode query
 // against a cache of decode_keys keys and values. Constant inputs: the timing does not depend on
 // the values, and the bytes are what they are.
@@ -284,6 +332,9 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
                    [&b, n] { bench::StreamFill(b.stream_b.data(), n, 1.0f); }});
   AddRopeCases(s, threads, b.positions, b.f32, cases);
   AddRopeCases(s, threads, b.positions, b.bf16, cases);
+  const std::vector<int64_t> streams = VisionLanguageStreams(s.tokens);
+  AddMRopeCases(s, threads, streams, b.f32, cases);
+  AddMRopeCases(s, threads, streams, b.bf16, cases);
 
   // Thread scaling: the float32 half-split in-place case on one thread.
   const Rope plain = Rope::Default(s.head_dim);

@@ -33,6 +33,7 @@
 
 #include "posenc/alibi.h"
 #include "posenc/heads.h"
+#include "posenc/mrope.h"
 #include "posenc/query_scale.h"
 #include "posenc/relative_bias.h"
 #include "posenc/rope.h"
@@ -44,6 +45,17 @@ struct AttentionOptions {
   bool causal = false;
   std::optional<Alibi> alibi;  // its LocalHeads() must equal num_heads
   std::optional<Rope> rope;    // its head_dim must equal q's and k's head_dim
+  // Multi-stream RoPE instead of `rope` (posenc/mrope.h: M-RoPE of Qwen-VL, 2-D RoPE of vision
+  // towers): q and k turn by their position streams, mrope_query_pos [num_streams, q_tokens] and
+  // mrope_key_pos [num_streams, kv_tokens], while causal order, windows, chunks, ALiBi, query
+  // scales and relative biases keep following query_pos and key_pos, the token order (once
+  // positions are 3-D the two differ: an image's tokens share a time position but not an order).
+  // A decode step after an image continues at query_pos = T and streams T + rope_deltas
+  // (posenc/mrope_positions.h). Not with rope; its head_dim must equal q's. The streams are read
+  // during the call, not copied.
+  std::optional<MRope> mrope;
+  PositionStreams mrope_query_pos;
+  PositionStreams mrope_key_pos;
   double scale = 0.0;          // score scale; 0 means 1 / sqrt(head_dim)
   // Sliding window: key j is visible to query i only when query_pos[i] - key_pos[j] < window.
   // 0 means no window; must be >= 0.
@@ -62,7 +74,8 @@ struct AttentionOptions {
   std::optional<RelativeBias> relative_bias;
 };
 
-// Validates everything (views, shapes, grouping, positions, rope, alibi, scale, window,
+// Validates everything (views, shapes, grouping, positions, rope or mrope and its streams, alibi,
+// scale, window,
 // chunk_size, query_scale, relative_bias, and that no row of out shares a byte with a row of q, k
 // or v: an exact test, so out may be a slot of a fused buffer that q, k or v are slices of),
 // throwing posenc::Error before out is touched, then runs the kernel.
