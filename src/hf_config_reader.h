@@ -2,6 +2,7 @@
 // model_positions.cc (the per-layer description).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@ LanguageModel SelectLanguageModel(const Json& root);
 
 // The model-level scheme (hf_config.cc).
 PositionScheme ReadPositionScheme(const Node& top, const std::string& model_type);
+
+// The vision tower's 2-D RoPE from the file's vision_config (root: the whole file), or nullopt
+// when there is none or its tower is not one posenc knows (noted); defaults taken are noted.
+std::optional<VisionRopeScheme> ReadVisionRope(const Json& root, std::vector<std::string>& notes);
 
 // One LayerPositions per layer (model_positions.cc); empty without a layer count.
 std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model_type,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -661,6 +662,305 @@ TEST(HfConfigErrors, NestedConfigsNameTheInnerKey) {
               "got nothing (the key is missing)");
   ExpectError(R"({"model_type": "llama4", "text_config": [1]})",
               "[hf_config] text_config must be an object, got [1]");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multimodal RoPE: the language model's position streams (MakeMRope) and the vision tower's 2-D
+// RoPE (vision_config, MakeVisionRope).
+
+RopeScheme LoadRope(const std::string& real_config) {
+  return AsRope(LoadHfConfig(ConfigPath("real/" + real_config)));
+}
+
+// The notes that name a vision_config key.
+std::vector<std::string> VisionNotes(const RopeScheme& scheme) {
+  std::vector<std::string> notes;
+  for (const std::string& note : scheme.notes) {
+    if (note.find("vision_config") != std::string::npos) notes.push_back(note);
+  }
+  return notes;
+}
+
+void ExpectSameMRope(const MRope& got, const MRope& want) {
+  EXPECT_EQ(got.num_streams, want.num_streams);
+  EXPECT_EQ(got.pair_stream, want.pair_stream);
+  EXPECT_EQ(got.rope.head_dim, want.rope.head_dim);
+  EXPECT_EQ(got.rope.rotary_dim, want.rope.rotary_dim);
+  EXPECT_EQ(got.rope.layout, want.rope.layout);
+  EXPECT_EQ(got.rope.inv_freq, want.rope.inv_freq);
+}
+
+TEST(HfConfigVision, RealConfigsReadTheirTowers) {
+  // Qwen2-VL-7B: embed_dim 1280 / 16 heads (its vision hidden_size 3584 is the merger's output).
+  const RopeScheme qwen2 = LoadRope("qwen2_vl-qwen2-vl-7b-instruct.json");
+  ASSERT_TRUE(qwen2.vision.has_value());
+  EXPECT_EQ(qwen2.vision->kind, VisionRopeKind::kQwen2Vl);
+  EXPECT_EQ(qwen2.vision->model_type, "");
+  EXPECT_EQ(qwen2.vision->head_dim, 80);
+  EXPECT_EQ(qwen2.vision->num_heads, 16);
+  EXPECT_EQ(qwen2.vision->theta, 10000.0);
+  EXPECT_EQ(qwen2.vision->patch_size, 14);
+  EXPECT_EQ(qwen2.vision->spatial_merge_size, 2);
+  EXPECT_EQ(qwen2.vision->temporal_patch_size, 2);
+  EXPECT_EQ(qwen2.vision->PatchesPerSide(), 0);
+  EXPECT_EQ(VisionNotes(qwen2), std::vector<std::string>{});
+  EXPECT_EQ(qwen2.mrope_section, (std::vector<int64_t>{16, 24, 24}));
+  EXPECT_FALSE(qwen2.mrope_interleaved);
+
+  const RopeScheme qwen25 = LoadRope("qwen2_5_vl-qwen2.5-vl-7b-instruct.json");
+  ASSERT_TRUE(qwen25.vision.has_value());
+  EXPECT_EQ(qwen25.vision->kind, VisionRopeKind::kQwen25Vl);
+  EXPECT_EQ(qwen25.vision->head_dim, 80);  // hidden_size 1280 / 16
+  EXPECT_EQ(qwen25.vision->window_size, 112);
+  EXPECT_EQ(qwen25.vision->WindowUnits(), 4);  // 112 / 2 / 14, get_window_index's
+  EXPECT_EQ(qwen25.vision->fullatt_block_indexes, (std::vector<int64_t>{7, 15, 23, 31}));
+  EXPECT_EQ(qwen25.vision->tokens_per_second, 2.0);
+  EXPECT_EQ(VisionNotes(qwen25), std::vector<std::string>{});
+
+  const RopeScheme qwen3 = LoadRope("qwen3_vl-qwen3-vl-8b-instruct.json");
+  ASSERT_TRUE(qwen3.vision.has_value());
+  EXPECT_EQ(qwen3.vision->kind, VisionRopeKind::kQwen3Vl);
+  EXPECT_EQ(qwen3.vision->model_type, "qwen3_vl");
+  EXPECT_EQ(qwen3.vision->head_dim, 72);  // 1152 / 16
+  EXPECT_EQ(qwen3.vision->patch_size, 16);
+  EXPECT_EQ(qwen3.vision->spatial_merge_size, 2);
+  EXPECT_EQ(qwen3.mrope_section, (std::vector<int64_t>{24, 20, 20}));
+  EXPECT_TRUE(qwen3.mrope_interleaved);
+  EXPECT_EQ(qwen3.layers[0].rope_theta, 5e6);
+
+  // Mistral-Small-3.1: a Pixtral tower of 1024 / 16, images up to 1540 px in 14 px patches.
+  const RopeScheme mistral = LoadRope("mistral3-mistral-small-3.1-24b-instruct-2503.json");
+  ASSERT_TRUE(mistral.vision.has_value());
+  EXPECT_EQ(mistral.vision->kind, VisionRopeKind::kPixtral);
+  EXPECT_EQ(mistral.vision->head_dim, 64);
+  EXPECT_EQ(mistral.vision->theta, 10000.0);
+  EXPECT_EQ(mistral.vision->image_size, 1540);
+  EXPECT_EQ(mistral.vision->patch_size, 14);
+  EXPECT_EQ(mistral.vision->PatchesPerSide(), 110);
+  EXPECT_EQ(VisionNotes(mistral), std::vector<std::string>{});
+  EXPECT_TRUE(mistral.mrope_section.empty());
+
+  // Llama 4 Scout: 1408 / 16 = 88, images of 336 px in 14 px patches: 24 a side.
+  const RopeScheme scout = LoadRope("llama4-scout-17b-16e.json");
+  ASSERT_TRUE(scout.vision.has_value());
+  EXPECT_EQ(scout.vision->kind, VisionRopeKind::kLlama4);
+  EXPECT_EQ(scout.vision->model_type, "llama4_vision_model");
+  EXPECT_EQ(scout.vision->head_dim, 88);
+  EXPECT_EQ(scout.vision->theta, 10000.0);
+  EXPECT_EQ(scout.vision->PatchesPerSide(), 24);
+  EXPECT_EQ(VisionNotes(scout), std::vector<std::string>{});
+}
+
+TEST(HfConfigVision, MissingKeysTakeTheConfigClassDefaults) {
+  // Pixtral-12B's vision_config as transformers' test_pixtral_reload quotes it: no hidden_size
+  // and no heads, so PixtralVisionConfig's 1024 and 16 give head_dim 64.
+  const Json pixtral12b = {
+      {"model_type", "llava"},
+      {"text_config",
+       {{"model_type", "mistral"}, {"hidden_size", 5120}, {"head_dim", 128},
+        {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"num_hidden_layers", 40},
+        {"max_position_embeddings", 1024000}, {"rope_theta", 1e9}}},
+      {"vision_config",
+       {{"model_type", "pixtral"}, {"head_dim", 64}, {"hidden_act", "silu"}, {"image_size", 1024},
+        {"is_composition", true}, {"patch_size", 16}, {"rope_theta", 10000.0},
+        {"tie_word_embeddings", false}}}};
+  const RopeScheme pixtral = ParseRope(pixtral12b);
+  ASSERT_TRUE(pixtral.vision.has_value());
+  EXPECT_EQ(pixtral.vision->head_dim, 64);
+  EXPECT_EQ(pixtral.vision->PatchesPerSide(), 64);
+  EXPECT_EQ(VisionNotes(pixtral),
+            (std::vector<std::string>{
+                "vision_config.hidden_size absent: 1024 (PixtralVisionConfig's default)",
+                "vision_config.num_attention_heads absent: 16 (PixtralVisionConfig's default)"}));
+
+  struct Case {
+    const char* wrapper;
+    Json vision_config;
+    VisionRopeKind kind;
+    int64_t head_dim, patch_size, image_size;
+    double theta;
+  };
+  const Case cases[] = {
+      {"qwen2_vl", Json::object(), VisionRopeKind::kQwen2Vl, 1280 / 16, 14, 0, 1e4},
+      {"qwen2_5_vl", Json::object(), VisionRopeKind::kQwen25Vl, 3584 / 16, 14, 0, 1e4},
+      {"qwen3_vl", Json::object(), VisionRopeKind::kQwen3Vl, 1152 / 16, 16, 0, 1e4},
+      {"mistral3", Json::object(), VisionRopeKind::kPixtral, 1024 / 16, 16, 1024, 1e4},
+      {"llama4", Json::object(), VisionRopeKind::kLlama4, 768 / 16, 14, 448, 1e4},
+      {"llava", {{"model_type", "pixtral"}, {"rope_parameters", {{"rope_theta", 2e4}}}},
+       VisionRopeKind::kPixtral, 64, 16, 1024, 2e4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.wrapper);
+    Json config = {{"model_type", c.wrapper}, {"num_attention_heads", 4}, {"hidden_size", 64},
+                   {"rope_theta", 1e4}, {"vision_config", c.vision_config}};
+    if (std::string(c.wrapper) == "llama4") config["text_config"] = {{"head_dim", 16}};
+    const RopeScheme scheme = ParseRope(config);
+    ASSERT_TRUE(scheme.vision.has_value());
+    EXPECT_EQ(scheme.vision->kind, c.kind);
+    EXPECT_EQ(scheme.vision->head_dim, c.head_dim);
+    EXPECT_EQ(scheme.vision->patch_size, c.patch_size);
+    EXPECT_EQ(scheme.vision->image_size, c.image_size);
+    EXPECT_EQ(scheme.vision->theta, c.theta);
+    EXPECT_FALSE(VisionNotes(scheme).empty());
+  }
+  const RopeScheme qwen25 = ParseRope({{"model_type", "qwen2_5_vl"}, {"num_attention_heads", 4},
+                                       {"hidden_size", 64}, {"vision_config", Json::object()}});
+  EXPECT_EQ(qwen25.vision->window_size, 112);
+  EXPECT_EQ(qwen25.vision->fullatt_block_indexes, (std::vector<int64_t>{7, 15, 23, 31}));
+  EXPECT_EQ(qwen25.vision->tokens_per_second, 4.0);
+}
+
+TEST(HfConfigVision, PixtralHeadDimComesFromTheWidth) {
+  // PixtralVisionConfig.__init__ sets head_dim = hidden_size // num_attention_heads over the key.
+  const RopeScheme scheme = ParseRope(
+      {{"model_type", "mistral3"},
+       {"text_config", {{"num_attention_heads", 4}, {"hidden_size", 64}}},
+       {"vision_config", {{"hidden_size", 1024}, {"num_attention_heads", 16}, {"head_dim", 32}}}});
+  EXPECT_EQ(scheme.vision->head_dim, 64);
+  EXPECT_NE(std::find(scheme.notes.begin(), scheme.notes.end(),
+                      "vision_config.head_dim = 32 is replaced by hidden_size // "
+                      "num_attention_heads = 64, as PixtralVisionConfig does"),
+            scheme.notes.end());
+}
+
+TEST(HfConfigVision, OtherTowersAreNotRead) {
+  // LLaVA with a CLIP tower: learned absolute positions, no 2-D RoPE.
+  const RopeScheme llava = ParseRope(
+      {{"model_type", "llava"},
+       {"text_config",
+        {{"model_type", "llama"}, {"num_attention_heads", 32}, {"hidden_size", 4096}}},
+       {"vision_config", {{"model_type", "clip_vision_model"}, {"hidden_size", 1024}}}});
+  EXPECT_FALSE(llava.vision.has_value());
+  EXPECT_EQ(VisionNotes(llava),
+            std::vector<std::string>{
+                "vision_config (model_type \"clip_vision_model\") is not read: posenc knows the "
+                "2-D RoPE of the Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Pixtral and Llama 4 vision "
+                "towers"});
+  // No vision_config: no tower, no note.
+  const RopeScheme text_only = LoadRope("smollm3-3b-base.json");
+  EXPECT_FALSE(text_only.vision.has_value());
+  EXPECT_TRUE(VisionNotes(text_only).empty());
+}
+
+TEST(HfConfigVision, MakeVisionRopeIsTheTowersBuilder) {
+  ExpectSameMRope(MakeVisionRope(*LoadRope("qwen2_vl-qwen2-vl-7b-instruct.json").vision),
+                  MRope::QwenVision(80, 10000.0));
+  ExpectSameMRope(MakeVisionRope(*LoadRope("qwen3_vl-qwen3-vl-8b-instruct.json").vision),
+                  MRope::QwenVision(72, 10000.0));
+  ExpectSameMRope(
+      MakeVisionRope(*LoadRope("mistral3-mistral-small-3.1-24b-instruct-2503.json").vision),
+      MRope::Pixtral(64, 10000.0));
+  ExpectSameMRope(MakeVisionRope(*LoadRope("llama4-scout-17b-16e.json").vision),
+                  MRope::Llama4Vision(88, 10000.0));
+  // Any base the loader accepts builds.
+  for (const double theta : {1e-300, 1e-3, 1e300}) {
+    SCOPED_TRACE(theta);
+    const RopeScheme scheme =
+        ParseRope({{"model_type", "mistral3"},
+                   {"text_config", {{"num_attention_heads", 4}, {"hidden_size", 64}}},
+                   {"vision_config", {{"hidden_size", 16}, {"num_attention_heads", 4},
+                                      {"rope_theta", theta}}}});
+    EXPECT_NO_THROW(MakeVisionRope(*scheme.vision));
+  }
+}
+
+TEST(HfConfigVision, MakeMRopeTurnsEachSectionByItsStream) {
+  // Qwen2-VL: blocks of 16, 24, 24 pairs over the default frequencies at 1e6.
+  const RopeScheme qwen2 = LoadRope("qwen2_vl-qwen2-vl-7b-instruct.json");
+  const MRope blocks = MakeMRope(qwen2, qwen2.layers[0]);
+  const Rope rope = MakeRope(qwen2, qwen2.layers[0]);
+  ExpectSameMRope(blocks, MRope::Sections(rope, qwen2.mrope_section, MropeSections::kBlocks));
+  EXPECT_EQ(blocks.num_streams, 3);
+  EXPECT_EQ(blocks.pair_stream[15], 0);
+  EXPECT_EQ(blocks.pair_stream[16], 1);
+  EXPECT_EQ(blocks.pair_stream[39], 1);
+  EXPECT_EQ(blocks.pair_stream[40], 2);
+
+  // Qwen3-VL: t h w taking turns over pairs 0-59, time for 60-63.
+  const RopeScheme qwen3 = LoadRope("qwen3_vl-qwen3-vl-8b-instruct.json");
+  const MRope interleaved = MakeMRope(qwen3, qwen3.layers[0]);
+  ExpectSameMRope(interleaved, MRope::Sections(MakeRope(qwen3, qwen3.layers[0]),
+                                               qwen3.mrope_section, MropeSections::kInterleaved));
+  for (int64_t i = 0; i < 64; ++i) EXPECT_EQ(interleaved.pair_stream[i], i < 60 ? i % 3 : 0) << i;
+
+  // Sections that interleaving does not give each stream exactly, as Hugging Face lays them:
+  // [2, 3, 3] over 8 pairs (tests/golden/mrope/qwen3_vl_text_uneven.json).
+  const RopeScheme uneven = ParseRope(
+      {{"model_type", "qwen3_vl_text"}, {"num_attention_heads", 1}, {"head_dim", 16},
+       {"hidden_size", 16}, {"rope_theta", 1e4},
+       {"rope_scaling", {{"rope_type", "default"}, {"mrope_section", {2, 3, 3}},
+                         {"mrope_interleaved", true}}}});
+  EXPECT_EQ(MakeMRope(uneven, uneven.layers[0]).pair_stream,
+            (std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1}));
+
+  // Without sections: one stream.
+  const RopeScheme llama = ParseRope(Llama());
+  const MRope one = MakeMRope(llama, llama.layers[0]);
+  EXPECT_EQ(one.num_streams, 1);
+  EXPECT_EQ(one.pair_stream, std::vector<int64_t>(64, 0));
+}
+
+TEST(HfConfigErrors, VisionConfigKeysAreNamed) {
+  auto qwen = [](Json vision) {
+    return Json{{"model_type", "qwen2_5_vl"}, {"num_attention_heads", 4}, {"hidden_size", 64},
+                {"vision_config", std::move(vision)}}
+        .dump();
+  };
+  auto pixtral = [](Json vision) {
+    vision["model_type"] = "pixtral";
+    return Json{{"model_type", "llava"},
+                {"text_config",
+                 {{"model_type", "mistral"}, {"num_attention_heads", 4}, {"hidden_size", 64}}},
+                {"vision_config", std::move(vision)}}
+        .dump();
+  };
+  ExpectError(qwen(3), "[hf_config] vision_config must be an object, got 3");
+  ExpectError(qwen({{"hidden_size", 1000}, {"num_heads", 16}}),
+              "[hf_config] vision_config.hidden_size must give a head_dim (hidden_size // "
+              "num_heads) that is a multiple of 4 in [4, 65536] (2-D RoPE turns two equal sets of "
+              "pairs), got 1000 // 16 = 62");
+  ExpectError(
+      R"({"model_type": "qwen2_vl", "num_attention_heads": 4, "hidden_size": 64,
+          "vision_config": {"embed_dim": 1280, "num_heads": 640}})",
+      "[hf_config] vision_config.embed_dim must give a head_dim (embed_dim // num_heads) that is "
+      "a multiple of 4 in [4, 65536] (2-D RoPE turns two equal sets of pairs), got 1280 // 640 = "
+      "2");
+  ExpectError(qwen({{"num_heads", "16"}}),
+              "[hf_config] vision_config.num_heads must be an integer in [1, 1048576], got \"16\"");
+  ExpectError(qwen({{"num_heads", 0}}),
+              "[hf_config] vision_config.num_heads must be an integer in [1, 1048576], got 0");
+  ExpectError(qwen({{"window_size", 20}}),
+              "[hf_config] vision_config.window_size must be >= spatial_merge_size x patch_size "
+              "(28), so that a window holds a merged token, got 20");
+  ExpectError(qwen({{"fullatt_block_indexes", {7, 1.5}}}),
+              "[hf_config] vision_config.fullatt_block_indexes[1] must be an integer in [0, "
+              "65535], got 1.5");
+  ExpectError(qwen({{"fullatt_block_indexes", 7}}),
+              "[hf_config] vision_config.fullatt_block_indexes must be a list of block indexes, "
+              "got 7");
+  ExpectError(qwen({{"tokens_per_second", "2"}}),
+              "[hf_config] vision_config.tokens_per_second must be a number > 0, got \"2\"");
+  ExpectError(qwen({{"spatial_merge_size", 0}}),
+              "[hf_config] vision_config.spatial_merge_size must be an integer in [1, 16777216], "
+              "got 0");
+  ExpectError(pixtral({{"rope_theta", -1}}),
+              "[hf_config] vision_config.rope_theta must be a number > 0, got -1");
+  ExpectError(pixtral({{"rope_parameters", {{"rope_theta", 0}}}}),
+              "[hf_config] vision_config.rope_parameters.rope_theta must be a number > 0, got 0");
+  ExpectError(pixtral({{"rope_parameters", {{"rope_type", "yarn"}}}}),
+              "[hf_config] vision_config.rope_parameters.rope_type must be \"default\" (the "
+              "vision tower's 2-D RoPE has no scaling rule), got \"yarn\"");
+  ExpectError(pixtral({{"rope_parameters", 1}}),
+              "[hf_config] vision_config.rope_parameters must be an object, got 1");
+  ExpectError(pixtral({{"image_size", 10}, {"patch_size", 14}}),
+              "[hf_config] vision_config.image_size must be >= patch_size (14): the tower's "
+              "patches per side are image_size // patch_size, got 10");
+  ExpectError(pixtral({{"image_size", {336, 336}}}),
+              "[hf_config] vision_config.image_size must be an integer in [1, 16777216], got "
+              "[336,336]");
+  ExpectError(R"({"model_type": "qwen2_vl", "num_attention_heads": 4, "hidden_size": 64,
+                  "vision_config": {"model_type": 7}})",
+              "[hf_config] vision_config.model_type must be a string, got 7");
 }
 
 }  // namespace

@@ -370,6 +370,9 @@ ModelPositions DescribeModel(std::string_view json_text) {
     ModelPositions model;
     model.config_prefix = language.prefix;
     model.scheme = hf_json::ReadPositionScheme(top, language.model_type);
+    if (auto* rope = std::get_if<RopeScheme>(&model.scheme)) {
+      rope->vision = hf_json::ReadVisionRope(root, rope->notes);
+    }
     model.notes = std::move(language.notes);
     model.layers = hf_json::ReadLayers(top, language.model_type, model.scheme, model.notes);
     return model;

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "posenc/error.h"
+#include "posenc/model_report.h"
+#include "posenc/mrope.h"
 #include "posenc/relative_bias.h"
 #include "posenc/rope.h"
 #include "test_support.h"
@@ -414,6 +416,97 @@ TEST(ModelPositionsErrors, BadLayerKeysNameTheKey) {
               "[hf_config] model_type must name a model whose position scheme posenc knows "
               "(docs/MODELS.md lists them); for another RoPE model, rope_theta (or "
               "rope_parameters) says how it rotates, got \"xlnet\"");
+}
+
+// Multimodal models: the language model's M-RoPE streams and the vision tower's 2-D RoPE, as the
+// report (posenc inspect --json, posenc.model_positions) tells them.
+TEST(ModelPositions, VisionLanguageConfigsReportStreamsAndTower) {
+  auto report = [](const std::string& config) {
+    return Json::parse(ModelPositionsJson(LoadModelPositions(ConfigPath("real/" + config))));
+  };
+  const Json qwen2 = report("qwen2_vl-qwen2-vl-7b-instruct.json");
+  EXPECT_EQ(qwen2["layers"].size(), 28u);
+  EXPECT_EQ(qwen2["mrope_section"], Json::parse("[16, 24, 24]"));  // the keys of before stay
+  EXPECT_EQ(qwen2["mrope"]["layout"], "blocks");
+  EXPECT_EQ(qwen2["mrope"]["streams"], Json::parse(R"(["time", "height", "width"])"));
+  EXPECT_EQ(qwen2["mrope"]["pairs"],
+            "sections [16, 24, 24] in blocks: pairs 0-15 time, 16-39 height, 40-63 width");
+  EXPECT_EQ(qwen2["mrope"]["pair_stream"].size(), 64u);
+  EXPECT_EQ(qwen2["vision_rope"]["kind"], "qwen2_vl");
+  EXPECT_EQ(qwen2["vision_rope"]["head_dim"], 80);
+  EXPECT_EQ(qwen2["vision_rope"]["layout"], "half-split");
+  EXPECT_EQ(qwen2["vision_rope"]["pairs"], "pairs 0-19 row, 20-39 column");
+  EXPECT_EQ(qwen2["vision_rope"]["inv_freq"].size(), 40u);
+  EXPECT_EQ(qwen2["vision_rope"]["spatial_merge_size"], 2);
+  EXPECT_TRUE(qwen2["vision_rope"]["image_size"].is_null());
+  EXPECT_TRUE(qwen2["vision_rope"]["window_size"].is_null());
+
+  const Json qwen25 = report("qwen2_5_vl-qwen2.5-vl-7b-instruct.json");
+  EXPECT_EQ(qwen25["vision_rope"]["window_units"], 4);
+  EXPECT_EQ(qwen25["vision_rope"]["tokens_per_second"], 2.0);
+  EXPECT_EQ(qwen25["vision_rope"]["fullatt_block_indexes"], Json::parse("[7, 15, 23, 31]"));
+
+  const Json qwen3 = report("qwen3_vl-qwen3-vl-8b-instruct.json");
+  EXPECT_EQ(qwen3["config_prefix"], "text_config.");
+  EXPECT_EQ(qwen3["layers"].size(), 36u);
+  EXPECT_EQ(qwen3["mrope"]["layout"], "interleaved");
+  EXPECT_EQ(qwen3["mrope"]["pairs"],
+            "sections [24, 20, 20] interleaved: t h w t h w ... (pairs 0-59), t (60-63)");
+  EXPECT_EQ(qwen3["vision_rope"]["pairs"], "pairs 0-17 row, 18-35 column");
+
+  const Json mistral = report("mistral3-mistral-small-3.1-24b-instruct-2503.json");
+  EXPECT_TRUE(mistral["mrope"].is_null());
+  EXPECT_EQ(mistral["vision_rope"]["kind"], "pixtral");
+  EXPECT_EQ(mistral["vision_rope"]["pairs"], "pairs 0-15 row, 16-31 column");
+  EXPECT_EQ(mistral["vision_rope"]["patches_per_side"], 110);
+  EXPECT_TRUE(mistral["vision_rope"]["spatial_merge_size"].is_null());
+
+  const Json scout = report("llama4-scout-17b-16e.json");
+  EXPECT_TRUE(scout["mrope"].is_null());
+  EXPECT_EQ(scout["vision_rope"]["kind"], "llama4");
+  EXPECT_EQ(scout["vision_rope"]["layout"], "interleaved");
+  EXPECT_EQ(scout["vision_rope"]["streams"], Json::parse(R"(["column", "row"])"));
+  EXPECT_EQ(scout["vision_rope"]["pairs"], "pairs 0-21 column, 22-43 row");
+  EXPECT_EQ(scout["vision_rope"]["patches_per_side"], 24);
+
+  const Json smollm = report("smollm3-3b-base.json");
+  EXPECT_TRUE(smollm["mrope"].is_null());
+  EXPECT_TRUE(smollm["vision_rope"].is_null());
+}
+
+TEST(ModelPositions, VisionTowerInWords) {
+  const ModelPositions qwen25 =
+      LoadModelPositions(ConfigPath("real/qwen2_5_vl-qwen2.5-vl-7b-instruct.json"));
+  EXPECT_EQ(VisionRopeSummary(*RopeOf(qwen25).vision),
+            (std::vector<std::string>{
+                "qwen2_5_vl tower: head_dim 80 (16 heads), theta 1e4, half-split pairs; pairs "
+                "0-19 row, 20-39 column",
+                "both halves at 1e4^(-2j / 40), j < 20 (VisionRotaryEmbedding(head_dim / 2))",
+                "patches of 14 px, merged 2 x 2 into one language-model token (positions in "
+                "merge-block order), 2 frames per temporal patch",
+                "window attention over 112 px = 4 x 4 merged tokens, positions in window order; "
+                "full attention in blocks 7, 15, 23, 31; video time 2 positions per second"}));
+  const ModelPositions scout = LoadModelPositions(ConfigPath("real/llama4-scout-17b-16e.json"));
+  EXPECT_EQ(VisionRopeSummary(*RopeOf(scout).vision),
+            (std::vector<std::string>{
+                "llama4 tower: head_dim 88 (16 heads), theta 1e4, interleaved pairs; pairs 0-21 "
+                "column, 22-43 row",
+                "both halves at 1e4^(-2j / 44), j < 22; positions are column + 1 and row + 1, "
+                "the class token's 0",
+                "patches of 14 px, images of 336 px: 24 x 24 patches and a class token"}));
+  const ModelPositions mistral =
+      LoadModelPositions(ConfigPath("real/mistral3-mistral-small-3.1-24b-instruct-2503.json"));
+  EXPECT_EQ(VisionRopeSummary(*RopeOf(mistral).vision)[1],
+            "row pairs at f_0, f_2, ..., column pairs at f_1, f_3, ..., with f_i = 1e4^(-2i / 64)");
+  // The pattern needs two whole rounds; shorter runs are listed.
+  MRope uneven;
+  uneven.rope = Rope::Default(16, 10000.0);
+  uneven.num_streams = 3;
+  uneven.pair_stream = {0, 1, 2, 0, 1, 2, 0, 1};
+  const std::vector<std::string> names = MropeStreamNames(3);
+  EXPECT_EQ(PairStreamSummary(uneven, names), "t h w t h w ... (pairs 0-5), t (6), h (7)");
+  uneven.pair_stream = {0, 1, 2, 0, 0, 0, 0, 0};
+  EXPECT_EQ(PairStreamSummary(uneven, names), "pairs 0 time, 1 height, 2 width, 3-7 time");
 }
 
 }  // namespace

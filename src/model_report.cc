@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -102,7 +103,188 @@ Json LayerJson(const ModelPositions& model, const LayerPositions& layer) {
           {"symmetric_window", layer.symmetric_window}};
 }
 
+// Consecutive pairs turned by one stream, from pair `from` on.
+struct StreamRun {
+  int64_t stream, first, last;
+};
+std::vector<StreamRun> StreamRuns(const std::vector<int64_t>& pair_stream, int64_t from) {
+  std::vector<StreamRun> runs;
+  for (int64_t i = from; i < static_cast<int64_t>(pair_stream.size()); ++i) {
+    if (!runs.empty() && runs.back().stream == pair_stream[i]) {
+      runs.back().last = i;
+    } else {
+      runs.push_back({pair_stream[i], i, i});
+    }
+  }
+  return runs;
+}
+
+std::string PairRange(int64_t first, int64_t last) {
+  return std::to_string(first) + (last > first ? "-" + std::to_string(last) : "");
+}
+
+std::string SectionList(const std::vector<int64_t>& sections) {
+  std::string out = "[";
+  for (size_t i = 0; i < sections.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(sections[i]);
+  }
+  return out + "]";
+}
+
+Json MropeJson(const RopeScheme& scheme) {
+  if (scheme.mrope_section.empty()) return nullptr;
+  const MRope mrope = MakeMRope(scheme, scheme.layers.front());
+  return {{"sections", scheme.mrope_section},
+          {"layout", scheme.mrope_interleaved ? "interleaved" : "blocks"},
+          {"streams", MropeStreamNames(mrope.num_streams)},
+          {"pair_stream", mrope.pair_stream},
+          {"pairs", MropeSummary(scheme)}};
+}
+
+Json VisionJson(const std::optional<VisionRopeScheme>& vision) {
+  if (!vision) return nullptr;
+  const MRope mrope = MakeVisionRope(*vision);
+  const bool qwen = vision->kind != VisionRopeKind::kPixtral &&
+                    vision->kind != VisionRopeKind::kLlama4;
+  const bool windows = vision->kind == VisionRopeKind::kQwen25Vl;
+  const std::vector<std::string> streams = VisionStreamNames(vision->kind);
+  return {{"kind", std::string(VisionRopeKindName(vision->kind))},
+          {"model_type", OrNull(vision->model_type)},
+          {"head_dim", vision->head_dim},
+          {"num_heads", vision->num_heads},
+          {"theta", vision->theta},
+          {"layout", std::string(RopeLayoutName(mrope.rope.layout))},
+          {"patch_size", vision->patch_size},
+          {"spatial_merge_size", qwen ? Json(vision->spatial_merge_size) : Json(nullptr)},
+          {"temporal_patch_size", qwen ? Json(vision->temporal_patch_size) : Json(nullptr)},
+          {"image_size", OrNull(vision->image_size)},
+          {"patches_per_side", OrNull(vision->PatchesPerSide())},
+          {"window_size", OrNull(vision->window_size)},
+          {"window_units", OrNull(vision->WindowUnits())},
+          {"fullatt_block_indexes",
+           windows ? Json(vision->fullatt_block_indexes) : Json(nullptr)},
+          {"tokens_per_second", windows ? Json(vision->tokens_per_second) : Json(nullptr)},
+          {"streams", streams},
+          {"pair_stream", mrope.pair_stream},
+          {"inv_freq", mrope.rope.inv_freq},
+          {"pairs", PairStreamSummary(mrope, streams)}};
+}
+
 }  // namespace
+
+std::string PairStreamSummary(const MRope& mrope, std::span<const std::string> stream_names) {
+  const std::vector<int64_t>& pair_stream = mrope.pair_stream;
+  const int64_t n = mrope.num_streams;
+  auto name = [&](int64_t s) {
+    return s < static_cast<int64_t>(stream_names.size()) ? stream_names[s]
+                                                         : "stream " + std::to_string(s);
+  };
+  auto letter = [&](int64_t s) {
+    const std::string full = name(s);
+    return full.empty() ? std::string("?") : full.substr(0, 1);
+  };
+  // The streams taking turns from pair 0, in whole rounds.
+  int64_t turns = 0;
+  if (n >= 2) {
+    while (turns < static_cast<int64_t>(pair_stream.size()) && pair_stream[turns] == turns % n) {
+      ++turns;
+    }
+    turns -= turns % n;
+    if (turns < 2 * n) turns = 0;
+  }
+  std::string out;
+  if (turns > 0) {
+    for (int round = 0; round < 2; ++round) {
+      for (int64_t s = 0; s < n; ++s) out += letter(s) + " ";
+    }
+    out += "... (pairs " + PairRange(0, turns - 1) + ")";
+    for (const StreamRun& run : StreamRuns(pair_stream, turns)) {
+      out += ", " + letter(run.stream) + " (" + PairRange(run.first, run.last) + ")";
+    }
+    return out;
+  }
+  for (const StreamRun& run : StreamRuns(pair_stream, 0)) {
+    out += (out.empty() ? "pairs " : ", ") + PairRange(run.first, run.last) + " " +
+           name(run.stream);
+  }
+  return out;
+}
+
+std::vector<std::string> MropeStreamNames(int64_t num_streams) {
+  std::vector<std::string> names = {"time", "height", "width"};
+  for (int64_t s = 3; s < num_streams; ++s) names.push_back("stream " + std::to_string(s));
+  names.resize(static_cast<size_t>(std::max<int64_t>(num_streams, 0)));
+  return names;
+}
+
+std::vector<std::string> VisionStreamNames(VisionRopeKind kind) {
+  if (kind == VisionRopeKind::kLlama4) return {"column", "row"};
+  return {"row", "column"};
+}
+
+std::string MropeSummary(const RopeScheme& scheme) {
+  if (scheme.mrope_section.empty()) return "";
+  const MRope mrope = MakeMRope(scheme, scheme.layers.front());
+  return "sections " + SectionList(scheme.mrope_section) +
+         (scheme.mrope_interleaved ? " interleaved: " : " in blocks: ") +
+         PairStreamSummary(mrope, MropeStreamNames(mrope.num_streams));
+}
+
+std::vector<std::string> VisionRopeSummary(const VisionRopeScheme& vision) {
+  const MRope mrope = MakeVisionRope(vision);
+  const std::vector<std::string> streams = VisionStreamNames(vision.kind);
+  const int64_t pairs = vision.head_dim / 2;
+  const std::string theta = ShortNumber(vision.theta);
+  std::vector<std::string> lines;
+  lines.push_back(std::string(VisionRopeKindName(vision.kind)) + " tower: head_dim " +
+                  std::to_string(vision.head_dim) + " (" + std::to_string(vision.num_heads) +
+                  " heads), theta " + theta + ", " +
+                  std::string(RopeLayoutName(mrope.rope.layout)) + " pairs; " +
+                  PairStreamSummary(mrope, streams));
+  const std::string half = std::to_string(pairs / 2);
+  switch (vision.kind) {
+    case VisionRopeKind::kPixtral:
+      lines.push_back("row pairs at f_0, f_2, ..., column pairs at f_1, f_3, ..., with f_i = " +
+                      theta + "^(-2i / " + std::to_string(vision.head_dim) + ")");
+      lines.push_back("patches of " + std::to_string(vision.patch_size) + " px, images up to " +
+                      std::to_string(vision.image_size) + " px: " +
+                      std::to_string(vision.PatchesPerSide()) +
+                      " patches a side (position id = row x " +
+                      std::to_string(vision.PatchesPerSide()) + " + column)");
+      break;
+    case VisionRopeKind::kLlama4:
+      lines.push_back("both halves at " + theta + "^(-2j / " + std::to_string(pairs) +
+                      "), j < " + half + "; positions are column + 1 and row + 1, the class "
+                      "token's 0");
+      lines.push_back("patches of " + std::to_string(vision.patch_size) + " px, images of " +
+                      std::to_string(vision.image_size) + " px: " +
+                      std::to_string(vision.PatchesPerSide()) + " x " +
+                      std::to_string(vision.PatchesPerSide()) + " patches and a class token");
+      break;
+    default:
+      lines.push_back("both halves at " + theta + "^(-2j / " + std::to_string(pairs) + "), j < " +
+                      half + " (VisionRotaryEmbedding(head_dim / 2))");
+      lines.push_back("patches of " + std::to_string(vision.patch_size) + " px, merged " +
+                      std::to_string(vision.spatial_merge_size) + " x " +
+                      std::to_string(vision.spatial_merge_size) +
+                      " into one language-model token (positions in merge-block order), " +
+                      std::to_string(vision.temporal_patch_size) + " frames per temporal patch");
+      if (vision.kind == VisionRopeKind::kQwen25Vl) {
+        std::string blocks;
+        for (const int64_t b : vision.fullatt_block_indexes) {
+          blocks += (blocks.empty() ? "" : ", ") + std::to_string(b);
+        }
+        lines.push_back("window attention over " + std::to_string(vision.window_size) + " px = " +
+                        std::to_string(vision.WindowUnits()) + " x " +
+                        std::to_string(vision.WindowUnits()) +
+                        " merged tokens, positions in window order; full attention in blocks " +
+                        (blocks.empty() ? "none" : blocks) + "; video time " +
+                        ShortNumber(vision.tokens_per_second) + " positions per second");
+      }
+      break;
+  }
+  return lines;
+}
 
 std::string_view RopeLayoutName(RopeLayout layout) {
   return layout == RopeLayout::kInterleaved ? "interleaved" : "half-split";
@@ -146,6 +328,8 @@ std::string ModelPositionsJson(const ModelPositions& model) {
     out["mrope_section"] =
         rope->mrope_section.empty() ? Json(nullptr) : Json(rope->mrope_section);
     out["mrope_interleaved"] = rope->mrope_interleaved;
+    out["mrope"] = MropeJson(*rope);
+    out["vision_rope"] = VisionJson(rope->vision);
     out["num_attention_heads"] = rope->num_attention_heads;
     out["num_key_value_heads"] = rope->num_key_value_heads;
     out["max_position_embeddings"] = rope->max_position_embeddings

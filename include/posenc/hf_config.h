@@ -42,6 +42,7 @@
 #include <variant>
 #include <vector>
 
+#include "posenc/mrope.h"
 #include "posenc/rope.h"
 #include "posenc/rope_scaling.h"
 
@@ -56,6 +57,56 @@ struct RopeLayerScheme {
   int64_t rotary_offset = 0;   // first rotated feature (DeepSeek MLA: qk_nope_head_dim)
   double rope_theta = 10000.0;
   RopeScaling scaling;
+};
+
+// The vision tower whose 2-D RoPE a multimodal config describes (posenc/mrope.h builds each;
+// tests/golden/mrope/SOURCES.md quotes the reference lines).
+enum class VisionRopeKind {
+  kQwen2Vl,   // Qwen2-VL: VisionRotaryEmbedding(head_dim / 2), (row, column) in merge-block order
+  kQwen25Vl,  // Qwen2.5-VL: the same rotation, patches in window order
+  kQwen3Vl,   // Qwen3-VL: the same rotation and order as Qwen2-VL
+  kPixtral,   // Pixtral (llava / mistral3 with a pixtral vision_config): even and odd frequencies
+  kLlama4,    // Llama 4: interleaved pairs, (column + 1, row + 1), class token at (0, 0)
+};
+
+// "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "pixtral", "llama4".
+std::string_view VisionRopeKindName(VisionRopeKind kind);
+
+// A vision tower's 2-D RoPE, read from `vision_config` with the config class's defaults for keys
+// it leaves out (noted in RopeScheme::notes). head_dim is the tower's width over its heads:
+//
+//   kind        head_dim                              theta                   also read
+//   qwen2_vl    embed_dim // num_heads                10000 (no key)          patch_size,
+//   qwen2_5_vl  hidden_size // num_heads              10000 (no key)          spatial_merge_size,
+//   qwen3_vl    hidden_size // num_heads              10000 (no key)          temporal_patch_size
+//   pixtral     hidden_size // num_attention_heads    rope_theta (10000)      image_size,
+//   llama4      hidden_size // num_attention_heads    rope_theta (10000)      patch_size
+//
+// Qwen2.5-VL also has window_size, fullatt_block_indexes and tokens_per_second. Qwen2-VL's vision
+// hidden_size is the language model's width (the merger's output); its tower is embed_dim wide.
+// PixtralVisionConfig replaces a head_dim key by hidden_size // num_attention_heads.
+struct VisionRopeScheme {
+  VisionRopeKind kind = VisionRopeKind::kQwen2Vl;
+  std::string model_type;  // vision_config.model_type as written, "" when absent
+  int64_t num_heads = 0;
+  int64_t head_dim = 0;  // the tower's q/k head; a multiple of 4 (two streams of pairs)
+  double theta = 10000.0;
+  int64_t patch_size = 0;           // pixels per patch side
+  int64_t spatial_merge_size = 1;   // Qwen: s x s patches merge into one language-model token
+  int64_t temporal_patch_size = 1;  // Qwen: video frames per patch
+  int64_t image_size = 0;           // Pixtral, Llama 4: pixels per side of the largest image
+  int64_t window_size = 0;          // Qwen2.5-VL: window-attention side in pixels (112)
+  std::vector<int64_t> fullatt_block_indexes;  // Qwen2.5-VL: blocks that attend to everything
+  double tokens_per_second = 0;     // Qwen2.5-VL: time positions per second of video
+
+  // image_size / patch_size: Pixtral's max_width (position id = row * it + column), Llama 4's
+  // patches per side (its tower sees side^2 patches and a class token). 0 for the Qwen towers.
+  int64_t PatchesPerSide() const { return patch_size > 0 ? image_size / patch_size : 0; }
+  // Qwen2.5-VL's window side in merged tokens: window_size / spatial_merge_size / patch_size
+  // (112 / 2 / 14 = 4), as get_window_index computes it. 0 for the other towers.
+  int64_t WindowUnits() const {
+    return window_size > 0 ? window_size / spatial_merge_size / patch_size : 0;
+  }
 };
 
 struct RopeScheme {
@@ -76,6 +127,9 @@ struct RopeScheme {
   // streams) M-RoPE is this 1-D RoPE exactly; image and video tokens need 3-D positions.
   std::vector<int64_t> mrope_section;
   bool mrope_interleaved = false;
+  // The vision tower's 2-D RoPE, when the config has a vision_config posenc knows (Qwen2-VL,
+  // Qwen2.5-VL, Qwen3-VL, Pixtral, Llama 4); MakeVisionRope builds it.
+  std::optional<VisionRopeScheme> vision;
   std::vector<std::string> notes;  // defaults taken and reference quirks reproduced
 };
 
@@ -131,5 +185,17 @@ RopeFrequencies ComputeRopeFrequencies(const RopeLayerScheme& layer,
 // A ready-to-apply Rope for one layer type, attention factor included, in the scheme's layout.
 Rope MakeRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
               const RopeFrequencyOptions& options = {});
+
+// The language model's RoPE as position streams (posenc/mrope.h): MRope::Sections over MakeRope's
+// pairs when the scheme has mrope_section (in blocks, or interleaved for mrope_interleaved, pair
+// i of the interleaved layout taking stream i % 3 while i < 3 x that stream's section, as Hugging
+// Face's apply_interleaved_mrope does), else MRope::OneStream. Streams: time, height, width.
+MRope MakeMRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
+                const RopeFrequencyOptions& options = {});
+
+// The vision tower's 2-D RoPE: MRope::QwenVision (the three Qwen kinds), MRope::Pixtral or
+// MRope::Llama4Vision at the scheme's head_dim and theta. Its positions come from
+// posenc/vision_positions.h.
+MRope MakeVisionRope(const VisionRopeScheme& vision);
 
 }  // namespace posenc
