@@ -484,8 +484,9 @@ TEST(ModelPositions, VisionTowerInWords) {
                 "both halves at 1e4^(-2j / 40), j < 20 (VisionRotaryEmbedding(head_dim / 2))",
                 "patches of 14 px, merged 2 x 2 into one language-model token (positions in "
                 "merge-block order), 2 frames per temporal patch",
-                "window attention over 112 px = 4 x 4 merged tokens, positions in window order; "
-                "full attention in blocks 7, 15, 23, 31; video time 2 positions per second"}));
+                "window attention over 112 px = 4 x 4 merged tokens: the tower runs its patches, "
+                "positions too, in window order; full attention in blocks 7, 15, 23, 31; video "
+                "time 2 positions per second"}));
   const ModelPositions scout = LoadModelPositions(ConfigPath("real/llama4-scout-17b-16e.json"));
   EXPECT_EQ(VisionRopeSummary(*RopeOf(scout).vision),
             (std::vector<std::string>{

@@ -277,7 +277,8 @@ std::vector<std::string> VisionRopeSummary(const VisionRopeScheme& vision) {
         lines.push_back("window attention over " + std::to_string(vision.window_size) + " px = " +
                         std::to_string(vision.WindowUnits()) + " x " +
                         std::to_string(vision.WindowUnits()) +
-                        " merged tokens, positions in window order; full attention in blocks " +
+                        " merged tokens: the tower runs its patches, positions too, in window "
+                        "order; full attention in blocks " +
                         (blocks.empty() ? "none" : blocks) + "; video time " +
                         ShortNumber(vision.tokens_per_second) + " positions per second");
       }

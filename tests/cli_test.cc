@@ -561,6 +561,43 @@ TEST(CliInspectLayers, MropeSectionsAreReported) {
   EXPECT_NE(text.output.find("all 28 layers: RoPE theta 1e6"), std::string::npos) << text.output;
 }
 
+TEST(CliInspectLayers, MultimodalStreamsAndVisionTowers) {
+  // Qwen3-VL-8B: interleaved M-RoPE and a 72-wide vision head, in JSON and in words.
+  const auto qwen3 = InspectJson(RealConfig("qwen3_vl-qwen3-vl-8b-instruct"));
+  EXPECT_EQ(qwen3["mrope"]["layout"], "interleaved");
+  EXPECT_EQ(qwen3["mrope"]["pair_stream"].size(), 64u);
+  EXPECT_EQ(qwen3["vision_rope"]["kind"], "qwen3_vl");
+  EXPECT_EQ(qwen3["vision_rope"]["head_dim"], 72);
+  CliRun text = Cli("inspect " + RealConfig("qwen3_vl-qwen3-vl-8b-instruct"));
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("mrope         sections [24, 20, 20] interleaved: t h w t h w ... "
+                             "(pairs 0-59), t (60-63)\n"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("vision        qwen3_vl tower: head_dim 72 (16 heads), theta 1e4, "
+                             "half-split pairs; pairs 0-17 row, 18-35 column\n"),
+            std::string::npos)
+      << text.output;
+
+  text = Cli("inspect " + RealConfig("qwen2_vl-qwen2-vl-7b-instruct"));
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("mrope         sections [16, 24, 24] in blocks: pairs 0-15 time, "
+                             "16-39 height, 40-63 width\n"),
+            std::string::npos)
+      << text.output;
+
+  // Llama 4's tower turns column pairs first; Pixtral's takes even and odd frequencies.
+  const auto scout = InspectJson(RealConfig("llama4-scout-17b-16e"));
+  EXPECT_TRUE(scout["mrope"].is_null());
+  EXPECT_EQ(scout["vision_rope"]["pairs"], "pairs 0-21 column, 22-43 row");
+  text = Cli("inspect " + RealConfig("mistral3-mistral-small-3.1-24b-instruct-2503"));
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_NE(text.output.find("row pairs at f_0, f_2, ..., column pairs at f_1, f_3, ..."),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("110 patches a side"), std::string::npos) << text.output;
+}
+
 // The rotated q of the reference (q[h][d] = 0.01 (d + 1) - 0.3 h, heads 0 and 1, one token) from
 // posenc rope with the config's layout; `order` maps our output feature to the reference's.
 void ExpectRopeCommandMatchesLayoutGolden(const std::string& config, const std::string& golden_name,

@@ -137,6 +137,7 @@ void RenderChart(const std::filesystem::path& path, const std::vector<PairRow>& 
 struct RopeReport {
   Json json;
   std::vector<PairRow> rows;
+  std::vector<std::string> vision_lines;  // the vision tower's 2-D RoPE in words, if any
 };
 
 RopeReport InspectRope(const ModelPositions& model, const ModelRopeOptions& options,
@@ -219,7 +220,9 @@ RopeReport InspectRope(const ModelPositions& model, const ModelRopeOptions& opti
                     ": wavelength per pair");
     out["chart"] = chart;
   }
-  return {std::move(out), rows};
+  std::vector<std::string> vision_lines;
+  if (scheme.vision) vision_lines = VisionRopeSummary(*scheme.vision);
+  return {std::move(out), rows, std::move(vision_lines)};
 }
 
 std::string Number(const Json& value) {
@@ -230,7 +233,8 @@ std::string Number(const Json& value) {
   return s.str();
 }
 
-void PrintRope(const Json& r, const std::vector<PairRow>& rows) {
+void PrintRope(const Json& r, const std::vector<PairRow>& rows,
+               const std::vector<std::string>& vision_lines) {
   std::cout << "scheme        RoPE ("
             << (r["model_type"] == "" ? "model_type not given"
                                       : Printable(r["model_type"].get<std::string>()))
@@ -267,12 +271,15 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows) {
     }
     std::cout << "\n";
   }
-  if (!r["mrope_section"].is_null()) {
-    std::cout << "mrope         sections " << r["mrope_section"].dump()
-              << " rotary pairs for time, height, width ("
-              << (r["mrope_interleaved"].get<bool>() ? "interleaved" : "in blocks")
-              << "): text tokens (equal streams) rotate as this 1-D RoPE; image and video tokens "
-                 "need 3-D positions\n";
+  if (!r["mrope"].is_null()) {
+    // "sections [16, 24, 24] in blocks: pairs 0-15 time, 16-39 height, 40-63 width"
+    std::cout << "mrope         " << Printable(r["mrope"]["pairs"].get<std::string>()) << "\n"
+              << "              text tokens (equal streams) rotate as this 1-D RoPE; image and "
+                 "video tokens need 3-D positions (time, height, width)\n";
+  }
+  for (size_t i = 0; i < vision_lines.size(); ++i) {
+    std::cout << (i == 0 ? "vision        " : "              ") << Printable(vision_lines[i])
+              << "\n";
   }
   if (r.contains("softmax_scale_multiplier")) {
     std::cout << "softmax       DeepSeek multiplies the softmax scale by "
@@ -353,12 +360,16 @@ void AddInspectCommand(CLI::App& app) {
       "--positions, and a wavelength chart (--chart). Then each layer, run-length coded where "
       "layers differ: RoPE (theta, rope type) or NoPE, sliding window, chunked attention, query "
       "scale, bidirectional attention. Also: rotary_offset (DeepSeek: head_dim 192 = 128 "
-      "unrotated + 64 rotated), M-RoPE sections, T5 relative-bias buckets, OPT's table offset, "
-      "and the defaults the config left to its class (notes).");
+      "unrotated + 64 rotated), M-RoPE sections (which pairs turn by time, height and width), "
+      "the vision tower's 2-D RoPE (Qwen-VL, Pixtral, Llama 4: which pairs turn by row and by "
+      "column), T5 relative-bias buckets, OPT's table offset, and the defaults the config left to "
+      "its class (notes).");
   options->model.AddTo(inspect, "default: none (the frequencies the model is built with)");
   inspect->add_flag("--json", options->json,
                     "Print one JSON object: scheme, rope_type, head_dim, rotary_dim, "
-                    "rotary_offset, mrope_section, inv_freq (full double precision), "
+                    "rotary_offset, mrope_section, mrope (sections, layout, pair_stream, "
+                    "pairs), vision_rope (kind, head_dim, theta, patch grid, pair_stream, "
+                    "inv_freq, pairs), inv_freq (full double precision), "
                     "attention_factor, wavelength, pair_class, layers (index, scheme, "
                     "layer_type, rope_theta, rope_type, sliding_window, attention_chunk_size, "
                     "query_scale, causal, symmetric_window), ...; with "
@@ -374,7 +385,7 @@ void AddInspectCommand(CLI::App& app) {
     if (std::holds_alternative<RopeScheme>(model.scheme)) {
       RopeReport report = InspectRope(model, options->model, options->chart.value_or(""));
       if (!options->json) {
-        PrintRope(report.json, report.rows);
+        PrintRope(report.json, report.rows, report.vision_lines);
         PrintLayers(model);
         return;
       }
