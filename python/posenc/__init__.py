@@ -15,6 +15,12 @@ and T5's learned relative bias, whose buckets ``relative_position_bucket``
 computes (the table is a trained weight: ``posenc.torch.RelativePositionBias``
 looks it up).
 
+Multimodal RoPE: ``MRope`` turns each rotary pair by one of several position
+streams (Qwen-VL's M-RoPE over time, height and width; the 2-D RoPE of vision
+towers over patch rows and columns), applied by ``apply_mrope`` to positions
+[streams, ..., tokens]; ``qwen_vl_rope_index`` builds Qwen-VL's positions as
+Hugging Face's ``get_rope_index`` does.
+
 PyTorch API: ``posenc.torch`` (imported on demand, so numpy users do not pay
 for torch).
 
@@ -38,6 +44,8 @@ from posenc._core import (
     Error,
     LearnedPositions,
     MRope,
+    MropeIndexRules,
+    QwenVlTokens,
     Rope,
     RopeDirection,
     RopeLayout,
@@ -267,6 +275,72 @@ def model_positions(config):
     return ModelPositions(data, summary)
 
 
+def qwen_vl_tokens(config, rules=None):
+    """The token ids and sizes Qwen-VL's ``get_rope_index`` reads (a
+    ``QwenVlTokens``) from a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config: a dict,
+    its JSON text or a config.json path (ids at the top level or in
+    text_config, spatial_merge_size and tokens_per_second in vision_config,
+    the config classes' defaults otherwise).
+
+    rules: None for the model's release rules, or a ``MropeIndexRules`` (or
+    its name, e.g. "qwen2_5_vl_int_seconds") of the same model."""
+    if isinstance(config, QwenVlTokens):
+        if rules is None:
+            return config
+        return QwenVlTokens(
+            image_token_id=config.image_token_id,
+            video_token_id=config.video_token_id,
+            vision_start_token_id=config.vision_start_token_id,
+            spatial_merge_size=config.spatial_merge_size,
+            tokens_per_second=config.tokens_per_second,
+            rules=rules,
+        )
+    return _config_call(
+        config,
+        QwenVlTokens.from_config_text,
+        QwenVlTokens.from_config_file,
+        rules=rules,
+    )
+
+
+def qwen_vl_rope_index(
+    config,
+    input_ids,
+    image_grid_thw=None,
+    video_grid_thw=None,
+    second_per_grid_ts=None,
+    attention_mask=None,
+    *,
+    rules=None,
+):
+    """Hugging Face's Qwen-VL ``get_rope_index``: the M-RoPE positions of a
+    batch of prompts. Returns ``(position_ids, rope_deltas)``: int64 [3,
+    batch, seq_len] (time, height, width) and int64 [batch, 1], the values
+    Hugging Face returns (posenc/mrope_positions.h; tests against its outputs
+    in tests/golden/mrope_index/).
+
+    config: a Qwen-VL config (dict, JSON text or path) or a ``QwenVlTokens``.
+    input_ids: int64 [batch, seq_len]. image_grid_thw, video_grid_thw: int
+    [n, 3] rows (t, h, w) before merging, consumed in order across the batch.
+    second_per_grid_ts: one number per video (Qwen2.5-VL rules; None for 1.0
+    each). attention_mask: int64 [batch, seq_len] of 0 and 1 (None: all
+    ones); padded slots get position 1, as in Hugging Face. rules: the
+    numbering of video frames (``MropeIndexRules`` or its name; None for the
+    config's model as released). Feed position_ids to ``apply_mrope`` with an
+    ``MRope`` from the same config; a decoded token after the prompt is at
+    cache_position + rope_deltas in every stream. Bad input raises
+    ``posenc.Error`` naming it.
+    """
+    return _core.qwen_vl_rope_index_of_tokens(
+        qwen_vl_tokens(config, rules),
+        input_ids,
+        image_grid_thw,
+        video_grid_thw,
+        second_per_grid_ts,
+        attention_mask,
+    )
+
+
 __all__ = [
     "MAX_OUTPUT_BYTES",
     "Alibi",
@@ -275,6 +349,8 @@ __all__ = [
     "LearnedPositions",
     "MRope",
     "ModelPositions",
+    "MropeIndexRules",
+    "QwenVlTokens",
     "Rope",
     "RopeDirection",
     "RopeLayout",
@@ -294,6 +370,8 @@ __all__ = [
     "default_inv_freq",
     "embed_tokens",
     "model_positions",
+    "qwen_vl_rope_index",
+    "qwen_vl_tokens",
     "relative_position_bucket",
     "rope_angle",
     "rope_from_hf_config",

@@ -14,7 +14,11 @@ layer=i)`` for a model's layer i; a NoPE layer is an error),
 ``attention``, and the biases added to the attention scores:
 ``alibi_bias`` (ALiBi's fixed linear bias) and ``RelativePositionBias``
 (T5's learned bias: buckets of key - query position from posenc, a
-trainable [num_buckets, num_heads] table looked up in torch).
+trainable [num_buckets, num_heads] table looked up in torch). Multimodal RoPE:
+``MultimodalRotaryEmbedding`` (Qwen-VL's M-RoPE, ``from_hf_config``, called
+with Hugging Face's position_ids [3, batch, seq]), ``VisionRotaryEmbedding``
+(the 2-D RoPE of vision towers), ``apply_mrope`` and ``get_rope_index``
+(Qwen-VL's positions and rope deltas).
 
 Example::
 
@@ -37,7 +41,7 @@ import numpy as np
 import torch
 
 from posenc import _core
-from posenc import model_positions, rope_from_hf_config
+from posenc import model_positions, qwen_vl_rope_index, rope_from_hf_config
 
 __all__ = [
     "LearnedPositions",
@@ -51,6 +55,7 @@ __all__ = [
     "apply_mrope",
     "apply_rope",
     "attention",
+    "get_rope_index",
     "rope_from_hf_config",
 ]
 
@@ -592,6 +597,66 @@ class VisionRotaryEmbedding(torch.nn.Module):
 
     def extra_repr(self):
         return (f"kind={self.kind!r}, " if self.kind else "") + repr(self.mrope)
+
+
+def _int_tensor_numpy(function, name, value):
+    """An integer (or bool) tensor or sequence as an int64 numpy array; None
+    stays None. Floats are refused, never truncated."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        _check_cpu(function, name, value)
+        if value.numel() and (
+            value.dtype.is_floating_point or value.dtype.is_complex
+        ):
+            raise _error(
+                function,
+                name,
+                "be an integer tensor",
+                _dtype_name(value.dtype),
+            )
+        return value.to(torch.int64).numpy()
+    return _positions(function, value, name)
+
+
+def get_rope_index(
+    config,
+    input_ids,
+    image_grid_thw=None,
+    video_grid_thw=None,
+    second_per_grid_ts=None,
+    attention_mask=None,
+    *,
+    rules=None,
+):
+    """Hugging Face's Qwen-VL ``get_rope_index`` on CPU tensors: returns
+    ``(position_ids, rope_deltas)``, int64 [3, batch, seq_len] and int64
+    [batch, 1], with Hugging Face's values (``posenc.qwen_vl_rope_index``).
+
+    config: a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config (a dict, its JSON text
+    or a config.json path) or a ``posenc.QwenVlTokens``. input_ids [batch,
+    seq_len]; image_grid_thw and video_grid_thw [n, 3] (t, h, w);
+    second_per_grid_ts [videos] (float32 as the Qwen2.5-VL processor gives
+    it); attention_mask [batch, seq_len] of 0 and 1 (int or bool). rules: the
+    video numbering (``posenc.MropeIndexRules`` or its name, e.g.
+    "qwen2_5_vl_int_seconds"); None for the config's model as released.
+    position_ids goes straight into ``MultimodalRotaryEmbedding``.
+    """
+    fn = "mrope_index"
+    seconds = second_per_grid_ts
+    if isinstance(seconds, torch.Tensor):
+        _check_cpu(fn, "second_per_grid_ts", seconds)
+        seconds = seconds.detach().numpy()
+    positions, deltas = qwen_vl_rope_index(
+        config,
+        _int_tensor_numpy(fn, "input_ids", input_ids),
+        _int_tensor_numpy(fn, "image_grid_thw", image_grid_thw),
+        _int_tensor_numpy(fn, "video_grid_thw", video_grid_thw),
+        seconds,
+        _int_tensor_numpy(fn, "attention_mask", attention_mask),
+        rules=rules,
+    )
+    return torch.from_numpy(positions), torch.from_numpy(deltas)
 
 
 class SinusoidalPositions(torch.nn.Module):

@@ -1,8 +1,11 @@
-// posenc.MRope and apply_mrope*: multi-stream RoPE on numpy arrays (posenc/mrope.h).
+// posenc.MRope and apply_mrope*: multi-stream RoPE on numpy arrays (posenc/mrope.h); Qwen-VL's
+// M-RoPE positions (posenc/mrope_positions.h).
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -13,7 +16,9 @@
 #include "arrays.h"
 #include "batch.h"
 #include "bindings.h"
+#include "posenc/files.h"
 #include "posenc/mrope.h"
+#include "posenc/mrope_positions.h"
 #include "posenc/npy.h"
 
 namespace posenc::python {
@@ -334,6 +339,91 @@ std::string Repr(const MRope& mrope) {
   return out.str();
 }
 
+constexpr std::string_view kIndexFn = "mrope_index";
+constexpr std::string_view kIndexConfigFn = "mrope_index_config";
+// A config.json is read whole, as the other config readers do: at most 64 MiB.
+constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;
+
+// None, a posenc.MropeIndexRules or its name ("qwen2_5_vl_int_seconds").
+std::optional<MropeIndexRules> RulesOf(const py::object& rules) {
+  if (rules.is_none()) return std::nullopt;
+  if (py::isinstance<py::str>(rules)) return ParseMropeIndexRules(rules.cast<std::string>());
+  Require(py::isinstance<MropeIndexRules>(rules), kIndexConfigFn, "rules",
+          "be None, a posenc.MropeIndexRules or its name",
+          std::string(py::str(py::type::of(rules).attr("__name__"))));
+  return rules.cast<MropeIndexRules>();
+}
+
+// [batch, seq_len] int64 (ids, mask) as a C-contiguous array (a strided one is copied: ids are
+// small).
+py::array_t<int64_t> BatchTokens(const py::object& values, std::string_view name) {
+  py::array_t<int64_t> array = Int64Array(values, kIndexFn, name);
+  Require(array.ndim() == 2, kIndexFn, std::string(name) + ".shape", "be (batch, seq_len)",
+          ShapeString(array));
+  return array;
+}
+
+// None, an empty list or int [n, 3] rows (t, h, w), as image_grid_thw and video_grid_thw hold
+// them.
+std::vector<VisionGrid> Grids(const py::object& values, std::string_view name) {
+  if (values.is_none()) return {};
+  const py::array_t<int64_t> array = Int64Array(values, kIndexFn, name);
+  if (array.size() == 0 && array.ndim() == 1) return {};
+  Require(array.ndim() == 2 && array.shape(1) == 3, kIndexFn, std::string(name) + ".shape",
+          "be (grids, 3): one (t, h, w) per grid", ShapeString(array));
+  std::vector<VisionGrid> grids;
+  for (py::ssize_t i = 0; i < array.shape(0); ++i) {
+    grids.push_back({.t = array.at(i, 0), .h = array.at(i, 1), .w = array.at(i, 2)});
+  }
+  return grids;
+}
+
+// None or real numbers [n] (float32 as the Qwen2.5-VL processor gives them: widened exactly).
+std::vector<double> Seconds(const py::object& values) {
+  if (values.is_none()) return {};
+  py::array array = py::array::ensure(values);
+  if (!array) PyErr_Clear();
+  const bool real = array && (array.size() == 0 || array.dtype().kind() == 'f' ||
+                              array.dtype().kind() == 'i' || array.dtype().kind() == 'u');
+  Require(real, kIndexFn, "second_per_grid_ts", "be a sequence of real numbers",
+          std::string(py::str(py::type::of(values).attr("__name__"))));
+  Require(array.ndim() == 1, kIndexFn, "second_per_grid_ts.shape", "be 1-D", ShapeString(array));
+  const auto doubles =
+      py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(array);
+  return {doubles.data(), doubles.data() + doubles.size()};
+}
+
+// An int64 array of `shape` holding `values` (moved, not copied, into the array's owner).
+py::array_t<int64_t> ArrayOf(std::vector<int64_t> values, std::vector<int64_t> shape) {
+  auto* owned = new std::vector<int64_t>(std::move(values));
+  py::capsule free(owned, [](void* p) { delete static_cast<std::vector<int64_t>*>(p); });
+  return py::array_t<int64_t>(shape, owned->data(), free);
+}
+
+py::tuple RopeIndex(const QwenVlTokens& tokens, const py::object& input_ids,
+                    const py::object& image_grid_thw, const py::object& video_grid_thw,
+                    const py::object& second_per_grid_ts, const py::object& attention_mask) {
+  const py::array_t<int64_t> ids = BatchTokens(input_ids, "input_ids");
+  py::array_t<int64_t> mask;
+  if (!attention_mask.is_none()) {
+    mask = BatchTokens(attention_mask, "attention_mask");
+    Require(ShapeOf(mask) == ShapeOf(ids), kIndexFn, "attention_mask.shape",
+            "equal input_ids.shape " + ShapeString(ids), ShapeString(mask));
+  }
+  const std::vector<VisionGrid> images = Grids(image_grid_thw, "image_grid_thw");
+  const std::vector<VisionGrid> videos = Grids(video_grid_thw, "video_grid_thw");
+  const std::vector<double> seconds = Seconds(second_per_grid_ts);
+  const auto span = [](const py::array_t<int64_t>& a) {
+    return a ? std::span<const int64_t>(a.data(), static_cast<size_t>(a.size()))
+             : std::span<const int64_t>();
+  };
+  MropeIndex index = QwenVlRopeIndex(tokens, span(ids), ids.shape(0), ids.shape(1), images, videos,
+                                     seconds, span(mask));
+  const int64_t batch = index.batch, seq_len = index.tokens;
+  return py::make_tuple(ArrayOf(std::move(index.positions), {3, batch, seq_len}),
+                        ArrayOf(std::move(index.rope_deltas), {batch, 1}));
+}
+
 constexpr const char* kArrayContract = R"(
 Shapes: x (or q, k) is an array [..., tokens, heads, head_dim] whose last dim is contiguous;
 other strides are free (a transposed [batch, heads, seq, dim] array is fine), and nothing is
@@ -434,6 +524,90 @@ f_1, f_3, ...; half-split. head_dim a multiple of 4.)")
                     a.rope.attention_factor == b.rope.attention_factor;
            })
       .def("__repr__", &Repr);
+
+  py::enum_<MropeIndexRules>(m, "MropeIndexRules", R"(How Qwen-VL's get_rope_index numbers
+video frames (posenc/mrope_positions.h); text and images are numbered alike by all.
+
+QWEN2_VL: transformers v4.45.0, frame i at time i. QWEN2_5_VL: v4.49.0 (and vLLM), frame i at
+trunc(float32(i * seconds_per_grid) * tokens_per_second). QWEN2_5_VL_INT_SECONDS: later 4.5x
+releases, the seconds truncated to an integer first (0.5 s puts every frame at 0). QWEN3_VL:
+v4.57.0, each frame its own run with timestamps as text between, time 0 in each.)")
+      .value("QWEN2_VL", MropeIndexRules::kQwen2Vl)
+      .value("QWEN2_5_VL", MropeIndexRules::kQwen2_5Vl)
+      .value("QWEN2_5_VL_INT_SECONDS", MropeIndexRules::kQwen2_5VlIntSeconds)
+      .value("QWEN3_VL", MropeIndexRules::kQwen3Vl)
+      .def_property_readonly(
+          "rule_name",
+          [](MropeIndexRules rules) { return std::string(MropeIndexRulesName(rules)); },
+          "\"qwen2_vl\", \"qwen2_5_vl\", \"qwen2_5_vl_int_seconds\" or \"qwen3_vl\".");
+
+  py::class_<QwenVlTokens>(m, "QwenVlTokens", R"(The token ids and sizes that Qwen-VL's
+get_rope_index reads from a config (posenc/mrope_positions.h), and the numbering rules.
+From a config: posenc.qwen_vl_tokens(config, rules=None).)")
+      .def(py::init([](int64_t image_token_id, int64_t video_token_id,
+                       int64_t vision_start_token_id, int64_t spatial_merge_size,
+                       int64_t tokens_per_second, const py::object& rules) {
+             QwenVlTokens tokens{.image_token_id = image_token_id,
+                                 .video_token_id = video_token_id,
+                                 .vision_start_token_id = vision_start_token_id,
+                                 .spatial_merge_size = spatial_merge_size,
+                                 .tokens_per_second = tokens_per_second,
+                                 .rules = RulesOf(rules).value_or(MropeIndexRules::kQwen2Vl)};
+             tokens.Validate();
+             return tokens;
+           }),
+           py::kw_only(), py::arg("image_token_id"), py::arg("video_token_id"),
+           py::arg("vision_start_token_id"), py::arg("spatial_merge_size") = 2,
+           py::arg("tokens_per_second") = 0, py::arg("rules") = MropeIndexRules::kQwen2Vl,
+           "Explicit ids and sizes; validated.")
+      .def_static(
+          "from_config_text",
+          [](std::string_view text, const py::object& rules) {
+            return QwenVlTokensFromConfig(text, RulesOf(rules));
+          },
+          py::arg("json_text"), py::arg("rules") = py::none(),
+          "From a Qwen-VL config.json given as text; see posenc.qwen_vl_tokens.")
+      .def_static(
+          "from_config_file",
+          [](const std::filesystem::path& path, const py::object& rules) {
+            return QwenVlTokensFromConfig(
+                ReadFileCapped(kIndexConfigFn, path.string(), kMaxConfigBytes), RulesOf(rules));
+          },
+          py::arg("path"), py::arg("rules") = py::none(),
+          "From a Qwen-VL config.json file (at most 64 MiB); see posenc.qwen_vl_tokens.")
+      .def_readonly("image_token_id", &QwenVlTokens::image_token_id)
+      .def_readonly("video_token_id", &QwenVlTokens::video_token_id)
+      .def_readonly("vision_start_token_id", &QwenVlTokens::vision_start_token_id)
+      .def_readonly("spatial_merge_size", &QwenVlTokens::spatial_merge_size)
+      .def_readonly("tokens_per_second", &QwenVlTokens::tokens_per_second)
+      .def_readonly("rules", &QwenVlTokens::rules)
+      .def("__repr__", [](const QwenVlTokens& t) {
+        std::ostringstream out;
+        out << "QwenVlTokens(image_token_id=" << t.image_token_id
+            << ", video_token_id=" << t.video_token_id
+            << ", vision_start_token_id=" << t.vision_start_token_id
+            << ", spatial_merge_size=" << t.spatial_merge_size
+            << ", tokens_per_second=" << t.tokens_per_second << ", rules='"
+            << MropeIndexRulesName(t.rules) << "')";
+        return out.str();
+      });
+
+  m.def(
+      "qwen_vl_rope_index_of_tokens",
+      [](const py::object& tokens, const py::object& input_ids, const py::object& image_grid_thw,
+         const py::object& video_grid_thw, const py::object& second_per_grid_ts,
+         const py::object& attention_mask) {
+        Require(py::isinstance<QwenVlTokens>(tokens), kIndexFn, "tokens",
+                "be a posenc.QwenVlTokens",
+                std::string(py::str(py::type::of(tokens).attr("__name__"))));
+        return RopeIndex(tokens.cast<const QwenVlTokens&>(), input_ids, image_grid_thw,
+                         video_grid_thw, second_per_grid_ts, attention_mask);
+      },
+      py::arg("tokens"), py::arg("input_ids"), py::arg("image_grid_thw") = py::none(),
+      py::arg("video_grid_thw") = py::none(), py::arg("second_per_grid_ts") = py::none(),
+      py::arg("attention_mask") = py::none(),
+      "(position_ids int64 [3, batch, seq_len], rope_deltas int64 [batch, 1]); see "
+      "posenc.qwen_vl_rope_index.");
 
   m.def(
       "apply_mrope",

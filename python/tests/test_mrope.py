@@ -766,3 +766,154 @@ def test_torch_expanded_position_ids_are_views():
     a = rot(q, k, expanded)
     b = rot(q, k, expanded.contiguous())
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+# ------------------------------------------------ get_rope_index (Qwen-VL)
+
+INDEX = ROOT / "tests" / "golden" / "mrope_index"
+REAL = ROOT / "tests" / "configs" / "real"
+INDEX_FILES = sorted(p.stem for p in INDEX.glob("*.json"))
+
+
+def index_config(g):
+    """A config dict holding the golden file's ids and sizes the way the
+    published configs hold them."""
+    c = g["config"]
+    vision = {"spatial_merge_size": c["spatial_merge_size"]}
+    if c["tokens_per_second"] is not None:
+        vision["tokens_per_second"] = c["tokens_per_second"]
+    return {
+        "model_type": g["model"],
+        "image_token_id": c["image_token_id"],
+        "video_token_id": c["video_token_id"],
+        "vision_start_token_id": c["vision_start_token_id"],
+        "vision_config": vision,
+    }
+
+
+def index_args(g):
+    return (
+        g["input_ids"],
+        g["image_grid_thw"],
+        g["video_grid_thw"],
+        g["second_per_grid_ts"],
+        g["attention_mask"],
+    )
+
+
+@pytest.mark.parametrize("name", INDEX_FILES)
+def test_qwen_vl_rope_index_golden(name):
+    g = json.loads((INDEX / f"{name}.json").read_text())
+    positions, deltas = posenc.qwen_vl_rope_index(
+        index_config(g), *index_args(g), rules=g["release"]
+    )
+    assert positions.dtype == np.int64 and deltas.dtype == np.int64
+    np.testing.assert_array_equal(positions, g["position_ids"])
+    np.testing.assert_array_equal(deltas, g["rope_deltas"])
+    # The torch twin, with tensors as Hugging Face holds them: int64 ids,
+    # float32 seconds.
+    tensors = [
+        None if v is None else torch.tensor(v) for v in index_args(g)
+    ]
+    if tensors[3] is not None:
+        tensors[3] = tensors[3].to(torch.float32)
+    tokens = posenc.qwen_vl_tokens(
+        index_config(g), posenc.MropeIndexRules.__members__[g["release"].upper()]
+    )
+    p_t, d_t = pt.get_rope_index(tokens, *tensors)
+    assert p_t.dtype == torch.int64 and tuple(p_t.shape) == np.shape(g["position_ids"])
+    assert tuple(d_t.shape) == (len(g["input_ids"]), 1)
+    assert p_t.tolist() == g["position_ids"] and d_t.tolist() == g["rope_deltas"]
+
+
+def test_rope_index_feeds_the_rotation_of_the_same_config():
+    path = REAL / "qwen2_vl-qwen2-vl-7b-instruct.json"
+    g = json.loads((INDEX / "qwen2_vl-one_image.json").read_text())
+    tokens = posenc.qwen_vl_tokens(path)
+    assert tokens.rules == posenc.MropeIndexRules.QWEN2_VL
+    assert tokens.image_token_id == g["config"]["image_token_id"]
+    ids = torch.tensor(g["input_ids"])
+    position_ids, deltas = pt.get_rope_index(path, ids, torch.tensor(g["image_grid_thw"]))
+    rot = pt.MultimodalRotaryEmbedding.from_hf_config(path)
+    b, t = ids.shape
+    q, k = torch.randn(b, t, 28, 128), torch.randn(b, t, 4, 128)
+    q_rot, k_rot = rot(q, k, position_ids)
+    want = hf_mrope_reference(q, position_ids, rot.inv_freq, [16, 24, 24], False)
+    torch.testing.assert_close(q_rot.double(), want, rtol=0, atol=2e-5)
+    # The next decoded token: cache position t plus the delta, in every stream.
+    step = torch.full((3, b, 1), t) + deltas[None]
+    q1 = torch.randn(b, 1, 28, 128)
+    q1_rot, _ = rot(q1, q1[:, :, :4], step)
+    one_d = posenc.rope_from_hf_config(path)
+    assert torch.equal(q1_rot, pt.apply_rope(q1, q1[:, :, :4], (t + deltas), one_d)[0])
+
+
+def test_rope_index_rules_and_repr():
+    tokens = posenc.QwenVlTokens(
+        image_token_id=5, video_token_id=6, vision_start_token_id=4,
+        tokens_per_second=2, rules="qwen2_5_vl_int_seconds",
+    )
+    assert tokens.rules == posenc.MropeIndexRules.QWEN2_5_VL_INT_SECONDS
+    assert tokens.rules.rule_name == "qwen2_5_vl_int_seconds"
+    assert "rules='qwen2_5_vl_int_seconds'" in repr(tokens)
+    # A video of grid (2, 2, 2) at 0.5 s per grid: frame 1 at time 1 by the
+    # released rule, at 0 with the int cast.
+    ids = [[1, 4, 6, 6, 2]]
+    released, _ = posenc.qwen_vl_rope_index(
+        tokens, ids, video_grid_thw=[[2, 2, 2]], second_per_grid_ts=[0.5],
+        rules="qwen2_5_vl",
+    )
+    cast, _ = posenc.qwen_vl_rope_index(
+        tokens, ids, video_grid_thw=[[2, 2, 2]], second_per_grid_ts=[0.5]
+    )
+    assert released[0, 0].tolist() == [0, 1, 2, 3, 4]
+    assert cast[0, 0].tolist() == [0, 1, 2, 2, 3]
+
+
+INDEX_TOKENS = posenc.QwenVlTokens(
+    image_token_id=5, video_token_id=6, vision_start_token_id=4
+)
+INDEX_ERRORS = {
+    "1-D input_ids": (
+        lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [1, 2, 3]),
+        "[mrope_index] input_ids.shape must be (batch, seq_len), got (3,)",
+    ),
+    "float input_ids tensor": (
+        lambda: pt.get_rope_index(INDEX_TOKENS, torch.zeros(1, 3)),
+        "[mrope_index] input_ids must be an integer tensor, got float32",
+    ),
+    "grid rows": (
+        lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [[4, 5]], [[1, 2]]),
+        "[mrope_index] image_grid_thw.shape must be (grids, 3): one (t, h, w) per grid, "
+        "got (1, 2)",
+    ),
+    "mask shape": (
+        lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [[1, 2]], attention_mask=[[1]]),
+        "[mrope_index] attention_mask.shape must equal input_ids.shape (1, 2), got (1, 1)",
+    ),
+    "seconds as strings": (
+        lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [[1]], second_per_grid_ts="1"),
+        "[mrope_index] second_per_grid_ts must be a sequence of real numbers, got str",
+    ),
+    "rules name": (
+        lambda: posenc.qwen_vl_tokens(INDEX_TOKENS, "qwen4_vl"),
+        None,
+    ),
+    "rules type": (
+        lambda: posenc.qwen_vl_tokens(INDEX_TOKENS, 3),
+        "[mrope_index_config] rules must be None, a posenc.MropeIndexRules or its name, "
+        "got int",
+    ),
+    "tokens type": (
+        lambda: posenc._core.qwen_vl_rope_index_of_tokens("x", [[1]]),
+        "[mrope_index] tokens must be a posenc.QwenVlTokens, got str",
+    ),
+}
+
+
+@pytest.mark.parametrize("call, message", INDEX_ERRORS.values(), ids=INDEX_ERRORS.keys())
+def test_rope_index_errors(call, message):
+    with pytest.raises(posenc.Error) as error:
+        call()
+    if message is not None:
+        assert str(error.value) == message
