@@ -49,8 +49,8 @@ TEST(CliDemo, JsonReproducesEveryClaimAndWritesFigures) {
   const CliRun run = Cli("demo --json --out " + dir.string());
   ASSERT_EQ(run.status, 0) << run.output;
   const auto report = nlohmann::json::parse(run.output);
-  EXPECT_EQ(report["claims_total"], 25);
-  EXPECT_EQ(report["claims_reproduced"], 25);
+  EXPECT_EQ(report["claims_total"], 31);
+  EXPECT_EQ(report["claims_reproduced"], 31);
   EXPECT_NEAR(report["b"]["numbers"]["dog_at_1"][0].get<double>(), 0.4, 1e-6);
   EXPECT_NEAR(report["b"]["numbers"]["dog_at_4"][0].get<double>(), -0.2, 1e-6);
   EXPECT_NEAR(report["d"]["numbers"]["d4"][1][0].get<double>(), 0.8414709848, 1e-6);
@@ -70,10 +70,17 @@ TEST(CliDemo, JsonReproducesEveryClaimAndWritesFigures) {
       EXPECT_NE(ReadFile(dir / figure["svg"].get<std::string>()).find("<svg"), std::string::npos);
     }
   }
-  EXPECT_EQ(figures, 6);
+  EXPECT_EQ(figures, 7);
+  // (k): an image's tokens at (3, 3 + row, 3 + column); the token after it sits at 6.
+  const auto& mrope = report["k"]["numbers"];
+  EXPECT_EQ(mrope["positions"][8], nlohmann::json::parse(
+                                       R"({"token": "image r1 c2", "t": 3, "h": 4, "w": 5})"));
+  EXPECT_EQ(mrope["positions"][9]["t"], 6);
+  EXPECT_EQ(report["k"]["figures"][0]["png"], "mrope_positions_per_pair.png");
   const std::string html = ReadFile(dir / "report.html");
-  EXPECT_NE(html.find("25 of 25 claims"), std::string::npos);
+  EXPECT_NE(html.find("31 of 31 claims"), std::string::npos);
   EXPECT_NE(html.find("rope_stretching.svg"), std::string::npos);
+  EXPECT_NE(html.find("mrope_positions_per_pair.svg"), std::string::npos);
 }
 
 TEST(CliDemo, TextReportStatesTheClaims) {
@@ -81,7 +88,7 @@ TEST(CliDemo, TextReportStatesTheClaims) {
   const CliRun run = Cli("demo --out " + dir.string());
   ASSERT_EQ(run.status, 0) << run.output;
   EXPECT_NE(run.output.find("dog at position 1: [0.4, 0.5]"), std::string::npos);
-  EXPECT_NE(run.output.find("25 of 25 claims of the lesson reproduced."), std::string::npos);
+  EXPECT_NE(run.output.find("31 of 31 claims of the lesson reproduced."), std::string::npos);
   EXPECT_EQ(run.output.find("[FAIL]"), std::string::npos);
 }
 

@@ -23,7 +23,7 @@ void AddDemoCommand(CLI::App& app) {
     const std::vector<Section> sections = {
         OrderBlindness(), SeatNumbers(),     LearnedTableLimit(), SinusoidalTable(),
         SinusoidalWaves(), ShiftAsRotation(), RotaryEmbedding(),   AlibiBiases(),
-        Stretching(),      MethodsSideBySide()};
+        Stretching(),      MethodsSideBySide(), MultimodalRope()};
     const std::filesystem::path dir = options->out;
     std::filesystem::create_directories(dir);
     for (const Section& section : sections) {

@@ -40,6 +40,7 @@ Section RotaryEmbedding();      // g
 Section AlibiBiases();          // h
 Section Stretching();           // i
 Section MethodsSideBySide();    // j
+Section MultimodalRope();       // k
 
 // Helpers shared by the experiments.
 
