@@ -1,6 +1,6 @@
 // Attention with multi-stream RoPE (AttentionOptions::mrope): q and k turn by their position
-// streams while the mask follows the token order; a decode step after an image continues from
-// the streams' offset (Hugging Face's rope_deltas).
+// streams while the mask follows the token order; a decode step after an image continues from the
+// streams' offset (Hugging Face's rope_deltas).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,8 +36,8 @@ MRope QwenLike() {
                          MropeSections::kBlocks);
 }
 
-// Qwen2-VL's numbering of 3 text tokens, a 2 x 3 image and 4 text tokens: text 0, 1, 2; image
-// (3, 3 + row, 3 + col); text from 3 + max(1, 2, 3) = 6. Token order 0 .. 12.
+// Qwen2-VL's numbering of 3 text tokens, a 2 x 3 image and 4 text tokens: text 0, 1, 2; image (3, 3
+// + row, 3 + col); text from 3 + max(1, 2, 3) = 6. Token order 0 .. 12.
 struct Sequence {
   std::vector<int64_t> streams;  // [3, tokens]
   std::vector<int64_t> order;    // 0 .. tokens - 1
@@ -97,8 +97,8 @@ TEST(AttentionMRope, EqualsRotatingQAndKFirstOnEveryTarget) {
   });
 }
 
-// The causal mask follows the token order, not the time stream: the image's first token (order
-// 3) sees keys 0-3 only, although all six image tokens share time position 3.
+// The causal mask follows the token order, not the time stream: the image's first token (order 3)
+// sees keys 0-3 only, although all six image tokens share time position 3.
 TEST(AttentionMRope, CausalMaskFollowsTokenOrderNotStreams) {
   const Sequence s = TextImageText();
   const int64_t T = s.tokens;
@@ -123,9 +123,9 @@ TEST(AttentionMRope, CausalMaskFollowsTokenOrderNotStreams) {
   }
 }
 
-// Generation after an image: the next token is text at token order T with all three streams at
-// T + delta, delta = (largest position + 1) - T (Hugging Face's rope_deltas). One decode query
-// against the cache equals the last row of the prefill that includes it.
+// Generation after an image: the next token is text at token order T with all three streams at T +
+// delta, delta = (largest position + 1) - T (Hugging Face's rope_deltas). One decode query against
+// the cache equals the last row of the prefill that includes it.
 TEST(AttentionMRope, DecodeAfterAnImageContinuesFromTheDelta) {
   Sequence s = TextImageText();
   const int64_t T = s.tokens;  // 13 tokens, largest position 9: delta = 10 - 13 = -3

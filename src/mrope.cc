@@ -16,7 +16,7 @@ namespace {
 
 constexpr std::string_view kFn = "mrope";
 
-internal::RopeCall Call(const MRope &mrope, const PositionStreams &positions) {
+internal::RopeCall Call(const MRope& mrope, const PositionStreams& positions) {
   return internal::RopeCall{kFn, mrope.rope, {}, &mrope, positions};
 }
 
@@ -38,10 +38,10 @@ void RequireTheta(std::string_view builder, double theta) {
           "be finite and > 0", theta);
 }
 
-// Two streams over halves of the pairs: pairs [0, n/2) stream 0 at
-// first_half[j], pairs [n/2, n) stream 1 at second_half[j].
+// Two streams over halves of the pairs: pairs [0, n/2) stream 0 at first_half[j], pairs [n/2, n)
+// stream 1 at second_half[j].
 MRope TwoHalves(int64_t head_dim, RopeLayout layout, std::vector<double> first_half,
-                const std::vector<double> &second_half) {
+                const std::vector<double>& second_half) {
   MRope m;
   m.rope.head_dim = head_dim;
   m.rope.rotary_dim = head_dim;
@@ -94,22 +94,11 @@ MRope MRope::Sections(Rope rope, std::span<const int64_t> sections, MropeSection
       for (int64_t j = 0; j < sections[s]; ++j) m.pair_stream[i++] = s;
     }
   } else {
-    // Hugging Face's apply_interleaved_mrope: pair i belongs to stream s = i %
-    // n (s > 0) while i < n * sections[s]; every other pair to stream 0.
-    std::vector<int64_t> count(n, 0);
+    // Hugging Face's apply_interleaved_mrope: pair i belongs to stream s = i % n (s > 0) while
+    // i < n * sections[s]; every other pair to stream 0.
     for (int64_t i = 0; i < pairs; ++i) {
       const int64_t s = i % n;
       m.pair_stream[i] = s > 0 && i < n * sections[s] ? s : 0;
-      ++count[m.pair_stream[i]];
-    }
-    for (int64_t s = 0; s < n; ++s) {
-      if (count[s] != sections[s]) {
-        Require(false, kFn, "sections[" + std::to_string(s) + "]",
-                "equal the pairs that interleaving gives stream " + std::to_string(s) + " (" +
-                    std::to_string(count[s]) + "): taking turns, stream s > 0 keeps pairs s, " +
-                    "s + n, ... below n * sections[s]",
-                sections[s]);
-      }
     }
   }
   m.rope = std::move(rope);
@@ -184,55 +173,55 @@ void PositionStreams::Validate(std::string_view function, std::string_view name,
 }
 
 template <typename T>
-void ApplyMRope(const MRope &mrope, const PositionStreams &positions, Heads<T> x,
+void ApplyMRope(const MRope& mrope, const PositionStreams& positions, Heads<T> x,
                 RopeDirection direction) {
   internal::RunRopeCall<T>(Call(mrope, positions), x, direction);
 }
 template <typename T>
-void ApplyMRope(const MRope &mrope, const PositionStreams &positions, Heads<T> q, Heads<T> k,
+void ApplyMRope(const MRope& mrope, const PositionStreams& positions, Heads<T> q, Heads<T> k,
                 RopeDirection direction) {
   internal::RunRopeCall<T>(Call(mrope, positions), q, k, direction);
 }
 template <typename T>
-void ApplyMRope(const MRope &mrope, const PositionStreams &positions,
+void ApplyMRope(const MRope& mrope, const PositionStreams& positions,
                 std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out,
                 RopeDirection direction) {
   internal::RunRopeCall<T>(Call(mrope, positions), x_in, x_out, direction);
 }
 template <typename T>
-void ApplyMRope(const MRope &mrope, const PositionStreams &positions,
+void ApplyMRope(const MRope& mrope, const PositionStreams& positions,
                 std::type_identity_t<Heads<const T>> q_in, Heads<T> q_out,
                 std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out,
                 RopeDirection direction) {
   internal::RunRopeCall<T>(Call(mrope, positions), q_in, q_out, k_in, k_out, direction);
 }
 template <typename T>
-void ValidateApplyMRope(const MRope &mrope, const PositionStreams &positions, Heads<T> x) {
+void ValidateApplyMRope(const MRope& mrope, const PositionStreams& positions, Heads<T> x) {
   internal::ValidateRopeCall<T>(Call(mrope, positions), x);
 }
 template <typename T>
-void ValidateApplyMRope(const MRope &mrope, const PositionStreams &positions, Heads<T> q,
+void ValidateApplyMRope(const MRope& mrope, const PositionStreams& positions, Heads<T> q,
                         Heads<T> k) {
   internal::ValidateRopeCall<T>(Call(mrope, positions), q, k);
 }
 template <typename T>
-void ApplyMRopeReference(const MRope &mrope, const PositionStreams &positions,
+void ApplyMRopeReference(const MRope& mrope, const PositionStreams& positions,
                          std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out,
                          RopeDirection direction) {
   internal::RopeCallReference<T>(Call(mrope, positions), x_in, x_out, direction);
 }
 
-#define POSENC_INSTANTIATE_MROPE(T)                                                                \
-  template void ApplyMRope<T>(const MRope &, const PositionStreams &, Heads<T>, RopeDirection);    \
-  template void ApplyMRope<T>(const MRope &, const PositionStreams &, Heads<T>, Heads<T>,          \
-                              RopeDirection);                                                      \
-  template void ApplyMRope<T>(const MRope &, const PositionStreams &, Heads<const T>, Heads<T>,    \
-                              RopeDirection);                                                      \
-  template void ApplyMRope<T>(const MRope &, const PositionStreams &, Heads<const T>, Heads<T>,    \
-                              Heads<const T>, Heads<T>, RopeDirection);                            \
-  template void ValidateApplyMRope<T>(const MRope &, const PositionStreams &, Heads<T>);           \
-  template void ValidateApplyMRope<T>(const MRope &, const PositionStreams &, Heads<T>, Heads<T>); \
-  template void ApplyMRopeReference<T>(const MRope &, const PositionStreams &, Heads<const T>,     \
+#define POSENC_INSTANTIATE_MROPE(T)                                                              \
+  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<T>, RopeDirection);    \
+  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<T>, Heads<T>,          \
+                              RopeDirection);                                                    \
+  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<const T>, Heads<T>,    \
+                              RopeDirection);                                                    \
+  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<const T>, Heads<T>,    \
+                              Heads<const T>, Heads<T>, RopeDirection);                          \
+  template void ValidateApplyMRope<T>(const MRope&, const PositionStreams&, Heads<T>);           \
+  template void ValidateApplyMRope<T>(const MRope&, const PositionStreams&, Heads<T>, Heads<T>); \
+  template void ApplyMRopeReference<T>(const MRope&, const PositionStreams&, Heads<const T>,     \
                                        Heads<T>, RopeDirection);
 POSENC_INSTANTIATE_MROPE(float)
 POSENC_INSTANTIATE_MROPE(BFloat16)

@@ -1,3 +1,5 @@
+#include "posenc/rope.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,7 +12,6 @@
 #include "float32_range.h"
 #include "posenc/error.h"
 #include "posenc/positions.h"
-#include "posenc/rope.h"
 #include "posenc/storage.h"
 #include "rope_call.h"
 #include "rope_kernels.h"
@@ -28,8 +29,8 @@ void ValidateDims(int64_t head_dim, int64_t rotary_dim, int64_t rotary_offset) {
   Require(rotary_offset >= 0, kFn, "rotary_offset", "be >= 0", rotary_offset);
   Require(rotary_dim >= 2, kFn, "rotary_dim", "be >= 2", rotary_dim);
   if (rotary_dim % 2 != 0 || rotary_dim > head_dim) {  // the message only on failure
-    Require(false, kFn, "rotary_dim", "be even and <= head_dim (" + std::to_string(head_dim) + ")",
-            rotary_dim);
+    Require(false, kFn, "rotary_dim",
+            "be even and <= head_dim (" + std::to_string(head_dim) + ")", rotary_dim);
   }
   // Subtracted, not added: rotary_offset + rotary_dim could overflow.
   if (rotary_offset > head_dim - rotary_dim) {
@@ -40,15 +41,16 @@ void ValidateDims(int64_t head_dim, int64_t rotary_dim, int64_t rotary_offset) {
   }
 }
 
-// The rotation (first) and the positions of `tokens` tokens (after the first
-// view, whose tokens they count).
-void ValidateRotation(const RopeCall &call) {
-  if (call.mrope == nullptr)
+// The rotation (first) and the positions of `tokens` tokens (after the first view, whose tokens
+// they count).
+void ValidateRotation(const RopeCall& call) {
+  if (call.mrope == nullptr) {
     call.rope.Validate();
-  else
+  } else {
     call.mrope->Validate();
+  }
 }
-void ValidatePositionsOf(const RopeCall &call, int64_t tokens) {
+void ValidatePositionsOf(const RopeCall& call, int64_t tokens) {
   if (call.mrope == nullptr) {
     ValidatePositions(call.function, call.positions, tokens);
   } else {
@@ -58,7 +60,7 @@ void ValidatePositionsOf(const RopeCall &call, int64_t tokens) {
 
 // One view: well formed and rope.head_dim wide.
 template <typename T>
-void ValidateView(const RopeCall &call, const Heads<T> &view, std::string_view name) {
+void ValidateView(const RopeCall& call, const Heads<T>& view, std::string_view name) {
   view.Validate(call.function, name);
   if (view.head_dim != call.rope.head_dim) {
     Require(false, call.function, std::string(name) + ".head_dim",
@@ -68,7 +70,7 @@ void ValidateView(const RopeCall &call, const Heads<T> &view, std::string_view n
 
 // A view after the first: as many tokens as the first.
 template <typename T, typename U>
-void ValidateSameTokens(const RopeCall &call, const Heads<T> &first, const Heads<U> &view,
+void ValidateSameTokens(const RopeCall& call, const Heads<T>& first, const Heads<U>& view,
                         std::string_view first_name, std::string_view name) {
   if (view.tokens == first.tokens) return;
   Require(false, call.function, std::string(name) + ".tokens",
@@ -77,7 +79,7 @@ void ValidateSameTokens(const RopeCall &call, const Heads<T> &first, const Heads
 }
 
 template <typename T>
-void ValidateSameHeads(const RopeCall &call, const Heads<const T> &in, const Heads<T> &out,
+void ValidateSameHeads(const RopeCall& call, const Heads<const T>& in, const Heads<T>& out,
                        std::string_view in_name, std::string_view out_name) {
   if (out.num_heads == in.num_heads) return;
   Require(false, call.function, std::string(out_name) + ".num_heads",
@@ -86,7 +88,7 @@ void ValidateSameHeads(const RopeCall &call, const Heads<const T> &in, const Hea
 }
 
 template <typename A, typename B>
-void RequireDisjoint(const RopeCall &call, const Heads<A> &a, const Heads<B> &b,
+void RequireDisjoint(const RopeCall& call, const Heads<A>& a, const Heads<B>& b,
                      std::string_view a_name, std::string_view b_name) {
   if (!RowsOverlap(a, b)) return;
   Require(false, call.function, a_name, "not share memory with " + std::string(b_name),
@@ -100,13 +102,12 @@ struct InOut {
   Heads<T> out;
 };
 
-// The single dispatch point every ApplyRope and ApplyMRope form reaches after
-// validation: one call of the SIMD kernel for q and k together, so that the
-// angles of a token are formed once for both.
+// The single dispatch point every ApplyRope and ApplyMRope form reaches after validation: one call
+// of the SIMD kernel for q and k together, so that the angles of a token are formed once for both.
 template <typename T>
-void RotateWithKernel(const RopeCall &call, RopeDirection direction,
+void RotateWithKernel(const RopeCall& call, RopeDirection direction,
                       std::initializer_list<InOut<T>> views) {
-  const Rope &rope = call.rope;
+  const Rope& rope = call.rope;
   internal::RopeKernelArgs args;
   args.storage = StorageTypeOf<T>();
   args.layout = rope.layout;
@@ -127,7 +128,7 @@ void RotateWithKernel(const RopeCall &call, RopeDirection direction,
     args.num_streams = static_cast<int>(call.mrope->num_streams);
     args.pair_stream = call.mrope->pair_stream.data();
   }
-  for (const InOut<T> &v : views) {
+  for (const InOut<T>& v : views) {
     if (v.in.Empty()) continue;  // zero tokens or heads: nothing to rotate
     args.tensors[args.num_tensors++] = {v.in.data,         v.out.data,       v.in.num_heads,
                                         v.in.token_stride, v.in.head_stride, v.out.token_stride,
@@ -138,12 +139,12 @@ void RotateWithKernel(const RopeCall &call, RopeDirection direction,
 }
 
 template <typename T>
-void RotateInto(const RopeCall &call, RopeDirection direction,
+void RotateInto(const RopeCall& call, RopeDirection direction,
                 std::initializer_list<InOut<T>> views) {
   if constexpr (std::is_same_v<T, double>) {
-    // float64 storage has no SIMD kernel: it is the reference itself, unrounded
-    // (gradient checks in double need exactly that).
-    for (const InOut<T> &v : views) {
+    // float64 storage has no SIMD kernel: it is the reference itself, unrounded (gradient checks in
+    // double need exactly that).
+    for (const InOut<T>& v : views) {
       if (!v.in.Empty()) internal::RopeCallReference<T>(call, v.in, v.out, direction);
     }
   } else {
@@ -151,9 +152,8 @@ void RotateInto(const RopeCall &call, RopeDirection direction,
   }
 }
 
-// Stored values to double and back: float64 storage keeps the double result;
-// float32, bfloat16 and float16 round it once to float and then to the storage
-// type.
+// Stored values to double and back: float64 storage keeps the double result; float32, bfloat16 and
+// float16 round it once to float and then to the storage type.
 template <typename T>
 double Widen(T value) {
   if constexpr (std::is_same_v<T, double>)
@@ -170,7 +170,7 @@ T Narrow(double value) {
 }
 
 // Position of pair i of token t.
-int64_t PairPosition(const RopeCall &call, int64_t t, int64_t i) {
+int64_t PairPosition(const RopeCall& call, int64_t t, int64_t i) {
   if (call.mrope == nullptr) return call.positions[t];
   return call.streams.At(call.mrope->pair_stream[i], t);
 }
@@ -179,18 +179,17 @@ int64_t PairPosition(const RopeCall &call, int64_t t, int64_t i) {
 
 namespace internal {
 
-// The checks of each form, shared by the rotating calls (which run them before
-// writing) and the Validate twins (which run only them), so the two cannot
-// disagree.
+// The checks of each form, shared by the rotating calls (which run them before writing) and the
+// Validate twins (which run only them), so the two cannot disagree.
 template <typename T>
-void ValidateRopeCall(const RopeCall &call, Heads<T> x) {
+void ValidateRopeCall(const RopeCall& call, Heads<T> x) {
   ValidateRotation(call);
   ValidateView(call, x, "x");
   ValidatePositionsOf(call, x.tokens);
 }
 
 template <typename T>
-void ValidateRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k) {
+void ValidateRopeCall(const RopeCall& call, Heads<T> q, Heads<T> k) {
   ValidateRotation(call);
   ValidateView(call, q, "q");
   ValidatePositionsOf(call, q.tokens);
@@ -200,7 +199,7 @@ void ValidateRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k) {
 }
 
 template <typename T>
-void ValidateRopeCall(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out) {
+void ValidateRopeCall(const RopeCall& call, Heads<const T> x_in, Heads<T> x_out) {
   ValidateRotation(call);
   ValidateView(call, x_in, "x_in");
   ValidatePositionsOf(call, x_in.tokens);
@@ -211,7 +210,7 @@ void ValidateRopeCall(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out)
 }
 
 template <typename T>
-void ValidateRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out,
+void ValidateRopeCall(const RopeCall& call, Heads<const T> q_in, Heads<T> q_out,
                       Heads<const T> k_in, Heads<T> k_out) {
   ValidateRotation(call);
   ValidateView(call, q_in, "q_in");
@@ -224,8 +223,8 @@ void ValidateRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out,
   ValidateSameTokens(call, q_in, k_out, "q_in", "k_out");
   ValidateSameHeads(call, q_in, q_out, "q_in", "q_out");
   ValidateSameHeads(call, k_in, k_out, "k_in", "k_out");
-  // Outputs are written token by token, q and k interleaved: neither may touch
-  // an input or the other output.
+  // Outputs are written token by token, q and k interleaved: neither may touch an input or the
+  // other output.
   RequireDisjoint(call, q_out, q_in, "q_out", "q_in");
   RequireDisjoint(call, q_out, k_in, "q_out", "k_in");
   RequireDisjoint(call, k_out, k_in, "k_out", "k_in");
@@ -234,38 +233,38 @@ void ValidateRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out,
 }
 
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<T> x, RopeDirection direction) {
+void RunRopeCall(const RopeCall& call, Heads<T> x, RopeDirection direction) {
   ValidateRopeCall(call, x);
   RotateInto<T>(call, direction, {{x, x}});
 }
 
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k, RopeDirection direction) {
+void RunRopeCall(const RopeCall& call, Heads<T> q, Heads<T> k, RopeDirection direction) {
   ValidateRopeCall(call, q, k);
   RotateInto<T>(call, direction, {{q, q}, {k, k}});
 }
 
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out,
+void RunRopeCall(const RopeCall& call, Heads<const T> x_in, Heads<T> x_out,
                  RopeDirection direction) {
   ValidateRopeCall(call, x_in, x_out);
   RotateInto<T>(call, direction, {{x_in, x_out}});
 }
 
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out, Heads<const T> k_in,
+void RunRopeCall(const RopeCall& call, Heads<const T> q_in, Heads<T> q_out, Heads<const T> k_in,
                  Heads<T> k_out, RopeDirection direction) {
   ValidateRopeCall(call, q_in, q_out, k_in, k_out);
   RotateInto<T>(call, direction, {{q_in, q_out}, {k_in, k_out}});
 }
 
-// The scalar twin for any storage type: double arithmetic on the stored values,
-// rounded once to float and then to the storage type (the kernel's float32
-// arithmetic differs from it by float32 rounding, which the tests bound).
+// The scalar twin for any storage type: double arithmetic on the stored values, rounded once to
+// float and then to the storage type (the kernel's float32 arithmetic differs from it by float32
+// rounding, which the tests bound).
 template <typename T>
-void RopeCallReference(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out,
+void RopeCallReference(const RopeCall& call, Heads<const T> x_in, Heads<T> x_out,
                        RopeDirection direction) {
-  const Rope &rope = call.rope;
+  const Rope& rope = call.rope;
   const int64_t half = rope.rotary_dim / 2;
   const int64_t begin = rope.rotary_offset, end = rope.rotary_offset + rope.rotary_dim;
   // Pair i is features (begin + i * step, begin + i * step + partner).
@@ -283,8 +282,8 @@ void RopeCallReference(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out
       table[i] = {a * cs.cos, sign * a * cs.sin};
     }
     for (int64_t h = 0; h < x_in.num_heads; ++h) {
-      const T *in = x_in.Row(t, h);
-      T *out = x_out.Row(t, h);
+      const T* in = x_in.Row(t, h);
+      T* out = x_out.Row(t, h);
       for (int64_t i = 0; i < half; ++i) {
         const int64_t j0 = begin + i * step, j1 = j0 + partner;
         // Read both before writing either: in and out may be the same memory.
@@ -300,18 +299,18 @@ void RopeCallReference(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out
   }
 }
 
-#define POSENC_INSTANTIATE_ROPE_CALL(T)                                                         \
-  template void ValidateRopeCall<T>(const RopeCall &, Heads<T>);                                \
-  template void ValidateRopeCall<T>(const RopeCall &, Heads<T>, Heads<T>);                      \
-  template void ValidateRopeCall<T>(const RopeCall &, Heads<const T>, Heads<T>);                \
-  template void ValidateRopeCall<T>(const RopeCall &, Heads<const T>, Heads<T>, Heads<const T>, \
-                                    Heads<T>);                                                  \
-  template void RunRopeCall<T>(const RopeCall &, Heads<T>, RopeDirection);                      \
-  template void RunRopeCall<T>(const RopeCall &, Heads<T>, Heads<T>, RopeDirection);            \
-  template void RunRopeCall<T>(const RopeCall &, Heads<const T>, Heads<T>, RopeDirection);      \
-  template void RunRopeCall<T>(const RopeCall &, Heads<const T>, Heads<T>, Heads<const T>,      \
-                               Heads<T>, RopeDirection);                                        \
-  template void RopeCallReference<T>(const RopeCall &, Heads<const T>, Heads<T>, RopeDirection);
+#define POSENC_INSTANTIATE_ROPE_CALL(T)                                                        \
+  template void ValidateRopeCall<T>(const RopeCall&, Heads<T>);                                \
+  template void ValidateRopeCall<T>(const RopeCall&, Heads<T>, Heads<T>);                      \
+  template void ValidateRopeCall<T>(const RopeCall&, Heads<const T>, Heads<T>);                \
+  template void ValidateRopeCall<T>(const RopeCall&, Heads<const T>, Heads<T>, Heads<const T>, \
+                                    Heads<T>);                                                 \
+  template void RunRopeCall<T>(const RopeCall&, Heads<T>, RopeDirection);                      \
+  template void RunRopeCall<T>(const RopeCall&, Heads<T>, Heads<T>, RopeDirection);            \
+  template void RunRopeCall<T>(const RopeCall&, Heads<const T>, Heads<T>, RopeDirection);      \
+  template void RunRopeCall<T>(const RopeCall&, Heads<const T>, Heads<T>, Heads<const T>,      \
+                               Heads<T>, RopeDirection);                                       \
+  template void RopeCallReference<T>(const RopeCall&, Heads<const T>, Heads<T>, RopeDirection);
 POSENC_INSTANTIATE_ROPE_CALL(float)
 POSENC_INSTANTIATE_ROPE_CALL(BFloat16)
 POSENC_INSTANTIATE_ROPE_CALL(Float16)
@@ -322,56 +321,55 @@ POSENC_INSTANTIATE_ROPE_CALL(double)
 
 namespace {
 
-RopeCall OneStream(const Rope &rope, std::span<const int64_t> positions) {
+RopeCall OneStream(const Rope& rope, std::span<const int64_t> positions) {
   return RopeCall{kFn, rope, positions, nullptr, {}};
 }
 
 template <typename T>
-void RopeInPlace(const Rope &rope, std::span<const int64_t> positions, Heads<T> x,
+void RopeInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> x,
                  RopeDirection direction) {
   internal::RunRopeCall<T>(OneStream(rope, positions), x, direction);
 }
 template <typename T>
-void RopeInPlace(const Rope &rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k,
+void RopeInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k,
                  RopeDirection direction) {
   internal::RunRopeCall<T>(OneStream(rope, positions), q, k, direction);
 }
 template <typename T>
-void RopeOutOfPlace(const Rope &rope, std::span<const int64_t> positions, Heads<const T> x_in,
+void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
                     Heads<T> x_out, RopeDirection direction) {
   internal::RunRopeCall<T>(OneStream(rope, positions), x_in, x_out, direction);
 }
 template <typename T>
-void RopeOutOfPlace(const Rope &rope, std::span<const int64_t> positions, Heads<const T> q_in,
+void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> q_in,
                     Heads<T> q_out, Heads<const T> k_in, Heads<T> k_out, RopeDirection direction) {
   internal::RunRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out, direction);
 }
 template <typename T>
-void ValidateInPlace(const Rope &rope, std::span<const int64_t> positions, Heads<T> x) {
+void ValidateInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> x) {
   internal::ValidateRopeCall<T>(OneStream(rope, positions), x);
 }
 template <typename T>
-void ValidateInPlace(const Rope &rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k) {
+void ValidateInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k) {
   internal::ValidateRopeCall<T>(OneStream(rope, positions), q, k);
 }
 template <typename T>
-void ValidateOutOfPlace(const Rope &rope, std::span<const int64_t> positions, Heads<const T> x_in,
+void ValidateOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
                         Heads<T> x_out) {
   internal::ValidateRopeCall<T>(OneStream(rope, positions), x_in, x_out);
 }
 template <typename T>
-void ValidateOutOfPlace(const Rope &rope, std::span<const int64_t> positions, Heads<const T> q_in,
+void ValidateOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> q_in,
                         Heads<T> q_out, Heads<const T> k_in, Heads<T> k_out) {
   internal::ValidateRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out);
 }
 template <typename T>
-void RopeReference(const Rope &rope, std::span<const int64_t> positions, Heads<const T> x_in,
+void RopeReference(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
                    Heads<T> x_out, RopeDirection direction) {
   internal::RopeCallReference<T>(OneStream(rope, positions), x_in, x_out, direction);
 }
 
 }  // namespace
-
 std::vector<double> DefaultInvFreq(double base, int64_t rotary_dim) {
   Require(std::isfinite(base) && base > 0, "default_inv_freq", "base", "be finite and > 0", base);
   Require(rotary_dim > 0 && rotary_dim % 2 == 0, "default_inv_freq", "rotary_dim",
@@ -400,15 +398,15 @@ void Rope::Validate() const {
   ValidateDims(head_dim, rotary_dim, rotary_offset);
   Require(layout == RopeLayout::kHalfSplit || layout == RopeLayout::kInterleaved, kFn, "layout",
           "be kHalfSplit or kInterleaved", static_cast<int>(layout));
-  // Messages are built only on failure: Validate runs on every call, a decode
-  // step included.
+  // Messages are built only on failure: Validate runs on every call, a decode step included.
   if (static_cast<int64_t>(inv_freq.size()) != rotary_dim / 2) {
     Require(false, kFn, "inv_freq.size()",
             "equal rotary_dim / 2 (" + std::to_string(rotary_dim / 2) + ")", inv_freq.size());
   }
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     if (!(std::isfinite(inv_freq[i]) && inv_freq[i] >= 0)) {
-      Require(false, kFn, "inv_freq[" + std::to_string(i) + "]", "be finite and >= 0", inv_freq[i]);
+      Require(false, kFn, "inv_freq[" + std::to_string(i) + "]", "be finite and >= 0",
+              inv_freq[i]);
     }
   }
   // The kernels scale cos and sin by it in float32.
@@ -417,169 +415,167 @@ void Rope::Validate() const {
 }
 
 CosSin RopeAngle(int64_t pos, double inv_freq) {
-  // The angle is one double product: its error is at most half an ulp of the
-  // angle, at most 2^-30 = 9.3e-10 rad for angles below 2^24, and glibc's cos
-  // and sin reduce their argument exactly. Hugging Face instead forms the
-  // product in float32 (position cast to float32), which loses up to half a
-  // float32 ulp, about p * w * 2^-24 rad: 4e-3 rad at p = 131071 for the
-  // fastest pair, 3e-2 at p = 1e6 (rope-scaling.md §9). Positions are exact in
-  // double to 2^53.
+  // The angle is one double product: its error is at most half an ulp of the angle, at most
+  // 2^-30 = 9.3e-10 rad for angles below 2^24, and glibc's cos and sin reduce their argument
+  // exactly. Hugging Face instead forms the product in float32 (position cast to float32), which
+  // loses up to half a float32 ulp, about p * w * 2^-24 rad: 4e-3 rad at p = 131071 for the
+  // fastest pair, 3e-2 at p = 1e6 (rope-scaling.md §9). Positions are exact in double to 2^53.
   const double angle = static_cast<double>(pos) * inv_freq;
   return {std::cos(angle), std::sin(angle)};
 }
 
-void ApplyRopeReference(const Rope &rope, std::span<const int64_t> positions,
+void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         Heads<const float> x_in, Heads<float> x_out, RopeDirection direction) {
   RopeReference(rope, positions, x_in, x_out, direction);
 }
-void ApplyRopeReference(const Rope &rope, std::span<const int64_t> positions,
+void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         Heads<const BFloat16> x_in, Heads<BFloat16> x_out,
                         RopeDirection direction) {
   RopeReference(rope, positions, x_in, x_out, direction);
 }
-void ApplyRopeReference(const Rope &rope, std::span<const int64_t> positions,
+void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         Heads<const Float16> x_in, Heads<Float16> x_out, RopeDirection direction) {
   RopeReference(rope, positions, x_in, x_out, direction);
 }
 
-void ApplyRopeReference(const Rope &rope, std::span<const int64_t> positions,
+void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         Heads<const double> x_in, Heads<double> x_out, RopeDirection direction) {
   RopeReference(rope, positions, x_in, x_out, direction);
 }
 
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<float> x,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x,
                RopeDirection direction) {
   RopeInPlace(rope, positions, x, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<BFloat16> x,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> x,
                RopeDirection direction) {
   RopeInPlace(rope, positions, x, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<Float16> x,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x,
                RopeDirection direction) {
   RopeInPlace(rope, positions, x, direction);
 }
 
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<float> q, Heads<float> k,
-               RopeDirection direction) {
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
+               Heads<float> k, RopeDirection direction) {
   RopeInPlace(rope, positions, q, k, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<BFloat16> q,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> q,
                Heads<BFloat16> k, RopeDirection direction) {
   RopeInPlace(rope, positions, q, k, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<Float16> q,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> q,
                Heads<Float16> k, RopeDirection direction) {
   RopeInPlace(rope, positions, q, k, direction);
 }
 
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const float> x_in,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> x_in,
                Heads<float> x_out, RopeDirection direction) {
   RopeOutOfPlace(rope, positions, x_in, x_out, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const BFloat16> x_in,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const BFloat16> x_in,
                Heads<BFloat16> x_out, RopeDirection direction) {
   RopeOutOfPlace(rope, positions, x_in, x_out, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const Float16> x_in,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const Float16> x_in,
                Heads<Float16> x_out, RopeDirection direction) {
   RopeOutOfPlace(rope, positions, x_in, x_out, direction);
 }
 
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const float> q_in,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> q_in,
                Heads<float> q_out, Heads<const float> k_in, Heads<float> k_out,
                RopeDirection direction) {
   RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const BFloat16> q_in,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const BFloat16> q_in,
                Heads<BFloat16> q_out, Heads<const BFloat16> k_in, Heads<BFloat16> k_out,
                RopeDirection direction) {
   RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const Float16> q_in,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const Float16> q_in,
                Heads<Float16> q_out, Heads<const Float16> k_in, Heads<Float16> k_out,
                RopeDirection direction) {
   RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
 }
 
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<double> x,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> x,
                RopeDirection direction) {
   RopeInPlace(rope, positions, x, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<double> q,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> q,
                Heads<double> k, RopeDirection direction) {
   RopeInPlace(rope, positions, q, k, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const double> x_in,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const double> x_in,
                Heads<double> x_out, RopeDirection direction) {
   RopeOutOfPlace(rope, positions, x_in, x_out, direction);
 }
-void ApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<const double> q_in,
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const double> q_in,
                Heads<double> q_out, Heads<const double> k_in, Heads<double> k_out,
                RopeDirection direction) {
   RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
 }
 
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<float> x) {
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x) {
   ValidateInPlace(rope, positions, x);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<float> q,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
                        Heads<float> k) {
   ValidateInPlace(rope, positions, q, k);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
                        Heads<const float> x_in, Heads<float> x_out) {
   ValidateOutOfPlace(rope, positions, x_in, x_out);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
                        Heads<const float> q_in, Heads<float> q_out, Heads<const float> k_in,
                        Heads<float> k_out) {
   ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<BFloat16> x) {
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> x) {
   ValidateInPlace(rope, positions, x);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<BFloat16> q,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> q,
                        Heads<BFloat16> k) {
   ValidateInPlace(rope, positions, q, k);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
                        Heads<const BFloat16> x_in, Heads<BFloat16> x_out) {
   ValidateOutOfPlace(rope, positions, x_in, x_out);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
                        Heads<const BFloat16> q_in, Heads<BFloat16> q_out,
                        Heads<const BFloat16> k_in, Heads<BFloat16> k_out) {
   ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<Float16> x) {
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x) {
   ValidateInPlace(rope, positions, x);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<Float16> q,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> q,
                        Heads<Float16> k) {
   ValidateInPlace(rope, positions, q, k);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
                        Heads<const Float16> x_in, Heads<Float16> x_out) {
   ValidateOutOfPlace(rope, positions, x_in, x_out);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
                        Heads<const Float16> q_in, Heads<Float16> q_out, Heads<const Float16> k_in,
                        Heads<Float16> k_out) {
   ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<double> x) {
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> x) {
   ValidateInPlace(rope, positions, x);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions, Heads<double> q,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> q,
                        Heads<double> k) {
   ValidateInPlace(rope, positions, q, k);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
                        Heads<const double> x_in, Heads<double> x_out) {
   ValidateOutOfPlace(rope, positions, x_in, x_out);
 }
-void ValidateApplyRope(const Rope &rope, std::span<const int64_t> positions,
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
                        Heads<const double> q_in, Heads<double> q_out, Heads<const double> k_in,
                        Heads<double> k_out) {
   ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);

@@ -1,7 +1,6 @@
-// The shared body of ApplyRope (posenc/rope.h) and ApplyMRope (posenc/mrope.h):
-// validation, the kernel dispatch and the double reference, for one position
-// stream or several. rope.cc implements it for float, BFloat16, Float16 and
-// double; both public APIs are thin wrappers.
+// The shared body of ApplyRope (posenc/rope.h) and ApplyMRope (posenc/mrope.h): validation, the
+// kernel dispatch and the double reference, for one position stream or several. rope.cc implements
+// it for float, BFloat16, Float16 and double; both public APIs are thin wrappers.
 #pragma once
 
 #include <cstdint>
@@ -14,44 +13,41 @@
 
 namespace posenc::internal {
 
-// One call's rotation: which function reports errors, the rotation, and the
-// positions.
+// One call's rotation: which function reports errors, the rotation, and the positions.
 struct RopeCall {
   std::string_view function;  // "rope" or "mrope", for the messages
-  const Rope &rope;
-  // 1-D RoPE: the positions list (mrope is null). Multi-stream: mrope and its
-  // streams.
+  const Rope& rope;
+  // 1-D RoPE: the positions list (mrope is null). Multi-stream: mrope and its streams.
   std::span<const int64_t> positions;
-  const MRope *mrope = nullptr;
+  const MRope* mrope = nullptr;
   PositionStreams streams;
 };
 
 template <typename T>
-void ValidateRopeCall(const RopeCall &call, Heads<T> x);
+void ValidateRopeCall(const RopeCall& call, Heads<T> x);
 template <typename T>
-void ValidateRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k);
+void ValidateRopeCall(const RopeCall& call, Heads<T> q, Heads<T> k);
 template <typename T>
-void ValidateRopeCall(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out);
+void ValidateRopeCall(const RopeCall& call, Heads<const T> x_in, Heads<T> x_out);
 template <typename T>
-void ValidateRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out,
+void ValidateRopeCall(const RopeCall& call, Heads<const T> q_in, Heads<T> q_out,
                       Heads<const T> k_in, Heads<T> k_out);
 
 // Validate, then rotate (nothing is written when validation fails).
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<T> x, RopeDirection direction);
+void RunRopeCall(const RopeCall& call, Heads<T> x, RopeDirection direction);
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<T> q, Heads<T> k, RopeDirection direction);
+void RunRopeCall(const RopeCall& call, Heads<T> q, Heads<T> k, RopeDirection direction);
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out,
+void RunRopeCall(const RopeCall& call, Heads<const T> x_in, Heads<T> x_out,
                  RopeDirection direction);
 template <typename T>
-void RunRopeCall(const RopeCall &call, Heads<const T> q_in, Heads<T> q_out, Heads<const T> k_in,
+void RunRopeCall(const RopeCall& call, Heads<const T> q_in, Heads<T> q_out, Heads<const T> k_in,
                  Heads<T> k_out, RopeDirection direction);
 
-// The double reference on validated input (x_in and x_out may be the same
-// memory).
+// The double reference on validated input (x_in and x_out may be the same memory).
 template <typename T>
-void RopeCallReference(const RopeCall &call, Heads<const T> x_in, Heads<T> x_out,
+void RopeCallReference(const RopeCall& call, Heads<const T> x_in, Heads<T> x_out,
                        RopeDirection direction);
 
 }  // namespace posenc::internal

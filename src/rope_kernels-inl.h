@@ -183,13 +183,30 @@ struct PositionReader {
   int64_t At(int stream, int64_t t) const {
     return args.positions[stream * args.position_stream_stride + t * args.position_token_stride];
   }
-  // Token t is one step after token `prev` in every stream, so that every pair may advance its
-  // angle by one step of its frequency.
-  bool NextOf(int64_t prev, int64_t t) const {
+  // Whether every pair may advance its angle from token `prev` to token t by a rotation: each
+  // stream moved by 0 or 1 and at least one by 1 (moved[s] says which). With one stream, or
+  // equal streams, this is 1-D RoPE's rule (the next position), so equal streams keep its bits.
+  // Image tokens qualify along a row: time and row stay, the column moves by one.
+  bool Advances(int64_t prev, int64_t t, bool* moved) const {
+    bool any = false;
     for (int s = 0; s < args.num_streams; ++s) {
-      if (At(s, t) != At(s, prev) + 1) return false;
+      const int64_t delta = At(s, t) - At(s, prev);
+      if (delta != 0 && delta != 1) return false;
+      moved[s] = delta == 1;
+      any = any || moved[s];
     }
-    return true;
+    return any;
+  }
+  // The step of each pair when not every stream moved: one step of its frequency (step_cos,
+  // step_sin) where its stream moved, none (cos 1, sin 0: the state is kept exactly) elsewhere.
+  // Zero-padded pairs take a step of frequency 0 either way.
+  void PairSteps(const bool* moved, const double* step_cos, const double* step_sin, size_t pairs,
+                 double* HWY_RESTRICT cos_out, double* HWY_RESTRICT sin_out) const {
+    for (size_t i = 0; i < pairs; ++i) {
+      const bool step = i >= half || moved[args.pair_stream[i]];
+      cos_out[i] = step ? step_cos[i] : 1.0;
+      sin_out[i] = step ? step_sin[i] : 0.0;
+    }
   }
   // Pair i's position as a double (exact: positions are at most 2^32), zero-padded to `pairs`.
   void PairPositions(int64_t t, size_t pairs, double* HWY_RESTRICT out) const {
@@ -244,13 +261,34 @@ void RopeKernelT(const internal::RopeKernelArgs& args) {
     float* HWY_RESTRICT sin_table = table.get() + 2 * pairs;
     internal::Scratch<double> state(2 * pairs);
     internal::Scratch<double> pair_pos(streams.multi ? pairs : 0);
+    internal::Scratch<double> pair_step(streams.multi ? 2 * pairs : 0);  // cos, then sin
+    int step_pattern = 0;  // the streams that moved, as bits, when pair_step was last filled
     int64_t advances = 0;
     for (int64_t t = begin; t < end; ++t) {
-      const bool advance = t > begin && streams.NextOf(t - 1, t) && advances < kMaxAdvances;
+      bool moved[internal::kMaxRopeStreams];
+      const bool advance =
+          t > begin && streams.Advances(t - 1, t, moved) && advances < kMaxAdvances;
       advances = advance ? advances + 1 : 0;
-      if (streams.multi) streams.PairPositions(t, pairs, pair_pos.get());
+      const double* token_step_cos = step_cos;
+      const double* token_step_sin = step_sin;
+      if (streams.multi) {
+        // Pair positions only for exact angles; steps per pair only when some stream stayed.
+        if (!advance) streams.PairPositions(t, pairs, pair_pos.get());
+        int pattern = 0;
+        for (int k = 0; k < args.num_streams; ++k) pattern |= moved[k] ? 1 << k : 0;
+        if (advance && pattern != (1 << args.num_streams) - 1) {
+          // Along an image row the same streams move token after token: fill once per row.
+          if (pattern != step_pattern) {
+            streams.PairSteps(moved, step_cos, step_sin, pairs, pair_step.get(),
+                              pair_step.get() + pairs);
+            step_pattern = pattern;
+          }
+          token_step_cos = pair_step.get();
+          token_step_sin = pair_step.get() + pairs;
+        }
+      }
       FillCosSin(dd, streams.At(0, t), streams.multi ? pair_pos.get() : nullptr, advance,
-                 freq_hi, freq_lo, step_cos, step_sin, pairs,
+                 freq_hi, freq_lo, token_step_cos, token_step_sin, pairs,
                  args.cos_scale, args.sin_scale, interleaved,
                  AngleState{state.get(), state.get() + pairs}, cos_table, sin_table);
       for (int n = 0; n < args.num_tensors; ++n) {
