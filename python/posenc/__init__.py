@@ -64,6 +64,11 @@ from posenc._core import (
     attention,
     default_inv_freq,
     embed_tokens,
+    llama4_vision_positions,
+    pixtral_vision_positions,
+    qwen_vision_positions,
+    qwen_vision_positions_in_window_order,
+    qwen_vision_window_order,
     relative_position_bucket,
     rope_angle,
     sinusoidal,
@@ -113,20 +118,7 @@ def rope_from_hf_config(
     trained with; EXACT is double throughout. A config that is not RoPE, or a
     bad key, raises ``posenc.Error`` naming the key as written in the file.
     """
-    if isinstance(layer, str):
-        if layer_type is not None:
-            raise Error(
-                "[hf_config] layer must be an index when layer_type is "
-                f"given, got {layer!r}"
-            )
-        layer, layer_type = None, layer
-    elif layer is not None and (
-        isinstance(layer, bool) or not isinstance(layer, int)
-    ):
-        raise Error(
-            "[hf_config] layer must be a layer index (int) or a layer type "
-            f"(str), got {type(layer).__name__}"
-        )
+    layer, layer_type = _layer_choice(layer, layer_type)
     return _config_call(
         config,
         _core.rope_from_hf_config_text,
@@ -135,6 +127,72 @@ def rope_from_hf_config(
         layer=layer,
         seq_len=seq_len,
         precision=precision,
+    )
+
+
+def _layer_choice(layer, layer_type):
+    """(layer index or None, layer type or None): a string given as layer is
+    a layer type."""
+    if isinstance(layer, str):
+        if layer_type is not None:
+            raise Error(
+                "[hf_config] layer must be an index when layer_type is "
+                f"given, got {layer!r}"
+            )
+        return None, layer
+    if layer is not None and (
+        isinstance(layer, bool) or not isinstance(layer, int)
+    ):
+        raise Error(
+            "[hf_config] layer must be a layer index (int) or a layer type "
+            f"(str), got {type(layer).__name__}"
+        )
+    return layer, layer_type
+
+
+def mrope_from_hf_config(
+    config,
+    *,
+    layer_type=None,
+    layer=None,
+    seq_len=None,
+    precision=RopePrecision.REFERENCE,
+):
+    """The language model's RoPE of a Hugging Face config as an ``MRope``:
+    for a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config, M-RoPE over
+    ``rope_from_hf_config``'s pairs with the config's mrope_section (in
+    blocks, or interleaved for mrope_interleaved, as Hugging Face's
+    apply_interleaved_mrope lays them, also where a stream gets fewer pairs
+    than its section); for any other RoPE config, one stream. Streams: time,
+    height, width. Arguments as ``rope_from_hf_config``."""
+    layer, layer_type = _layer_choice(layer, layer_type)
+    return _config_call(
+        config,
+        _core.mrope_from_hf_config_text,
+        _core.mrope_from_hf_config_file,
+        layer_type=layer_type,
+        layer=layer,
+        seq_len=seq_len,
+        precision=precision,
+    )
+
+
+def vision_rope_from_hf_config(config):
+    """The 2-D RoPE of a config's vision tower as an ``MRope`` (streams: patch
+    row and column; Llama 4: column + 1, row + 1): Qwen2-VL, Qwen2.5-VL and
+    Qwen3-VL (``MRope.qwen_vision``), Pixtral (llava / mistral3 with a pixtral
+    vision_config: ``MRope.pixtral``) and Llama 4 (``MRope.llama4_vision``),
+    head_dim and theta from vision_config with the config classes' defaults.
+    The tower's patch grid (patch_size, spatial_merge_size, window_units,
+    patches_per_side) is ``model_positions(config).vision_rope``; the
+    positions come from ``qwen_vision_positions``,
+    ``qwen_vision_positions_in_window_order``, ``pixtral_vision_positions``
+    and ``llama4_vision_positions``. A config without such a tower raises
+    ``posenc.Error``."""
+    return _config_call(
+        config,
+        _core.vision_rope_from_hf_config_text,
+        _core.vision_rope_from_hf_config_file,
     )
 
 
@@ -369,7 +427,13 @@ __all__ = [
     "attention",
     "default_inv_freq",
     "embed_tokens",
+    "llama4_vision_positions",
     "model_positions",
+    "mrope_from_hf_config",
+    "pixtral_vision_positions",
+    "qwen_vision_positions",
+    "qwen_vision_positions_in_window_order",
+    "qwen_vision_window_order",
     "qwen_vl_rope_index",
     "qwen_vl_tokens",
     "relative_position_bucket",
@@ -377,4 +441,5 @@ __all__ = [
     "rope_from_hf_config",
     "sinusoidal",
     "sinusoidal_table",
+    "vision_rope_from_hf_config",
 ]

@@ -41,7 +41,13 @@ import numpy as np
 import torch
 
 from posenc import _core
-from posenc import model_positions, qwen_vl_rope_index, rope_from_hf_config
+from posenc import (
+    model_positions,
+    mrope_from_hf_config,
+    qwen_vl_rope_index,
+    rope_from_hf_config,
+    vision_rope_from_hf_config,
+)
 
 __all__ = [
     "LearnedPositions",
@@ -495,13 +501,14 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
     @classmethod
     def from_hf_config(cls, config, layer=None, **kwargs):
         """The M-RoPE of a Hugging Face Qwen2-VL, Qwen2.5-VL or Qwen3-VL
-        config (a dict, its JSON text or a config.json path): the language
-        model's RoPE (``rope_from_hf_config``; ``layer`` and the other
-        keywords as there) with its ``mrope_section`` and
-        ``mrope_interleaved``. A config without M-RoPE raises
-        ``posenc.Error``."""
-        model = model_positions(config)
-        if model.scheme != "rope" or model.mrope_section is None:
+        config (a dict, its JSON text or a config.json path):
+        ``posenc.mrope_from_hf_config`` (the language model's RoPE with its
+        ``mrope_section``, in blocks or interleaved as the model lays them;
+        ``layer`` and the other keywords as in ``rope_from_hf_config``). A
+        config without M-RoPE raises ``posenc.Error``."""
+        mrope = mrope_from_hf_config(config, layer=layer, **kwargs)
+        if mrope.num_streams == 1:
+            model = model_positions(config)
             raise _error(
                 "mrope",
                 "config",
@@ -509,12 +516,7 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
                 "Qwen2-VL, Qwen2.5-VL, Qwen3-VL)",
                 f"{model.model_type} ({model.scheme}, no mrope_section)",
             )
-        rope = rope_from_hf_config(config, layer=layer, **kwargs)
-        return cls(
-            rope=rope,
-            mrope_section=model.mrope_section,
-            interleaved=model.mrope_interleaved,
-        )
+        return cls(mrope=mrope)
 
     @property
     def rope(self):
@@ -547,7 +549,8 @@ _VISION_KINDS = {
 
 class VisionRotaryEmbedding(torch.nn.Module):
     """The 2-D RoPE of a vision tower as a module: ``forward(q, k, positions)
-    -> (q_rot, k_rot)``.
+    -> (q_rot, k_rot)``, and ``positions(...)``, the patch positions the
+    tower rotates by.
 
     kind: "qwen2_vl", "qwen2_5_vl", "qwen3_vl" (the Qwen towers: pairs
     [0, head_dim / 4) by the patch row, the rest by the column, at
@@ -555,7 +558,9 @@ class VisionRotaryEmbedding(torch.nn.Module):
     the odd frequencies of theta^(-2j / head_dim)) or "llama4" (interleaved
     pairs; positions (column + 1, row + 1), the class token (0, 0)); head_dim
     the tower's head width (a multiple of 4), theta the base. Or a ready
-    ``posenc.MRope`` as mrope.
+    ``posenc.MRope`` as mrope. ``from_hf_config`` reads all of it, and the
+    patch grid (spatial_merge_size, window_units, patches_per_side), from a
+    multimodal config.
 
     q and k are [tokens, heads, head_dim] (as the Qwen towers hold them) or
     [batch, tokens, heads, head_dim], CPU float32, bfloat16, float16 or
@@ -564,7 +569,17 @@ class VisionRotaryEmbedding(torch.nn.Module):
     pass is the inverse rotation. The module has no parameters.
     """
 
-    def __init__(self, kind=None, head_dim=None, theta=10000.0, *, mrope=None):
+    def __init__(
+        self,
+        kind=None,
+        head_dim=None,
+        theta=10000.0,
+        *,
+        mrope=None,
+        spatial_merge_size=2,
+        window_units=4,
+        patches_per_side=None,
+    ):
         super().__init__()
         if mrope is None:
             if kind not in _VISION_KINDS:
@@ -588,6 +603,80 @@ class VisionRotaryEmbedding(torch.nn.Module):
         _check_instance("mrope", "mrope", mrope, _core.MRope, "a posenc.MRope")
         self.kind = kind
         self.mrope = mrope
+        self.spatial_merge_size = spatial_merge_size
+        self.window_units = window_units
+        self.patches_per_side = patches_per_side
+
+    @classmethod
+    def from_hf_config(cls, config):
+        """The vision tower of a Hugging Face config (a dict, its JSON text or
+        a config.json path): Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Pixtral (llava /
+        mistral3) or Llama 4 (``posenc.vision_rope_from_hf_config``), with its
+        patch grid. A config without such a tower raises ``posenc.Error``."""
+        mrope = vision_rope_from_hf_config(config)
+        tower = model_positions(config).vision_rope
+        return cls(
+            tower["kind"],
+            mrope=mrope,
+            spatial_merge_size=tower["spatial_merge_size"],
+            window_units=tower["window_units"],
+            patches_per_side=tower["patches_per_side"],
+        )
+
+    def positions(self, grids=None, *, window_order=None):
+        """int64 [2, tokens]: the patch positions the tower rotates by, in its
+        token order.
+
+        Qwen kinds: grids is image_grid_thw or video_grid_thw, int [n, 3]
+        rows (t, h, w); patches in merge-block order, and for "qwen2_5_vl" in
+        window order (window_order=False: rot_pos_emb's order). "pixtral":
+        grids is [n, 2] rows (patch rows, patch columns) per image. "llama4":
+        no grids; the patches_per_side^2 patches, then the class token."""
+        kind = self.kind
+        if kind == "llama4":
+            if grids is not None or self.patches_per_side is None:
+                raise _error(
+                    "mrope",
+                    "grids",
+                    "be None for llama4 (its tower has patches_per_side^2 "
+                    "patches, from the config)",
+                    "a grid" if grids is not None else "no patches_per_side",
+                )
+            out = _core.llama4_vision_positions(self.patches_per_side)
+        elif kind == "pixtral":
+            out = _core.pixtral_vision_positions(
+                _int_tensor_numpy("mrope", "grids", grids)
+            )
+        elif kind in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
+            grid = _int_tensor_numpy("mrope", "grids", grids)
+            windows = kind == "qwen2_5_vl" if window_order is None else window_order
+            if windows:
+                out = _core.qwen_vision_positions_in_window_order(
+                    grid, self.spatial_merge_size, self.window_units
+                )
+            else:
+                out = _core.qwen_vision_positions(grid, self.spatial_merge_size)
+        else:
+            raise _error(
+                "mrope",
+                "kind",
+                "be one of " + ", ".join(repr(k) for k in _VISION_KINDS)
+                + " for positions",
+                repr(kind),
+            )
+        return torch.from_numpy(out)
+
+    def window_order(self, grids):
+        """Qwen2.5-VL's (window_index, cu_window_seqlens), int64, as its
+        get_window_index gives them (without repeated offsets): merged token
+        window_index[k] goes to slot k, and window attention stays inside each
+        range of cu_window_seqlens."""
+        index, offsets = _core.qwen_vision_window_order(
+            _int_tensor_numpy("mrope", "grids", grids),
+            self.spatial_merge_size,
+            self.window_units,
+        )
+        return torch.from_numpy(index), torch.from_numpy(offsets)
 
     def forward(self, q, k, positions):
         positions = _stream_positions(

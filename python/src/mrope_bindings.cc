@@ -1,5 +1,6 @@
-// posenc.MRope and apply_mrope*: multi-stream RoPE on numpy arrays (posenc/mrope.h); Qwen-VL's
-// M-RoPE positions (posenc/mrope_positions.h).
+// posenc.MRope and apply_mrope*: multi-stream RoPE on numpy arrays (posenc/mrope.h), from a
+// config (posenc/hf_config.h: MakeMRope, MakeVisionRope); the positions it turns by: Qwen-VL's
+// get_rope_index (posenc/mrope_positions.h) and vision-tower patches (posenc/vision_positions.h).
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
@@ -11,15 +12,19 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "arrays.h"
 #include "batch.h"
 #include "bindings.h"
 #include "posenc/files.h"
+#include "posenc/hf_config.h"
+#include "posenc/model_positions.h"
 #include "posenc/mrope.h"
 #include "posenc/mrope_positions.h"
 #include "posenc/npy.h"
+#include "posenc/vision_positions.h"
 
 namespace posenc::python {
 namespace {
@@ -363,14 +368,24 @@ py::array_t<int64_t> BatchTokens(const py::object& values, std::string_view name
   return array;
 }
 
-// None, an empty list or int [n, 3] rows (t, h, w), as image_grid_thw and video_grid_thw hold
-// them.
-std::vector<VisionGrid> Grids(const py::object& values, std::string_view name) {
-  if (values.is_none()) return {};
-  const py::array_t<int64_t> array = Int64Array(values, kIndexFn, name);
-  if (array.size() == 0 && array.ndim() == 1) return {};
-  Require(array.ndim() == 2 && array.shape(1) == 3, kIndexFn, std::string(name) + ".shape",
-          "be (grids, 3): one (t, h, w) per grid", ShapeString(array));
+// None, an empty list or int [n, columns] rows: the rows of image_grid_thw, video_grid_thw
+// (t, h, w) or of Pixtral's image sizes (rows, cols).
+py::array_t<int64_t> Rows(const py::object& values, std::string_view function,
+                          std::string_view name, int64_t columns, std::string_view row,
+                          std::string_view noun = "grid") {
+  if (values.is_none()) return py::array_t<int64_t>(std::vector<int64_t>{0, columns});
+  py::array_t<int64_t> array = Int64Array(values, function, name);
+  if (array.size() == 0 && array.ndim() == 1)
+    return py::array_t<int64_t>(std::vector<int64_t>{0, columns});
+  Require(array.ndim() == 2 && array.shape(1) == columns, function, std::string(name) + ".shape",
+          "be (" + std::string(noun) + "s, " + std::to_string(columns) + "): one " +
+              std::string(row) + " per " + std::string(noun),
+          ShapeString(array));
+  return array;
+}
+std::vector<VisionGrid> Grids(const py::object& values, std::string_view function,
+                              std::string_view name) {
+  const py::array_t<int64_t> array = Rows(values, function, name, 3, "(t, h, w)");
   std::vector<VisionGrid> grids;
   for (py::ssize_t i = 0; i < array.shape(0); ++i) {
     grids.push_back({.t = array.at(i, 0), .h = array.at(i, 1), .w = array.at(i, 2)});
@@ -410,8 +425,8 @@ py::tuple RopeIndex(const QwenVlTokens& tokens, const py::object& input_ids,
     Require(ShapeOf(mask) == ShapeOf(ids), kIndexFn, "attention_mask.shape",
             "equal input_ids.shape " + ShapeString(ids), ShapeString(mask));
   }
-  const std::vector<VisionGrid> images = Grids(image_grid_thw, "image_grid_thw");
-  const std::vector<VisionGrid> videos = Grids(video_grid_thw, "video_grid_thw");
+  const std::vector<VisionGrid> images = Grids(image_grid_thw, kIndexFn, "image_grid_thw");
+  const std::vector<VisionGrid> videos = Grids(video_grid_thw, kIndexFn, "video_grid_thw");
   const std::vector<double> seconds = Seconds(second_per_grid_ts);
   const auto span = [](const py::array_t<int64_t>& a) {
     return a ? std::span<const int64_t>(a.data(), static_cast<size_t>(a.size()))
@@ -422,6 +437,61 @@ py::tuple RopeIndex(const QwenVlTokens& tokens, const py::object& input_ids,
   const int64_t batch = index.batch, seq_len = index.tokens;
   return py::make_tuple(ArrayOf(std::move(index.positions), {3, batch, seq_len}),
                         ArrayOf(std::move(index.rope_deltas), {batch, 1}));
+}
+
+constexpr std::string_view kConfigFn = "hf_config";
+
+// The layer's RoPE parameters as rope_from_hf_config chooses them: by index, by type, or the
+// config's only layer type.
+const RopeLayerScheme& ChooseLayer(const ModelPositions& model, const RopeScheme& rope,
+                                   const std::optional<std::string>& layer_type,
+                                   const std::optional<int64_t>& layer) {
+  if (layer && layer_type) {
+    throw Error(ErrorMessage(kConfigFn, "layer",
+                             "be None when layer_type is given (one picks a layer, the other a "
+                             "type)",
+                             *layer));
+  }
+  if (layer) return RopeLayerAt(model, *layer, kConfigFn, "layer");
+  if (layer_type) return RopeLayerOfType(model, *layer_type, kConfigFn, "layer_type");
+  std::string names;
+  for (const RopeLayerScheme& candidate : rope.layers) {
+    names += (names.empty() ? "" : ", ") + candidate.layer_type;
+  }
+  Require(rope.layers.size() == 1, kConfigFn, "layer_type",
+          "name one of the config's layer types (" + names + ")", "None");
+  return rope.layers.front();
+}
+
+// "bloom (alibi)": what a config describes, for messages.
+std::string Described(const ModelPositions& model) {
+  const std::string model_type =
+      std::visit([](const auto& s) { return s.model_type; }, model.scheme);
+  return model_type + " (" + std::string(LayerSchemeName(model.MainScheme())) + ")";
+}
+
+// MakeMRope of a described config: M-RoPE for a Qwen-VL config, one stream for 1-D RoPE.
+MRope MRopeFromModel(const ModelPositions& model, const std::optional<std::string>& layer_type,
+                     const std::optional<int64_t>& layer, const std::optional<int64_t>& seq_len,
+                     RopePrecision precision) {
+  const auto* rope = std::get_if<RopeScheme>(&model.scheme);
+  Require(rope != nullptr, kConfigFn, "config", "describe a RoPE model", Described(model));
+  return MakeMRope(*rope, ChooseLayer(model, *rope, layer_type, layer),
+                   RopeFrequencyOptions{precision, seq_len});
+}
+
+// MakeVisionRope of a described config's vision tower.
+MRope VisionRopeFromModel(const ModelPositions& model) {
+  const auto* rope = std::get_if<RopeScheme>(&model.scheme);
+  Require(rope != nullptr && rope->vision.has_value(), kConfigFn, "config",
+          "have a vision_config with 2-D RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Pixtral, Llama 4)",
+          Described(model));
+  return MakeVisionRope(*rope->vision);
+}
+
+// A VisionPositions as an int64 [2, tokens] array (moved, not copied).
+py::array_t<int64_t> StreamsArray(VisionPositions positions) {
+  return ArrayOf(std::move(positions.data), {positions.num_streams, positions.tokens});
 }
 
 constexpr const char* kArrayContract = R"(
@@ -485,8 +555,9 @@ per section (Hugging Face's mrope_section: time, height, width), the sections ad
 rope.rotary_dim / 2.
 
 interleaved False (Qwen2-VL, Qwen2.5-VL): blocks, stream s takes sections[s] consecutive pairs
-([16, 24, 24]: pairs 0-15 time, 16-39 height, 40-63 width). True (Qwen3-VL, mrope_interleaved):
-pair i takes stream i % 3 while that stream's section lasts, time for the rest.)")
+([16, 24, 24]: pairs 0-15 time, 16-39 height, 40-63 width). True (Qwen3-VL, mrope_interleaved,
+Hugging Face's apply_interleaved_mrope): with n sections, pair i takes stream s = i % n when
+s > 0 and i < n * sections[s], time otherwise ([24, 20, 20]: (t h w) x 20, then t t t t).)")
       .def_static("qwen_vision", &MRope::QwenVision, py::arg("head_dim"),
                   py::arg("theta") = 10000.0,
                   R"(The Qwen2-VL / Qwen2.5-VL / Qwen3-VL vision tower: streams (row, column);
@@ -608,6 +679,98 @@ From a config: posenc.qwen_vl_tokens(config, rules=None).)")
       py::arg("attention_mask") = py::none(),
       "(position_ids int64 [3, batch, seq_len], rope_deltas int64 [batch, 1]); see "
       "posenc.qwen_vl_rope_index.");
+
+  m.def(
+      "mrope_from_hf_config_text",
+      [](std::string_view json_text, std::optional<std::string> layer_type,
+         std::optional<int64_t> layer, std::optional<int64_t> seq_len, RopePrecision precision) {
+        return MRopeFromModel(DescribeModel(json_text), layer_type, layer, seq_len, precision);
+      },
+      py::arg("json_text"), py::kw_only(), py::arg("layer_type") = py::none(),
+      py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
+      py::arg("precision") = RopePrecision::kReference,
+      "The MRope of a config.json given as text; see posenc.mrope_from_hf_config.");
+  m.def(
+      "mrope_from_hf_config_file",
+      [](const std::filesystem::path& path, std::optional<std::string> layer_type,
+         std::optional<int64_t> layer, std::optional<int64_t> seq_len, RopePrecision precision) {
+        return MRopeFromModel(LoadModelPositions(path), layer_type, layer, seq_len, precision);
+      },
+      py::arg("path"), py::kw_only(), py::arg("layer_type") = py::none(),
+      py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
+      py::arg("precision") = RopePrecision::kReference,
+      "The MRope of a config.json file; see posenc.mrope_from_hf_config.");
+  m.def(
+      "vision_rope_from_hf_config_text",
+      [](std::string_view json_text) { return VisionRopeFromModel(DescribeModel(json_text)); },
+      py::arg("json_text"),
+      "The vision tower's MRope of a config.json given as text; see "
+      "posenc.vision_rope_from_hf_config.");
+  m.def(
+      "vision_rope_from_hf_config_file",
+      [](const std::filesystem::path& path) {
+        return VisionRopeFromModel(LoadModelPositions(path));
+      },
+      py::arg("path"),
+      "The vision tower's MRope of a config.json file; see posenc.vision_rope_from_hf_config.");
+
+  m.def(
+      "qwen_vision_positions",
+      [](const py::object& grid_thw, int64_t spatial_merge_size) {
+        const std::vector<VisionGrid> grids = Grids(grid_thw, "qwen_vision_positions", "grid_thw");
+        return StreamsArray(QwenVisionPositions(grids, spatial_merge_size));
+      },
+      py::arg("grid_thw"), py::arg("spatial_merge_size") = 2,
+      R"(int64 [2, tokens]: (row, column) of every patch of the Qwen2-VL / Qwen2.5-VL / Qwen3-VL
+vision tower, in rot_pos_emb's order (merge blocks row by row, their patches row by row; each
+video frame repeats its image's list). grid_thw: int [n, 3] rows (t, h, w), image_grid_thw or
+video_grid_thw.)");
+  m.def(
+      "qwen_vision_window_order",
+      [](const py::object& grid_thw, int64_t spatial_merge_size, int64_t window_units) {
+        const std::vector<VisionGrid> grids =
+            Grids(grid_thw, "qwen_vision_window_order", "grid_thw");
+        QwenWindowOrder order = QwenVisionWindowOrder(grids, spatial_merge_size, window_units);
+        const auto merged = static_cast<int64_t>(order.window_index.size());
+        const auto offsets = static_cast<int64_t>(order.cu_window_seqlens.size());
+        return py::make_tuple(ArrayOf(std::move(order.window_index), {merged}),
+                              ArrayOf(std::move(order.cu_window_seqlens), {offsets}));
+      },
+      py::arg("grid_thw"), py::arg("spatial_merge_size") = 2, py::arg("window_units") = 4,
+      R"((window_index, cu_window_seqlens), int64, as Qwen2.5-VL's get_window_index gives them
+(cu_window_seqlens without its repeated offsets, as forward's unique_consecutive leaves it):
+merged token window_index[k] goes to slot k; window-layer attention stays inside each range of
+cu_window_seqlens. window_units: window_size / spatial_merge_size / patch_size (112 / 2 / 14 = 4).)");
+  m.def(
+      "qwen_vision_positions_in_window_order",
+      [](const py::object& grid_thw, int64_t spatial_merge_size, int64_t window_units) {
+        const std::vector<VisionGrid> grids =
+            Grids(grid_thw, "qwen_vision_window_order", "grid_thw");
+        return StreamsArray(
+            QwenVisionPositionsInWindowOrder(grids, spatial_merge_size, window_units));
+      },
+      py::arg("grid_thw"), py::arg("spatial_merge_size") = 2, py::arg("window_units") = 4,
+      "int64 [2, tokens]: qwen_vision_positions gathered by the window order, the positions "
+      "Qwen2.5-VL's tower rotates by.");
+  m.def(
+      "pixtral_vision_positions",
+      [](const py::object& images) {
+        const py::array_t<int64_t> rows =
+            Rows(images, "pixtral_vision_positions", "images", 2, "(rows, cols)", "image");
+        std::vector<PatchRowsCols> sizes;
+        for (py::ssize_t i = 0; i < rows.shape(0); ++i) {
+          sizes.push_back({.rows = rows.at(i, 0), .cols = rows.at(i, 1)});
+        }
+        return StreamsArray(PixtralVisionPositions(sizes));
+      },
+      py::arg("images"),
+      "int64 [2, tokens]: (row, column) of Pixtral's patches, row-major per image, images one "
+      "after another. images: int [n, 2] rows (patch rows, patch columns).");
+  m.def(
+      "llama4_vision_positions",
+      [](int64_t side) { return StreamsArray(Llama4VisionPositions(side)); }, py::arg("side"),
+      "int64 [2, side^2 + 1]: Llama 4's (column + 1, row + 1) of the side x side patches "
+      "row-major, then (0, 0) for the class token. side = image_size / patch_size.");
 
   m.def(
       "apply_mrope",

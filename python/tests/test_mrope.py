@@ -46,14 +46,7 @@ def golden(name):
 
 # Qwen3-VL's [2, 3, 3] over 8 pairs: the interleaving slice stops at the last
 # pair, so the streams get 3, 3 and 2 pairs, not the sections' counts.
-# MRope.sections refuses such sections; an explicit pair_stream states it.
 UNEVEN_PAIR_STREAM = [0, 1, 2, 0, 1, 2, 0, 1]
-
-
-def text_mrope(rope, g, name):
-    if name == "qwen3_vl_text_uneven":
-        return posenc.MRope(rope, UNEVEN_PAIR_STREAM)
-    return posenc.MRope.sections(rope, g["mrope_section"], TEXT[name])
 
 
 def text_case(name):
@@ -64,7 +57,7 @@ def text_case(name):
     rope = posenc.Rope(
         d, d, posenc.RopeLayout.HALF_SPLIT, g["inv_freq_f64"]
     )
-    mrope = text_mrope(rope, g, name)
+    mrope = posenc.MRope.sections(rope, g["mrope_section"], TEXT[name])
     q = np.array(g["q"], np.float32).reshape(t, g["num_heads_q"], d)
     k = None
     if g["num_heads_k"]:
@@ -126,6 +119,10 @@ def test_sections_blocks_and_interleaved_pair_streams():
     assert inter.pair_stream == [0, 1, 2] * 20 + [0] * 4
     small = posenc.MRope.sections(posenc.Rope.default(16), [4, 2, 2], True)
     assert small.pair_stream == [0, 1, 2, 0, 1, 2, 0, 0]
+    # Qwen3-VL's rule as it is: [2, 3, 3] over 8 pairs gives height 1, 4, 7
+    # and width 2, 5 (the slice stops at the last pair), time the rest.
+    uneven = posenc.MRope.sections(posenc.Rope.default(16), [2, 3, 3], True)
+    assert uneven.pair_stream == UNEVEN_PAIR_STREAM
     assert "num_streams=3" in repr(blocks) and "0 x16, 1 x24, 2 x24" in repr(blocks)
 
 
@@ -153,6 +150,10 @@ def test_explicit_pair_stream_and_equality():
     assert posenc.MRope(rope, [0, 1, 1, 0], num_streams=2) == m
     assert posenc.MRope(rope, [0, 0, 0, 0], num_streams=3).num_streams == 3
     assert posenc.MRope.one_stream(rope).pair_stream == [0] * 4
+    sixteen = posenc.Rope.default(16)
+    assert posenc.MRope(sixteen, UNEVEN_PAIR_STREAM) == posenc.MRope.sections(
+        sixteen, [2, 3, 3], True
+    )
     assert m != posenc.MRope.one_stream(rope)
 
 
@@ -195,7 +196,7 @@ def test_text_golden_float32(name):
             g["head_dim"], g["head_dim"], posenc.RopeLayout.HALF_SPLIT,
             [float(np.float32(f)) for f in g["inv_freq_f32"]],
         )
-        m32 = text_mrope(rope32, g, name)
+        m32 = posenc.MRope.sections(rope32, g["mrope_section"], TEXT[name])
         _, k_out = posenc.apply_mrope_qk(m32, positions, q, k)
         k32 = np.array(g["k_out_f32"]).reshape(k.shape)
         np.testing.assert_allclose(k_out[small], k32[small], rtol=0, atol=F32_TOL)
@@ -455,11 +456,6 @@ BUILDER_ERRORS = {
     "pair_stream": (
         lambda: posenc.MRope(posenc.Rope.default(8), [0, 1, 2, 0], num_streams=2),
         "[mrope] pair_stream[2] must be in [0, num_streams = 2), got 2",
-    ),
-    "uneven interleaved sections": (
-        lambda: posenc.MRope.sections(posenc.Rope.default(16), [2, 3, 3], True),
-        "[mrope] sections[0] must equal the pairs that interleaving gives stream 0 (3): "
-        "taking turns, stream s > 0 keeps pairs s, s + n, ... below n * sections[s], got 2",
     ),
     "rope type": (
         lambda: posenc.MRope.sections("rope", [1]),
@@ -897,7 +893,8 @@ INDEX_ERRORS = {
     ),
     "rules name": (
         lambda: posenc.qwen_vl_tokens(INDEX_TOKENS, "qwen4_vl"),
-        None,
+        "[mrope_index] rules must be one of qwen2_vl, qwen2_5_vl, qwen2_5_vl_int_seconds, "
+        'qwen3_vl, got "qwen4_vl"',
     ),
     "rules type": (
         lambda: posenc.qwen_vl_tokens(INDEX_TOKENS, 3),
@@ -913,6 +910,174 @@ INDEX_ERRORS = {
 
 @pytest.mark.parametrize("call, message", INDEX_ERRORS.values(), ids=INDEX_ERRORS.keys())
 def test_rope_index_errors(call, message):
+    with pytest.raises(posenc.Error) as error:
+        call()
+    if message is not None:
+        assert str(error.value) == message
+
+
+# ------------------------------------------------------ configs and towers
+
+REAL_TEXT = {
+    "qwen2_vl_text": "qwen2_vl-qwen2-vl-7b-instruct.json",
+    "qwen3_vl_text": "qwen3_vl-qwen3-vl-8b-instruct.json",
+}
+
+
+@pytest.mark.parametrize("name", REAL_TEXT)
+def test_published_config_rotates_as_hugging_face(name):
+    # The golden text files use the published models' head_dim, theta and
+    # sections: the config's MRope reproduces them.
+    g, _, positions, q, _ = text_case(name)
+    path = REAL / REAL_TEXT[name]
+    exact = posenc.mrope_from_hf_config(path, precision=posenc.RopePrecision.EXACT)
+    assert exact.pair_stream == text_case(name)[1].pair_stream
+    out = posenc.apply_mrope(exact, positions, q.astype(np.float64))
+    np.testing.assert_allclose(out.reshape(-1), g["q_out_f64"], rtol=0, atol=F64_TOL)
+    # REFERENCE: Hugging Face's float32 frequencies, as the model runs.
+    rot = pt.MultimodalRotaryEmbedding.from_hf_config(path)
+    np.testing.assert_array_equal(
+        np.array(rot.mrope.rope.inv_freq, np.float32), np.array(g["inv_freq_f32"], np.float32)
+    )
+    qt = torch.from_numpy(q)[None]
+    q_rot, _ = rot(qt, qt, torch.from_numpy(positions)[:, None, :])
+    small = positions.max(axis=0) < 4096
+    hf32 = np.array(g["q_out_f32"]).reshape(q.shape)
+    np.testing.assert_allclose(q_rot[0].numpy()[small], hf32[small], rtol=0, atol=F32_TOL)
+
+
+def test_config_with_uneven_interleaved_sections_follows_hugging_face():
+    g, _, positions, q, k = text_case("qwen3_vl_text_uneven")
+    config = {
+        "model_type": "qwen3_vl",
+        "text_config": {
+            "model_type": "qwen3_vl_text",
+            "hidden_size": 32,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "num_hidden_layers": 2,
+            "head_dim": 16,
+            "rope_theta": 10000.0,
+            "rope_scaling": {
+                "rope_type": "default",
+                "mrope_section": [2, 3, 3],
+                "mrope_interleaved": True,
+            },
+        },
+    }
+    rot = pt.MultimodalRotaryEmbedding.from_hf_config(
+        config, precision=posenc.RopePrecision.EXACT
+    )
+    assert rot.mrope.pair_stream == UNEVEN_PAIR_STREAM
+    q_rot, k_rot = rot(
+        torch.from_numpy(q).double()[None],
+        torch.from_numpy(k).double()[None],
+        torch.from_numpy(positions)[:, None, :],
+    )
+    np.testing.assert_allclose(q_rot.reshape(-1), g["q_out_f64"], rtol=0, atol=F64_TOL)
+    np.testing.assert_allclose(k_rot.reshape(-1), g["k_out_f64"], rtol=0, atol=F64_TOL)
+
+
+def test_mrope_of_a_1d_config_is_one_stream():
+    rope_only = {**QWEN2_VL, "model_type": "qwen2", "rope_scaling": None}
+    one = posenc.mrope_from_hf_config(rope_only)
+    assert one.num_streams == 1
+    assert one.rope.inv_freq == posenc.rope_from_hf_config(rope_only).inv_freq
+
+
+REAL_TOWERS = {
+    "qwen2_vl-qwen2-vl-7b-instruct.json": ("qwen2_vl", 80),
+    "qwen2_5_vl-qwen2.5-vl-7b-instruct.json": ("qwen2_5_vl", 80),
+    "qwen3_vl-qwen3-vl-8b-instruct.json": ("qwen3_vl", 72),
+    "mistral3-mistral-small-3.1-24b-instruct-2503.json": ("pixtral", 64),
+    "llama4-scout-17b-16e.json": ("llama4", 88),
+}
+
+
+@pytest.mark.parametrize("file", REAL_TOWERS)
+def test_vision_tower_of_published_configs(file):
+    kind, head_dim = REAL_TOWERS[file]
+    rot = pt.VisionRotaryEmbedding.from_hf_config(REAL / file)
+    assert rot.kind == kind and rot.mrope.head_dim == head_dim
+    assert rot.mrope == pt.VisionRotaryEmbedding(kind, head_dim).mrope
+    assert posenc.vision_rope_from_hf_config(REAL / file) == rot.mrope
+
+
+def dedupe(offsets):
+    return [o for i, o in enumerate(offsets) if i == 0 or o != offsets[i - 1]]
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_vision_positions_and_rotation_golden(name):
+    g = golden(name)
+    kind = name.rsplit("_vision", 1)[0]
+    if kind == "llama4":
+        rot = pt.VisionRotaryEmbedding(kind, g["head_dim"], patches_per_side=g["side"])
+        positions = rot.positions()
+        np.testing.assert_array_equal(posenc.llama4_vision_positions(g["side"]), g["positions"])
+    elif kind == "pixtral":
+        rot = pt.VisionRotaryEmbedding(kind, g["head_dim"])
+        positions = rot.positions(torch.tensor(g["images_rows_cols"]))
+        np.testing.assert_array_equal(
+            posenc.pixtral_vision_positions(g["images_rows_cols"]), g["positions"]
+        )
+    else:
+        merge = g["spatial_merge_size"]
+        rot = pt.VisionRotaryEmbedding(kind, g["head_dim"], spatial_merge_size=merge)
+        grids = g["grids_thw"]
+        np.testing.assert_array_equal(
+            posenc.qwen_vision_positions(grids, merge), g["positions"]
+        )
+        np.testing.assert_array_equal(rot.positions(grids, window_order=False), g["positions"])
+        positions = rot.positions(torch.tensor(grids))
+        if kind == "qwen2_5_vl":
+            units = g["window_size"] // merge // g["patch_size"]
+            index, offsets = posenc.qwen_vision_window_order(grids, merge, units)
+            np.testing.assert_array_equal(index, g["window_index"])
+            np.testing.assert_array_equal(offsets, dedupe(g["cu_window_seqlens"]))
+            t_index, t_offsets = rot.window_order(grids)
+            assert t_index.tolist() == g["window_index"]
+            assert t_offsets.tolist() == dedupe(g["cu_window_seqlens"])
+    key = "positions_window_order" if kind == "qwen2_5_vl" else "positions"
+    assert positions.dtype == torch.int64 and positions.tolist() == g[key]
+    # Rotate the whole sequence, then read the golden apply tokens.
+    q = torch.zeros(positions.shape[1], 1, g["head_dim"])
+    q[g["apply_tokens"]] = torch.tensor(g["q"]).reshape(len(g["apply_tokens"]), 1, -1)
+    q_rot, _ = rot(q, q, positions)
+    np.testing.assert_allclose(
+        q_rot[g["apply_tokens"]].reshape(-1).numpy(), g["q_out_f32"], rtol=0, atol=F32_TOL
+    )
+
+
+CONFIG_ERRORS = {
+    "vision tower of a text model": (
+        lambda: posenc.vision_rope_from_hf_config({**QWEN2_VL, "model_type": "qwen2"}),
+        "[hf_config] config must have a vision_config with 2-D RoPE (Qwen2-VL, Qwen2.5-VL, "
+        "Qwen3-VL, Pixtral, Llama 4), got qwen2 (rope)",
+    ),
+    "mrope of an ALiBi model": (
+        lambda: posenc.mrope_from_hf_config({"model_type": "bloom", "n_head": 8}),
+        "[hf_config] config must describe a RoPE model, got bloom (alibi)",
+    ),
+    "llama4 positions with grids": (
+        lambda: pt.VisionRotaryEmbedding("llama4", 8, patches_per_side=2).positions([[1, 2]]),
+        "[mrope] grids must be None for llama4 (its tower has patches_per_side^2 patches, "
+        "from the config), got a grid",
+    ),
+    "qwen grid not divisible": (
+        lambda: posenc.qwen_vision_positions([[1, 3, 4]], 2),
+        None,
+    ),
+    "pixtral sizes of three": (
+        lambda: posenc.pixtral_vision_positions([[1, 2, 3]]),
+        "[pixtral_vision_positions] images.shape must be (images, 2): one (rows, cols) per "
+        "image, got (1, 3)",
+    ),
+}
+
+
+@pytest.mark.parametrize("call, message", CONFIG_ERRORS.values(), ids=CONFIG_ERRORS.keys())
+def test_config_and_tower_errors(call, message):
     with pytest.raises(posenc.Error) as error:
         call()
     if message is not None:
