@@ -367,6 +367,25 @@ def _int_list(values):
         return None
 
 
+def _check_int(function, name, value, allow_none=False):
+    """Refuses what is not an int (bools and floats too) with posenc's
+    message, before pybind11 could print a signature."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        rule = "be an int or None" if allow_none else "be an int"
+        raise _error(function, name, rule, type(value).__name__)
+
+
+def _check_number(function, name, value):
+    try:
+        _real_number(value)
+    except (TypeError, ValueError):
+        raise _error(
+            function, name, "be a number", type(value).__name__
+        ) from None
+
+
 def _stream_positions(function, mrope, q, positions, name, text_form):
     """positions as the int64 numpy view apply_mrope_qk reads, for q [*batch,
     tokens, heads, head_dim]: [streams, *batch, tokens]. With text_form
@@ -492,7 +511,9 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
                         "be given when rope and mrope are not",
                         None,
                     )
-                rope = _core.Rope.default(head_dim, base)
+                _check_int("mrope", "head_dim", head_dim)
+                _check_number("mrope", "base", base)
+                rope = _core.Rope.default(head_dim, float(base))
             _check_instance("mrope", "rope", rope, _core.Rope, "a posenc.Rope")
             mrope = _core.MRope.sections(rope, sections, bool(interleaved))
         _check_instance("mrope", "mrope", mrope, _core.MRope, "a posenc.MRope")
@@ -589,18 +610,13 @@ class VisionRotaryEmbedding(torch.nn.Module):
                     "be one of " + ", ".join(repr(k) for k in _VISION_KINDS),
                     repr(kind),
                 )
-            if isinstance(head_dim, bool) or not isinstance(head_dim, int):
-                raise _error(
-                    "mrope", "head_dim", "be an int", type(head_dim).__name__
-                )
-            try:
-                theta = _real_number(theta)
-            except (TypeError, ValueError):
-                raise _error(
-                    "mrope", "theta", "be a number", type(theta).__name__
-                ) from None
-            mrope = _VISION_KINDS[kind](head_dim, theta)
+            _check_int("mrope", "head_dim", head_dim)
+            _check_number("mrope", "theta", theta)
+            mrope = _VISION_KINDS[kind](head_dim, float(theta))
         _check_instance("mrope", "mrope", mrope, _core.MRope, "a posenc.MRope")
+        _check_int("mrope", "spatial_merge_size", spatial_merge_size, True)
+        _check_int("mrope", "window_units", window_units, True)
+        _check_int("mrope", "patches_per_side", patches_per_side, True)
         self.kind = kind
         self.mrope = mrope
         self.spatial_merge_size = spatial_merge_size
@@ -650,7 +666,9 @@ class VisionRotaryEmbedding(torch.nn.Module):
         elif kind in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
             grid = _int_tensor_numpy("mrope", "grids", grids)
             windows = kind == "qwen2_5_vl" if window_order is None else window_order
+            _check_int("mrope", "spatial_merge_size", self.spatial_merge_size)
             if windows:
+                _check_int("mrope", "window_units", self.window_units)
                 out = _core.qwen_vision_positions_in_window_order(
                     grid, self.spatial_merge_size, self.window_units
                 )

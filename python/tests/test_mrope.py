@@ -700,6 +700,18 @@ TORCH_ERRORS = {
         lambda: pt.VisionRotaryEmbedding("pixtral", 8.0),
         "[mrope] head_dim must be an int, got float",
     ),
+    "head_dim as a string": (
+        lambda: pt.MultimodalRotaryEmbedding("128", [16, 24, 24]),
+        "[mrope] head_dim must be an int, got str",
+    ),
+    "theta as a string": (
+        lambda: pt.VisionRotaryEmbedding("qwen2_vl", 8, "1e4"),
+        "[mrope] theta must be a number, got str",
+    ),
+    "float spatial_merge_size": (
+        lambda: pt.VisionRotaryEmbedding("qwen2_vl", 8, spatial_merge_size=2.0),
+        "[mrope] spatial_merge_size must be an int or None, got float",
+    ),
     "sections of floats": (
         lambda: pt.MultimodalRotaryEmbedding(8, [1.0, 2, 1]),
         "[mrope] mrope_section must be a sequence of ints, got [1.0, 2, 1]",
