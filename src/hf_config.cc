@@ -1001,23 +1001,9 @@ MRope MakeMRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
                 const RopeFrequencyOptions& options) {
   Rope rope = MakeRope(scheme, layer, options);
   if (scheme.mrope_section.empty()) return MRope::OneStream(std::move(rope));
-  if (!scheme.mrope_interleaved) {
-    return MRope::Sections(std::move(rope), scheme.mrope_section, MropeSections::kBlocks);
-  }
-  // apply_interleaved_mrope: pair i takes stream s = i % 3 (s > 0) while i < 3 x section[s],
-  // else time. MRope::Sections(kInterleaved) also asks each stream to get exactly its section,
-  // which the model does not: [2, 3, 3] over 8 pairs gives time 3 pairs and width 2.
-  const int64_t n = static_cast<int64_t>(scheme.mrope_section.size());
-  MRope mrope;
-  mrope.num_streams = n;
-  mrope.pair_stream.resize(static_cast<size_t>(rope.rotary_dim / 2));
-  for (int64_t i = 0; i < static_cast<int64_t>(mrope.pair_stream.size()); ++i) {
-    const int64_t s = i % n;
-    mrope.pair_stream[i] = s > 0 && i < n * scheme.mrope_section[s] ? s : 0;
-  }
-  mrope.rope = std::move(rope);
-  mrope.Validate();
-  return mrope;
+  return MRope::Sections(std::move(rope), scheme.mrope_section,
+                         scheme.mrope_interleaved ? MropeSections::kInterleaved
+                                                  : MropeSections::kBlocks);
 }
 
 MRope MakeVisionRope(const VisionRopeScheme& vision) {

@@ -187,9 +187,9 @@ Rope MakeRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
               const RopeFrequencyOptions& options = {});
 
 // The language model's RoPE as position streams (posenc/mrope.h): MRope::Sections over MakeRope's
-// pairs when the scheme has mrope_section (in blocks, or interleaved for mrope_interleaved, pair
-// i of the interleaved layout taking stream i % 3 while i < 3 x that stream's section, as Hugging
-// Face's apply_interleaved_mrope does), else MRope::OneStream. Streams: time, height, width.
+// pairs when the scheme has mrope_section (in blocks, or interleaved for mrope_interleaved, as
+// Hugging Face's apply_interleaved_mrope lays them), else MRope::OneStream. Streams: time,
+// height, width.
 MRope MakeMRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
                 const RopeFrequencyOptions& options = {});
 
