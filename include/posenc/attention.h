@@ -45,17 +45,6 @@ struct AttentionOptions {
   bool causal = false;
   std::optional<Alibi> alibi;  // its LocalHeads() must equal num_heads
   std::optional<Rope> rope;    // its head_dim must equal q's and k's head_dim
-  // Multi-stream RoPE instead of `rope` (posenc/mrope.h: M-RoPE of Qwen-VL, 2-D RoPE of vision
-  // towers): q and k turn by their position streams, mrope_query_pos [num_streams, q_tokens] and
-  // mrope_key_pos [num_streams, kv_tokens], while causal order, windows, chunks, ALiBi, query
-  // scales and relative biases keep following query_pos and key_pos, the token order (once
-  // positions are 3-D the two differ: an image's tokens share a time position but not an order).
-  // A decode step after an image continues at query_pos = T and streams T + rope_deltas
-  // (posenc/mrope_positions.h). Not with rope; its head_dim must equal q's. The streams are read
-  // during the call, not copied.
-  std::optional<MRope> mrope;
-  PositionStreams mrope_query_pos;
-  PositionStreams mrope_key_pos;
   double scale = 0.0;          // score scale; 0 means 1 / sqrt(head_dim)
   // Sliding window: key j is visible to query i only when query_pos[i] - key_pos[j] < window.
   // 0 means no window; must be >= 0.
@@ -72,6 +61,18 @@ struct AttentionOptions {
   // scale (T5 itself scores with scale = 1.0). Its num_heads must equal q's num_heads; not with
   // alibi. The table is read during the call, not copied.
   std::optional<RelativeBias> relative_bias;
+  // Multi-stream RoPE instead of `rope` (posenc/mrope.h: M-RoPE of Qwen-VL, 2-D RoPE of vision
+  // towers): q and k turn by their position streams, mrope_query_pos [num_streams, q_tokens] and
+  // mrope_key_pos [num_streams, kv_tokens], while causal order, windows, chunks, ALiBi, query
+  // scales and relative biases keep following query_pos and key_pos, the token order (once
+  // positions are 3-D the two differ: an image's tokens share a time position but not an order).
+  // A decode step after an image continues at query_pos = T and streams T + rope_deltas
+  // (posenc/mrope_positions.h). Not with rope; its head_dim must equal q's. The streams are read
+  // during the call, not copied. Last, so that positional initialisers of the fields above keep
+  // their meaning.
+  std::optional<MRope> mrope;
+  PositionStreams mrope_query_pos;
+  PositionStreams mrope_key_pos;
 };
 
 // Validates everything (views, shapes, grouping, positions, rope or mrope and its streams, alibi,
