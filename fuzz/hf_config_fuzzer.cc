@@ -4,7 +4,9 @@
 //
 // The input goes through DescribeModel, the per-layer description every front end uses; each
 // layer's attention options are then built (a layer may be refused with posenc::Error: no
-// attention, a symmetric window), and every RoPE layer type must compute its frequencies.
+// attention, a symmetric window), every RoPE layer type must compute its frequencies and its
+// multi-stream RoPE, a vision tower its 2-D RoPE, and the report its JSON. The same input also
+// goes through the Qwen-VL token reader of get_rope_index.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +17,8 @@
 #include "posenc/error.h"
 #include "posenc/hf_config.h"
 #include "posenc/model_positions.h"
+#include "posenc/model_report.h"
+#include "posenc/mrope_positions.h"
 
 namespace {
 
@@ -60,9 +64,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           posenc::MakeRope(*rope, layer, {.precision = precision, .seq_len = seq_len});
         }
       }
+      const posenc::MRope mrope = posenc::MakeMRope(*rope, layer);
+      if (mrope.num_streams != (rope->mrope_section.empty() ? 1 : 3)) __builtin_trap();
     }
+    if (rope->vision) posenc::MakeVisionRope(*rope->vision);
+    posenc::ModelPositionsJson(model);
   } catch (const posenc::Error&) {
     // The documented outcome for bad input.
+  }
+  try {
+    posenc::QwenVlTokensFromConfig(text);
+  } catch (const posenc::Error&) {
+    // Not a Qwen-VL config, or a malformed one.
   }
   return 0;
 }
