@@ -293,8 +293,10 @@ class ModelPositions:
     def __repr__(self):
         skip = {"layers", "notes", "layer_types", "config_prefix"}
         fields = [f"scheme={self.scheme!r}", f"model_type={self.model_type!r}"]
+        # The multimodal objects by their one-line summary (to_dict() has them whole).
+        brief = {"mrope": "pairs", "vision_rope": "pairs"}
         fields += [
-            f"{key}={value!r}"
+            f"{key}={(value[brief[key]] if key in brief else value)!r}"
             for key, value in self._data.items()
             if key not in skip | {"scheme", "model_type"} and value is not None
         ]
