@@ -18,6 +18,7 @@
 #include "posenc/attention.h"
 #include "posenc/heads.h"
 #include "posenc/positions.h"
+#include "posenc/kv_cache.h"
 #include "posenc/mrope.h"
 #include "posenc/rope.h"
 #include "posenc/runtime.h"
@@ -268,6 +269,56 @@ void AddDecodeCase(const Shapes& s, int threads, DecodeBuffers<T>& decode,
        }});
 }
 
+// Decode through a KvCache (posenc/kv_cache.h) of decode_keys tokens, without RoPE and with it:
+// the cache holds its keys rotated, so the RoPE step rotates only the query and must cost about
+// what the plain step costs. Beside them, Attention with options.rope on the same unrotated
+// cache, which rotates every key on every call: what a cache saves.
+template <typename T>
+void AddCachedDecodeCases(const Shapes& s, int threads, DecodeBuffers<T>& decode,
+                          std::vector<Case>& cases) {
+  const std::string dtype = StorageTypeName(StorageTypeOf<T>());
+  const std::string suffix = StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16";
+  const double kv_bytes = static_cast<double>(sizeof(T)) * (decode.k.size() + decode.v.size());
+  const double bytes = kv_bytes + sizeof(T) * decode.q.size() + 4.0 * decode.out.size();
+  const double flops = 4.0 * s.decode_keys * s.head_dim * s.decode_heads;
+  const std::string shape = ShapeString({{1, s.decode_heads, s.head_dim},
+                                         {s.decode_keys, s.decode_kv_heads, s.head_dim},
+                                         {s.decode_keys, s.decode_kv_heads, s.head_dim}},
+                                        {"q", "k", "v"});
+  const auto kv = [&s](const std::vector<T>& x) {
+    return Heads<const T>::Dense(x.data(), s.decode_keys, s.decode_kv_heads, s.head_dim);
+  };
+  for (const bool rope : {false, true}) {
+    KvCacheOptions options{
+        .capacity = s.decode_keys, .kv_heads = s.decode_kv_heads, .head_dim = s.head_dim};
+    if (rope) options.rope = Rope::Default(s.head_dim, 500000.0);
+    auto cache = std::make_shared<KvCache<T>>(options);
+    cache->Append(decode.key_pos, kv(decode.k), kv(decode.v));
+    cases.push_back({{std::string("attention decode cache ") + (rope ? "rope " : "") + suffix, "-",
+                      dtype, false, shape, threads, bytes, {}, flops, kv_bytes},
+                     [&decode, &s, cache] {
+                       cache->Attend({.causal = true},
+                                     Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads,
+                                                           s.head_dim),
+                                     decode.query_pos,
+                                     Heads<float>::Dense(decode.out.data(), 1, s.decode_heads,
+                                                         s.head_dim));
+                     }});
+  }
+  AttentionOptions rotate_all{.causal = true};
+  rotate_all.rope = Rope::Default(s.head_dim, 500000.0);
+  cases.push_back({{"attention decode rope every key " + suffix, "-", dtype, false, shape,
+                    threads, bytes, {}, flops, kv_bytes},
+                   [&decode, &s, kv, rotate_all] {
+                     Attention(rotate_all,
+                               Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads,
+                                                     s.head_dim),
+                               kv(decode.k), kv(decode.v), decode.query_pos, decode.key_pos,
+                               Heads<float>::Dense(decode.out.data(), 1, s.decode_heads,
+                                                   s.head_dim));
+                   }});
+}
+
 // Causal prefill, plain, with ALiBi and with T5's relative bias, on q, k and v of one storage type. Useful work is the
 // lower triangle only: T (T + 1) / 2 (query, key) pairs per head, 2 head_dim flops each for the
 // score and 2 head_dim for the weighted value.
@@ -393,6 +444,8 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
                    }});
   AddDecodeCase(s, threads, decode, cases);
   AddDecodeCase(s, threads, decode_bf16, cases);
+  AddCachedDecodeCases(s, threads, decode, cases);
+  AddCachedDecodeCases(s, threads, decode_bf16, cases);
 
   for (Case& c : cases) c.run();  // warm-up: page in buffers, resolve the dispatch
   for (int r = 0; r < repeats; ++r) {
