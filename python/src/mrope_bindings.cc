@@ -25,6 +25,7 @@
 #include "posenc/mrope_positions.h"
 #include "posenc/npy.h"
 #include "posenc/vision_positions.h"
+#include "rope_arrays.h"
 
 namespace posenc::python {
 namespace {
@@ -44,39 +45,6 @@ const MRope& MRopeOf(const py::object& value) {
 }
 RopeDirection DirectionOf(const py::object& value) {
   return Holds<RopeDirection>(value, "direction", "posenc.RopeDirection");
-}
-
-// Calls f(T{}) with T the element type of x, as apply_rope does: float, double, Float16, or
-// BFloat16 when the caller says that x holds bfloat16 bits.
-template <typename F>
-auto DispatchElement(const py::object& x, bool bfloat16, std::string_view name, const F& f) {
-  if (bfloat16) return f(BFloat16{});
-  if (py::isinstance<py::array>(x)) {
-    const auto array = py::reinterpret_borrow<py::array>(x);
-    if (HoldsElement<double>(array)) return f(double{});
-    if (HoldsElement<Float16>(array)) return f(Float16{});
-    Require(HoldsElement<float>(array), kFn, name,
-            "have dtype float32, float64 or float16 (or hold bfloat16 bits, with bfloat16=True)",
-            DtypeName(array));
-  }
-  return f(float{});  // the float path also reports an argument that is not an array
-}
-
-// The caller's `out`, or a new C-contiguous array of the shape and dtype of `like`.
-py::object OutputLike(const py::object& out, const py::object& like, std::string_view name) {
-  if (!out.is_none()) return out;
-  const py::array array = AsArray(like, kFn, name);
-  RequireOutputSize(ShapeOf(array), array.itemsize(), kFn, "out.shape", DtypeName(array));
-  return py::array(array.dtype(), ShapeOf(array));
-}
-
-void RequireSameShape(const py::object& a, const py::object& b, std::string_view a_name,
-                      std::string_view b_name) {
-  const std::vector<int64_t> shape_a = ShapeOf(AsArray(a, kFn, a_name));
-  const std::vector<int64_t> shape_b = ShapeOf(AsArray(b, kFn, b_name));
-  Require(shape_b == shape_a, kFn, std::string(b_name) + ".shape",
-          "equal " + std::string(a_name) + ".shape " + NpyShapeString(shape_a),
-          NpyShapeString(shape_b));
 }
 
 // Checked here, before any batch element reaches the library, so that the message names the
@@ -250,8 +218,8 @@ void RotateInPlace(const MRope& mrope, const py::object& positions, const py::ob
 template <typename T>
 py::object RotateInto(const MRope& mrope, const py::object& positions, const py::object& x,
                       const py::object& out_arg, RopeDirection direction) {
-  const py::object out = OutputLike(out_arg, x, "x");
-  RequireSameShape(x, out, "x", "out");
+  const py::object out = OutputLike(out_arg, x, kFn, "x");
+  RequireSameShape(x, out, kFn, "x", "out");
   auto in = ViewHeads<const T>(x, kFn, "x");
   auto dst = ViewHeads<T>(out, kFn, "out");
   RequireHeadDim(mrope, in);
@@ -292,10 +260,10 @@ template <typename T>
 py::tuple RotateQkInto(const MRope& mrope, const py::object& positions, const py::object& q,
                        const py::object& k, const py::object& q_out_arg,
                        const py::object& k_out_arg, RopeDirection direction) {
-  const py::object q_out = OutputLike(q_out_arg, q, "q");
-  const py::object k_out = OutputLike(k_out_arg, k, "k");
-  RequireSameShape(q, q_out, "q", "q_out");
-  RequireSameShape(k, k_out, "k", "k_out");
+  const py::object q_out = OutputLike(q_out_arg, q, kFn, "q");
+  const py::object k_out = OutputLike(k_out_arg, k, kFn, "k");
+  RequireSameShape(q, q_out, kFn, "q", "q_out");
+  RequireSameShape(k, k_out, kFn, "k", "k_out");
   auto qi = ViewHeads<const T>(q, kFn, "q");
   auto ki = ViewHeads<const T>(k, kFn, "k");
   auto qo = ViewHeads<T>(q_out, kFn, "q_out");
@@ -778,7 +746,7 @@ cu_window_seqlens. window_units: window_size / spatial_merge_size / patch_size (
          const py::object& direction, const py::object& out, bool bfloat16) {
         const MRope& spec = MRopeOf(mrope);
         const RopeDirection dir = DirectionOf(direction);
-        return DispatchElement(x, bfloat16, "x", [&](auto element) {
+        return DispatchElement(x, bfloat16, kFn, "x", [&](auto element) {
           return RotateInto<decltype(element)>(spec, positions, x, out, dir);
         });
       },
@@ -796,7 +764,7 @@ cu_window_seqlens. window_units: window_size / spatial_merge_size / patch_size (
          const py::object& direction, bool bfloat16) {
         const MRope& spec = MRopeOf(mrope);
         const RopeDirection dir = DirectionOf(direction);
-        DispatchElement(x, bfloat16, "x", [&](auto element) {
+        DispatchElement(x, bfloat16, kFn, "x", [&](auto element) {
           RotateInPlace<decltype(element)>(spec, positions, x, dir);
         });
       },
@@ -811,7 +779,7 @@ cu_window_seqlens. window_units: window_size / spatial_merge_size / patch_size (
          const py::object& k_out, bool bfloat16) {
         const MRope& spec = MRopeOf(mrope);
         const RopeDirection dir = DirectionOf(direction);
-        return DispatchElement(q, bfloat16, "q", [&](auto element) {
+        return DispatchElement(q, bfloat16, kFn, "q", [&](auto element) {
           return RotateQkInto<decltype(element)>(spec, positions, q, k, q_out, k_out, dir);
         });
       },
@@ -830,7 +798,7 @@ cu_window_seqlens. window_units: window_size / spatial_merge_size / patch_size (
          const py::object& k, const py::object& direction, bool bfloat16) {
         const MRope& spec = MRopeOf(mrope);
         const RopeDirection dir = DirectionOf(direction);
-        DispatchElement(q, bfloat16, "q", [&](auto element) {
+        DispatchElement(q, bfloat16, kFn, "q", [&](auto element) {
           RotateQkInPlace<decltype(element)>(spec, positions, q, k, dir);
         });
       },

@@ -9,49 +9,12 @@
 #include "batch.h"
 #include "bindings.h"
 #include "posenc/rope.h"
+#include "rope_arrays.h"
 
 namespace posenc::python {
 namespace {
 
 constexpr std::string_view kFn = "rope";
-
-// Calls f(T{}) with T the element type of x: float, double, Float16, or BFloat16 when the caller
-// says that x holds bfloat16 bits. float32, bfloat16 and float16 run the library's kernels;
-// float64 runs its double-precision reference (ApplyRope on float64 storage).
-template <typename F>
-auto DispatchElement(const py::object& x, bool bfloat16, std::string_view name, const F& f) {
-  if (bfloat16) return f(BFloat16{});
-  if (py::isinstance<py::array>(x)) {
-    const auto array = py::reinterpret_borrow<py::array>(x);
-    if (HoldsElement<double>(array)) return f(double{});
-    if (HoldsElement<Float16>(array)) return f(Float16{});
-    Require(HoldsElement<float>(array), kFn, name,
-            "have dtype float32, float64 or float16 (or hold bfloat16 bits, with bfloat16=True)",
-            DtypeName(array));
-  }
-  return f(float{});  // the float path also reports an argument that is not an array
-}
-
-std::vector<int64_t> ShapeOfObject(const py::object& x, std::string_view name) {
-  return ShapeOf(AsArray(x, kFn, name));
-}
-
-// The caller's `out`, or a new C-contiguous array of the shape and dtype of `like`.
-py::object OutputLike(const py::object& out, const py::object& like, std::string_view name) {
-  if (!out.is_none()) return out;
-  const py::array array = AsArray(like, kFn, name);
-  // `like` may be a broadcast view of far more elements than its memory holds.
-  RequireOutputSize(ShapeOf(array), array.itemsize(), kFn, "out.shape", DtypeName(array));
-  return py::array(array.dtype(), ShapeOf(array));
-}
-
-void RequireSameShape(const py::object& a, const py::object& b, std::string_view a_name,
-                      std::string_view b_name) {
-  const std::vector<int64_t> shape_a = ShapeOfObject(a, a_name), shape_b = ShapeOfObject(b, b_name);
-  Require(shape_b == shape_a, kFn, std::string(b_name) + ".shape",
-          "equal " + std::string(a_name) + ".shape " + NpyShapeString(shape_a),
-          NpyShapeString(shape_b));
-}
 
 template <typename T>
 void RotateInPlace(const Rope& rope, const py::object& positions, const py::object& x,
@@ -69,8 +32,8 @@ void RotateInPlace(const Rope& rope, const py::object& positions, const py::obje
 template <typename T>
 py::object RotateInto(const Rope& rope, const py::object& positions, const py::object& x,
                       const py::object& out_arg, RopeDirection direction) {
-  const py::object out = OutputLike(out_arg, x, "x");
-  RequireSameShape(x, out, "x", "out");
+  const py::object out = OutputLike(out_arg, x, kFn, "x");
+  RequireSameShape(x, out, kFn, "x", "out");
   auto in = ViewHeads<const T>(x, kFn, "x");
   auto dst = ViewHeads<T>(out, kFn, "out");
   BatchPositions pos(positions, in.batch_shape, in.first.tokens, kFn);
@@ -102,10 +65,10 @@ template <typename T>
 py::tuple RotateQkInto(const Rope& rope, const py::object& positions, const py::object& q,
                        const py::object& k, const py::object& q_out_arg,
                        const py::object& k_out_arg, RopeDirection direction) {
-  const py::object q_out = OutputLike(q_out_arg, q, "q");
-  const py::object k_out = OutputLike(k_out_arg, k, "k");
-  RequireSameShape(q, q_out, "q", "q_out");
-  RequireSameShape(k, k_out, "k", "k_out");
+  const py::object q_out = OutputLike(q_out_arg, q, kFn, "q");
+  const py::object k_out = OutputLike(k_out_arg, k, kFn, "k");
+  RequireSameShape(q, q_out, kFn, "q", "q_out");
+  RequireSameShape(k, k_out, kFn, "k", "k_out");
   auto qi = ViewHeads<const T>(q, kFn, "q");
   auto ki = ViewHeads<const T>(k, kFn, "k");
   auto qo = ViewHeads<T>(q_out, kFn, "q_out");
@@ -216,7 +179,7 @@ V2/V3 MLA: head_dim 192, rotary_offset 128, rotary_dim 64).)")
       "apply_rope",
       [](const Rope& rope, const py::object& positions, const py::object& x,
          RopeDirection direction, const py::object& out, bool bfloat16) {
-        return DispatchElement(x, bfloat16, "x", [&](auto element) {
+        return DispatchElement(x, bfloat16, kFn, "x", [&](auto element) {
           return RotateInto<decltype(element)>(rope, positions, x, out, direction);
         });
       },
@@ -232,7 +195,7 @@ V2/V3 MLA: head_dim 192, rotary_offset 128, rotary_dim 64).)")
       "apply_rope_inplace",
       [](const Rope& rope, const py::object& positions, const py::object& x,
          RopeDirection direction, bool bfloat16) {
-        DispatchElement(x, bfloat16, "x", [&](auto element) {
+        DispatchElement(x, bfloat16, kFn, "x", [&](auto element) {
           RotateInPlace<decltype(element)>(rope, positions, x, direction);
         });
       },
@@ -244,7 +207,7 @@ V2/V3 MLA: head_dim 192, rotary_offset 128, rotary_dim 64).)")
       "apply_rope_qk",
       [](const Rope& rope, const py::object& positions, const py::object& q, const py::object& k,
          RopeDirection direction, const py::object& q_out, const py::object& k_out, bool bfloat16) {
-        return DispatchElement(q, bfloat16, "q", [&](auto element) {
+        return DispatchElement(q, bfloat16, kFn, "q", [&](auto element) {
           return RotateQkInto<decltype(element)>(rope, positions, q, k, q_out, k_out, direction);
         });
       },
@@ -261,7 +224,7 @@ V2/V3 MLA: head_dim 192, rotary_offset 128, rotary_dim 64).)")
       "apply_rope_qk_inplace",
       [](const Rope& rope, const py::object& positions, const py::object& q, const py::object& k,
          RopeDirection direction, bool bfloat16) {
-        DispatchElement(q, bfloat16, "q", [&](auto element) {
+        DispatchElement(q, bfloat16, kFn, "q", [&](auto element) {
           RotateQkInPlace<decltype(element)>(rope, positions, q, k, direction);
         });
       },

@@ -1,0 +1,28 @@
+#include "rope_arrays.h"
+
+#include <string>
+#include <vector>
+
+#include "posenc/npy.h"
+
+namespace posenc::python {
+
+py::object OutputLike(const py::object& out, const py::object& like, std::string_view function,
+                      std::string_view name) {
+  if (!out.is_none()) return out;
+  const py::array array = AsArray(like, function, name);
+  // `like` may be a broadcast view of far more elements than its memory holds.
+  RequireOutputSize(ShapeOf(array), array.itemsize(), function, "out.shape", DtypeName(array));
+  return py::array(array.dtype(), ShapeOf(array));
+}
+
+void RequireSameShape(const py::object& a, const py::object& b, std::string_view function,
+                      std::string_view a_name, std::string_view b_name) {
+  const std::vector<int64_t> shape_a = ShapeOf(AsArray(a, function, a_name));
+  const std::vector<int64_t> shape_b = ShapeOf(AsArray(b, function, b_name));
+  Require(shape_b == shape_a, function, std::string(b_name) + ".shape",
+          "equal " + std::string(a_name) + ".shape " + NpyShapeString(shape_a),
+          NpyShapeString(shape_b));
+}
+
+}  // namespace posenc::python
