@@ -51,7 +51,7 @@ BatchPositions::BatchPositions(const py::object& positions, std::span<const int6
   all_ = {array_.data(), static_cast<size_t>(array_.size())};
 }
 
-std::span<const int64_t> BatchPositions::Folded(int64_t batch_count) {
+std::optional<std::span<const int64_t>> BatchPositions::Folded(int64_t batch_count) {
   if (!shared_ || batch_count == 1) return all_;
   repeated_.clear();
   repeated_.reserve(static_cast<size_t>(batch_count * tokens_));

@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -166,8 +167,11 @@ class BatchPositions {
   std::span<const int64_t> At(int64_t b) const {
     return shared_ ? all_ : all_.subspan(b * tokens_, tokens_);
   }
-  // One list for the whole batch folded into tokens (repeated when shared).
-  std::span<const int64_t> Folded(int64_t batch_count);
+  // An empty list: what a batch without elements hands the validators.
+  std::span<const int64_t> NoTokens() const { return {}; }
+  // One list for the whole batch folded into tokens (repeated when shared); never empty, a list
+  // always follows the fold (optional as RunBatched also takes position streams, which may not).
+  std::optional<std::span<const int64_t>> Folded(int64_t batch_count);
   int64_t ListSize() const { return tokens_; }
 
  private:

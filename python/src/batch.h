@@ -118,24 +118,27 @@ void RunEachElement(std::string_view function, int64_t count, const Call& call,
 }
 
 // Runs call(validate_only, positions, views...) over a batch whose views all have the same batch
-// shape: once over the whole batch folded into tokens when every view allows it (the library
-// validates that one call), else once per batch element (RunEachElement). A batch without
-// elements is only validated; zero tokens or heads are the library's no-op.
-template <typename Call, typename... T>
-void RunBatched(std::string_view function, BatchPositions& positions, const Call& call,
+// shape: once over the whole batch folded into tokens when every view and the positions allow it
+// (the library validates that one call), else once per batch element (RunEachElement). A batch
+// without elements is only validated; zero tokens or heads are the library's no-op. Positions is
+// BatchPositions (1-D lists) or mrope_bindings.cc's BatchStreams: NoTokens(), At(b), and
+// Folded(count), empty when the positions cannot follow the fold.
+template <typename Positions, typename Call, typename... T>
+void RunBatched(std::string_view function, Positions& positions, const Call& call,
                 BatchedHeads<T>... views) {
   const int64_t count = std::get<0>(std::tie(views...)).BatchCount();
   if (count == 0) {
-    call(true, std::span<const int64_t>(), NoTokens(views)...);
+    call(true, positions.NoTokens(), NoTokens(views)...);
     return;
   }
   auto folded = std::make_tuple(views...);
   // `&`, not `&&`: every copy is folded or the per-element originals are used.
   if (std::apply([](auto&... v) { return (v.Fold() & ...); }, folded)) {
-    const std::span<const int64_t> all = positions.Folded(count);
-    py::gil_scoped_release release;
-    std::apply([&](auto&... v) { call(false, all, v.first...); }, folded);
-    return;
+    if (const auto all = positions.Folded(count)) {
+      py::gil_scoped_release release;
+      std::apply([&](auto&... v) { call(false, *all, v.first...); }, folded);
+      return;
+    }
   }
   RunEachElement(
       function, count,

@@ -10,7 +10,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -176,39 +175,14 @@ class BatchStreams {
   std::vector<int64_t> batch_shape_, batch_strides_;  // empty when shared
 };
 
-// Runs call(validate_only, streams, views...) over a batch whose views all have the same batch
-// shape, as RunBatched does for 1-D positions: once over the whole batch folded into tokens when
-// the views and the streams all allow it (the library validates that one call), else once per
-// batch element (RunEachElement: every element validated before any is written). A batch without
-// elements is only validated.
-template <typename Call, typename... T>
-void RunBatchedStreams(const BatchStreams& positions, const Call& call, BatchedHeads<T>... views) {
-  const int64_t count = std::get<0>(std::tie(views...)).BatchCount();
-  if (count == 0) {
-    call(true, positions.NoTokens(), NoTokens(views)...);
-    return;
-  }
-  auto folded = std::make_tuple(views...);
-  const std::optional<PositionStreams> all = positions.Folded(count);
-  if (all && std::apply([](auto&... v) { return (v.Fold() & ...); }, folded)) {
-    py::gil_scoped_release release;
-    std::apply([&](auto&... v) { call(false, *all, v.first...); }, folded);
-    return;
-  }
-  RunEachElement(
-      kFn, count,
-      [&](bool validate_only, int64_t b) { call(validate_only, positions.At(b), views.At(b)...); },
-      views...);
-}
-
 template <typename T>
 void RotateInPlace(const MRope& mrope, const py::object& positions, const py::object& x,
                    RopeDirection direction) {
   auto view = ViewHeads<T>(x, kFn, "x");
   RequireHeadDim(mrope, view);
   const BatchStreams streams(positions, mrope, view.batch_shape, view.first.tokens);
-  RunBatchedStreams(
-      streams,
+  RunBatched(
+      kFn, streams,
       [&](bool validate_only, const PositionStreams& p, Heads<T> v) {
         validate_only ? ValidateApplyMRope(mrope, p, v) : ApplyMRope(mrope, p, v, direction);
       },
@@ -224,8 +198,8 @@ py::object RotateInto(const MRope& mrope, const py::object& positions, const py:
   auto dst = ViewHeads<T>(out, kFn, "out");
   RequireHeadDim(mrope, in);
   const BatchStreams streams(positions, mrope, in.batch_shape, in.first.tokens);
-  RunBatchedStreams(
-      streams,
+  RunBatched(
+      kFn, streams,
       [&](bool validate_only, const PositionStreams& p, Heads<const T> i, Heads<T> o) {
         if (!validate_only) return ApplyMRope<T>(mrope, p, i, o, direction);
         // The library's checks of x (rotation, view, positions) and of out's view; out has x's
@@ -247,8 +221,8 @@ void RotateQkInPlace(const MRope& mrope, const py::object& positions, const py::
   RequireHeadDim(mrope, qv);
   RequireHeadDim(mrope, kv);
   const BatchStreams streams(positions, mrope, qv.batch_shape, qv.first.tokens);
-  RunBatchedStreams(
-      streams,
+  RunBatched(
+      kFn, streams,
       [&](bool validate_only, const PositionStreams& p, Heads<T> qh, Heads<T> kh) {
         validate_only ? ValidateApplyMRope(mrope, p, qh, kh)
                       : ApplyMRope(mrope, p, qh, kh, direction);
@@ -273,8 +247,8 @@ py::tuple RotateQkInto(const MRope& mrope, const py::object& positions, const py
   RequireHeadDim(mrope, qi);
   RequireHeadDim(mrope, ki);
   const BatchStreams streams(positions, mrope, qi.batch_shape, qi.first.tokens);
-  RunBatchedStreams(
-      streams,
+  RunBatched(
+      kFn, streams,
       [&](bool validate_only, const PositionStreams& p, Heads<const T> qh, Heads<const T> kh,
           Heads<T> qoh, Heads<T> koh) {
         if (!validate_only) return ApplyMRope<T>(mrope, p, qh, qoh, kh, koh, direction);
