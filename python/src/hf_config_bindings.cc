@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "bindings.h"
+#include "config_layer.h"
 #include "posenc/error.h"
 #include "posenc/hf_config.h"
 #include "posenc/model_positions.h"
@@ -43,24 +44,8 @@ Rope RopeFromModel(const ModelPositions& model, const std::optional<std::string>
                    RopePrecision precision) {
   const auto* rope = std::get_if<RopeScheme>(&model.scheme);
   Require(rope != nullptr, kFn, "config", "describe a RoPE model", Describe(model.scheme));
-  const RopeFrequencyOptions options{precision, seq_len};
-  if (layer && layer_type) {
-    throw Error(ErrorMessage(kFn, "layer",
-                             "be None when layer_type is given (one picks a layer, the other a "
-                             "type)",
-                             *layer));
-  }
-  if (layer) return MakeRope(*rope, RopeLayerAt(model, *layer, kFn, "layer"), options);
-  if (layer_type) {
-    return MakeRope(*rope, RopeLayerOfType(model, *layer_type, kFn, "layer_type"), options);
-  }
-  std::string names;
-  for (const RopeLayerScheme& candidate : rope->layers) {
-    names += (names.empty() ? "" : ", ") + candidate.layer_type;
-  }
-  Require(rope->layers.size() == 1, kFn, "layer_type",
-          "name one of the config's layer types (" + names + ")", "None");
-  return MakeRope(*rope, rope->layers.front(), options);
+  return MakeRope(*rope, ChooseRopeLayer(model, *rope, layer_type, layer),
+                  RopeFrequencyOptions{precision, seq_len});
 }
 
 // The description as posenc inspect gives it: its JSON text and the run-length summary lines
@@ -78,26 +63,9 @@ throughout.)")
       .value("REFERENCE", RopePrecision::kReference)
       .value("EXACT", RopePrecision::kExact);
 
-  m.def(
-      "rope_from_hf_config_text",
-      [](std::string_view json_text, std::optional<std::string> layer_type,
-         std::optional<int64_t> layer, std::optional<int64_t> seq_len, RopePrecision precision) {
-        return RopeFromModel(DescribeModel(json_text), layer_type, layer, seq_len, precision);
-      },
-      py::arg("json_text"), py::kw_only(), py::arg("layer_type") = py::none(),
-      py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
-      py::arg("precision") = RopePrecision::kReference,
-      "The Rope of a config.json given as text; see rope_from_hf_config.");
-  m.def(
-      "rope_from_hf_config_file",
-      [](const std::filesystem::path& path, std::optional<std::string> layer_type,
-         std::optional<int64_t> layer, std::optional<int64_t> seq_len, RopePrecision precision) {
-        return RopeFromModel(LoadModelPositions(path), layer_type, layer, seq_len, precision);
-      },
-      py::arg("path"), py::kw_only(), py::arg("layer_type") = py::none(),
-      py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
-      py::arg("precision") = RopePrecision::kReference,
-      "The Rope of a config.json file; see rope_from_hf_config.");
+  DefLayerReaders(m, "rope_from_hf_config", &RopeFromModel,
+                  "The Rope of a config.json given as text; see rope_from_hf_config.",
+                  "The Rope of a config.json file; see rope_from_hf_config.");
   m.def(
       "model_positions_text",
       [](std::string_view json_text) { return Report(DescribeModel(json_text)); },

@@ -17,6 +17,7 @@
 #include "arrays.h"
 #include "batch.h"
 #include "bindings.h"
+#include "config_layer.h"
 #include "posenc/files.h"
 #include "posenc/hf_config.h"
 #include "posenc/model_positions.h"
@@ -383,28 +384,6 @@ py::tuple RopeIndex(const QwenVlTokens& tokens, const py::object& input_ids,
 
 constexpr std::string_view kConfigFn = "hf_config";
 
-// The layer's RoPE parameters as rope_from_hf_config chooses them: by index, by type, or the
-// config's only layer type.
-const RopeLayerScheme& ChooseLayer(const ModelPositions& model, const RopeScheme& rope,
-                                   const std::optional<std::string>& layer_type,
-                                   const std::optional<int64_t>& layer) {
-  if (layer && layer_type) {
-    throw Error(ErrorMessage(kConfigFn, "layer",
-                             "be None when layer_type is given (one picks a layer, the other a "
-                             "type)",
-                             *layer));
-  }
-  if (layer) return RopeLayerAt(model, *layer, kConfigFn, "layer");
-  if (layer_type) return RopeLayerOfType(model, *layer_type, kConfigFn, "layer_type");
-  std::string names;
-  for (const RopeLayerScheme& candidate : rope.layers) {
-    names += (names.empty() ? "" : ", ") + candidate.layer_type;
-  }
-  Require(rope.layers.size() == 1, kConfigFn, "layer_type",
-          "name one of the config's layer types (" + names + ")", "None");
-  return rope.layers.front();
-}
-
 // "bloom (alibi)": what a config describes, for messages.
 std::string Described(const ModelPositions& model) {
   const std::string model_type =
@@ -418,7 +397,7 @@ MRope MRopeFromModel(const ModelPositions& model, const std::optional<std::strin
                      RopePrecision precision) {
   const auto* rope = std::get_if<RopeScheme>(&model.scheme);
   Require(rope != nullptr, kConfigFn, "config", "describe a RoPE model", Described(model));
-  return MakeMRope(*rope, ChooseLayer(model, *rope, layer_type, layer),
+  return MakeMRope(*rope, ChooseRopeLayer(model, *rope, layer_type, layer),
                    RopeFrequencyOptions{precision, seq_len});
 }
 
@@ -622,25 +601,9 @@ From a config: posenc.qwen_vl_tokens(config, rules=None).)")
       "(position_ids int64 [3, batch, seq_len], rope_deltas int64 [batch, 1]); see "
       "posenc.qwen_vl_rope_index.");
 
-  m.def(
-      "mrope_from_hf_config_text",
-      [](std::string_view json_text, std::optional<std::string> layer_type,
-         std::optional<int64_t> layer, std::optional<int64_t> seq_len, RopePrecision precision) {
-        return MRopeFromModel(DescribeModel(json_text), layer_type, layer, seq_len, precision);
-      },
-      py::arg("json_text"), py::kw_only(), py::arg("layer_type") = py::none(),
-      py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
-      py::arg("precision") = RopePrecision::kReference,
-      "The MRope of a config.json given as text; see posenc.mrope_from_hf_config.");
-  m.def(
-      "mrope_from_hf_config_file",
-      [](const std::filesystem::path& path, std::optional<std::string> layer_type,
-         std::optional<int64_t> layer, std::optional<int64_t> seq_len, RopePrecision precision) {
-        return MRopeFromModel(LoadModelPositions(path), layer_type, layer, seq_len, precision);
-      },
-      py::arg("path"), py::kw_only(), py::arg("layer_type") = py::none(),
-      py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
-      py::arg("precision") = RopePrecision::kReference,
+  DefLayerReaders(
+      m, "mrope_from_hf_config", &MRopeFromModel,
+      "The MRope of a config.json given as text; see posenc.mrope_from_hf_config.",
       "The MRope of a config.json file; see posenc.mrope_from_hf_config.");
   m.def(
       "vision_rope_from_hf_config_text",

@@ -1,0 +1,67 @@
+// The layer a config reader builds its rotation from (rope_from_hf_config in
+// hf_config_bindings.cc, mrope_from_hf_config in mrope_bindings.cc): by index, by layer type, or
+// the config's only layer type; and the pair of bindings, from a config's text and from its file,
+// that take that choice.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "posenc/hf_config.h"
+#include "posenc/model_positions.h"
+
+namespace posenc::python {
+
+namespace py = pybind11;
+
+// The layer's RoPE parameters as rope_from_hf_config chooses them: by index (`layer`), by type
+// (`layer_type`), or, with neither, the config's only layer type. Throws posenc::Error (as
+// hf_config) when both are given or neither is and the config has several types.
+const RopeLayerScheme& ChooseRopeLayer(const ModelPositions& model, const RopeScheme& rope,
+                                       const std::optional<std::string>& layer_type,
+                                       const std::optional<int64_t>& layer);
+
+// A rotation built from a described config for a chosen layer:
+// from_model(model, layer_type, layer, seq_len, precision).
+template <typename Result>
+using FromModel = Result (*)(const ModelPositions& model,
+                             const std::optional<std::string>& layer_type,
+                             const std::optional<int64_t>& layer,
+                             const std::optional<int64_t>& seq_len, RopePrecision precision);
+
+// Binds <name>_text(json_text, *, layer_type, layer, seq_len, precision) and <name>_file(path,
+// ...), each calling from_model with the described config; posenc/__init__.py's <name> picks one.
+// RopePrecision must be bound already (its value is a default).
+template <typename Result>
+void DefLayerReaders(py::module_& m, const std::string& name, FromModel<Result> from_model,
+                     const char* text_doc, const char* file_doc) {
+  m.def(
+      (name + "_text").c_str(),
+      [from_model](std::string_view json_text, std::optional<std::string> layer_type,
+                   std::optional<int64_t> layer, std::optional<int64_t> seq_len,
+                   RopePrecision precision) {
+        return from_model(DescribeModel(json_text), layer_type, layer, seq_len, precision);
+      },
+      py::arg("json_text"), py::kw_only(), py::arg("layer_type") = py::none(),
+      py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
+      py::arg("precision") = RopePrecision::kReference, text_doc);
+  m.def(
+      (name + "_file").c_str(),
+      [from_model](const std::filesystem::path& path, std::optional<std::string> layer_type,
+                   std::optional<int64_t> layer, std::optional<int64_t> seq_len,
+                   RopePrecision precision) {
+        return from_model(LoadModelPositions(path), layer_type, layer, seq_len, precision);
+      },
+      py::arg("path"), py::kw_only(), py::arg("layer_type") = py::none(),
+      py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
+      py::arg("precision") = RopePrecision::kReference, file_doc);
+}
+
+}  // namespace posenc::python
