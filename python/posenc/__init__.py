@@ -118,36 +118,45 @@ def rope_from_hf_config(
     trained with; EXACT is double throughout. A config that is not RoPE, or a
     bad key, raises ``posenc.Error`` naming the key as written in the file.
     """
-    layer, layer_type = _layer_choice(layer, layer_type)
-    return _config_call(
+    return _layer_config_call(
         config,
         _core.rope_from_hf_config_text,
         _core.rope_from_hf_config_file,
-        layer_type=layer_type,
-        layer=layer,
+        layer,
+        layer_type,
         seq_len=seq_len,
         precision=precision,
     )
 
 
-def _layer_choice(layer, layer_type):
-    """(layer index or None, layer type or None): a string given as layer is
-    a layer type."""
+def _layer_config_call(
+    config, from_text, from_file, layer, layer_type, **options
+):
+    """_config_call for a reader of one layer (rope_from_hf_config,
+    mrope_from_hf_config): layer is an index or None, or a string, which
+    means a layer type."""
     if isinstance(layer, str):
         if layer_type is not None:
             raise Error(
                 "[hf_config] layer must be an index when layer_type is "
                 f"given, got {layer!r}"
             )
-        return None, layer
-    if layer is not None and (
+        layer, layer_type = None, layer
+    elif layer is not None and (
         isinstance(layer, bool) or not isinstance(layer, int)
     ):
         raise Error(
             "[hf_config] layer must be a layer index (int) or a layer type "
             f"(str), got {type(layer).__name__}"
         )
-    return layer, layer_type
+    return _config_call(
+        config,
+        from_text,
+        from_file,
+        layer_type=layer_type,
+        layer=layer,
+        **options,
+    )
 
 
 def mrope_from_hf_config(
@@ -165,13 +174,12 @@ def mrope_from_hf_config(
     apply_interleaved_mrope lays them, also where a stream gets fewer pairs
     than its section); for any other RoPE config, one stream. Streams: time,
     height, width. Arguments as ``rope_from_hf_config``."""
-    layer, layer_type = _layer_choice(layer, layer_type)
-    return _config_call(
+    return _layer_config_call(
         config,
         _core.mrope_from_hf_config_text,
         _core.mrope_from_hf_config_file,
-        layer_type=layer_type,
-        layer=layer,
+        layer,
+        layer_type,
         seq_len=seq_len,
         precision=precision,
     )
