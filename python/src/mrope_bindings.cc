@@ -193,12 +193,9 @@ void RotateInPlace(const MRope& mrope, const py::object& positions, const py::ob
 template <typename T>
 py::object RotateInto(const MRope& mrope, const py::object& positions, const py::object& x,
                       const py::object& out_arg, RopeDirection direction) {
-  const py::object out = OutputLike(out_arg, x, kFn, "x");
-  RequireSameShape(x, out, kFn, "x", "out");
-  auto in = ViewHeads<const T>(x, kFn, "x");
-  auto dst = ViewHeads<T>(out, kFn, "out");
-  RequireHeadDim(mrope, in);
-  const BatchStreams streams(positions, mrope, in.batch_shape, in.first.tokens);
+  const IntoViews<T> views = ViewInto<T>(x, out_arg, kFn);
+  RequireHeadDim(mrope, views.in);
+  const BatchStreams streams(positions, mrope, views.in.batch_shape, views.in.first.tokens);
   RunBatched(
       kFn, streams,
       [&](bool validate_only, const PositionStreams& p, Heads<const T> i, Heads<T> o) {
@@ -208,16 +205,14 @@ py::object RotateInto(const MRope& mrope, const py::object& positions, const py:
         ValidateApplyMRope(mrope, p, ForValidation(i));
         o.Validate(kFn, "out");
       },
-      in, dst);
-  return out;
+      views.in, views.dst);
+  return views.out;
 }
 
 template <typename T>
 void RotateQkInPlace(const MRope& mrope, const py::object& positions, const py::object& q,
                      const py::object& k, RopeDirection direction) {
-  auto qv = ViewHeads<T>(q, kFn, "q");
-  auto kv = ViewHeads<T>(k, kFn, "k");
-  RequireSameBatch(qv, kv, kFn, "q", "k");
+  const auto [qv, kv] = ViewQk<T>(q, k, kFn);
   RequireSameTokens(qv, kv);
   RequireHeadDim(mrope, qv);
   RequireHeadDim(mrope, kv);
@@ -235,19 +230,11 @@ template <typename T>
 py::tuple RotateQkInto(const MRope& mrope, const py::object& positions, const py::object& q,
                        const py::object& k, const py::object& q_out_arg,
                        const py::object& k_out_arg, RopeDirection direction) {
-  const py::object q_out = OutputLike(q_out_arg, q, kFn, "q");
-  const py::object k_out = OutputLike(k_out_arg, k, kFn, "k");
-  RequireSameShape(q, q_out, kFn, "q", "q_out");
-  RequireSameShape(k, k_out, kFn, "k", "k_out");
-  auto qi = ViewHeads<const T>(q, kFn, "q");
-  auto ki = ViewHeads<const T>(k, kFn, "k");
-  auto qo = ViewHeads<T>(q_out, kFn, "q_out");
-  auto ko = ViewHeads<T>(k_out, kFn, "k_out");
-  RequireSameBatch(qi, ki, kFn, "q", "k");
-  RequireSameTokens(qi, ki);
-  RequireHeadDim(mrope, qi);
-  RequireHeadDim(mrope, ki);
-  const BatchStreams streams(positions, mrope, qi.batch_shape, qi.first.tokens);
+  const QkIntoViews<T> views = ViewQkInto<T>(q, k, q_out_arg, k_out_arg, kFn);
+  RequireSameTokens(views.q, views.k);
+  RequireHeadDim(mrope, views.q);
+  RequireHeadDim(mrope, views.k);
+  const BatchStreams streams(positions, mrope, views.q.batch_shape, views.q.first.tokens);
   RunBatched(
       kFn, streams,
       [&](bool validate_only, const PositionStreams& p, Heads<const T> qh, Heads<const T> kh,
@@ -262,8 +249,8 @@ py::tuple RotateQkInto(const MRope& mrope, const py::object& positions, const py
         kh.Validate(kFn, "k");
         ValidateApplyMRope(mrope, p, qoh, koh);
       },
-      qi, ki, qo, ko);
-  return py::make_tuple(q_out, k_out);
+      views.q, views.k, views.q_dst, views.k_dst);
+  return py::make_tuple(views.q_out, views.k_out);
 }
 
 std::string Repr(const MRope& mrope) {

@@ -32,26 +32,21 @@ void RotateInPlace(const Rope& rope, const py::object& positions, const py::obje
 template <typename T>
 py::object RotateInto(const Rope& rope, const py::object& positions, const py::object& x,
                       const py::object& out_arg, RopeDirection direction) {
-  const py::object out = OutputLike(out_arg, x, kFn, "x");
-  RequireSameShape(x, out, kFn, "x", "out");
-  auto in = ViewHeads<const T>(x, kFn, "x");
-  auto dst = ViewHeads<T>(out, kFn, "out");
-  BatchPositions pos(positions, in.batch_shape, in.first.tokens, kFn);
+  const IntoViews<T> views = ViewInto<T>(x, out_arg, kFn);
+  BatchPositions pos(positions, views.in.batch_shape, views.in.first.tokens, kFn);
   RunBatched(
       kFn, pos,
       [&](bool validate_only, std::span<const int64_t> p, Heads<const T> i, Heads<T> o) {
         validate_only ? ValidateApplyRope(rope, p, i, o) : ApplyRope(rope, p, i, o, direction);
       },
-      in, dst);
-  return out;
+      views.in, views.dst);
+  return views.out;
 }
 
 template <typename T>
 void RotateQkInPlace(const Rope& rope, const py::object& positions, const py::object& q,
                      const py::object& k, RopeDirection direction) {
-  auto qv = ViewHeads<T>(q, kFn, "q");
-  auto kv = ViewHeads<T>(k, kFn, "k");
-  RequireSameBatch(qv, kv, kFn, "q", "k");
+  const auto [qv, kv] = ViewQk<T>(q, k, kFn);
   BatchPositions pos(positions, qv.batch_shape, qv.first.tokens, kFn);
   RunBatched(
       kFn, pos,
@@ -65,16 +60,8 @@ template <typename T>
 py::tuple RotateQkInto(const Rope& rope, const py::object& positions, const py::object& q,
                        const py::object& k, const py::object& q_out_arg,
                        const py::object& k_out_arg, RopeDirection direction) {
-  const py::object q_out = OutputLike(q_out_arg, q, kFn, "q");
-  const py::object k_out = OutputLike(k_out_arg, k, kFn, "k");
-  RequireSameShape(q, q_out, kFn, "q", "q_out");
-  RequireSameShape(k, k_out, kFn, "k", "k_out");
-  auto qi = ViewHeads<const T>(q, kFn, "q");
-  auto ki = ViewHeads<const T>(k, kFn, "k");
-  auto qo = ViewHeads<T>(q_out, kFn, "q_out");
-  auto ko = ViewHeads<T>(k_out, kFn, "k_out");
-  RequireSameBatch(qi, ki, kFn, "q", "k");
-  BatchPositions pos(positions, qi.batch_shape, qi.first.tokens, kFn);
+  const QkIntoViews<T> views = ViewQkInto<T>(q, k, q_out_arg, k_out_arg, kFn);
+  BatchPositions pos(positions, views.q.batch_shape, views.q.first.tokens, kFn);
   RunBatched(
       kFn, pos,
       [&](bool validate_only, std::span<const int64_t> p, Heads<const T> qh, Heads<const T> kh,
@@ -82,8 +69,8 @@ py::tuple RotateQkInto(const Rope& rope, const py::object& positions, const py::
         validate_only ? ValidateApplyRope(rope, p, qh, qoh, kh, koh)
                       : ApplyRope(rope, p, qh, qoh, kh, koh, direction);
       },
-      qi, ki, qo, ko);
-  return py::make_tuple(q_out, k_out);
+      views.q, views.k, views.q_dst, views.k_dst);
+  return py::make_tuple(views.q_out, views.k_out);
 }
 
 std::string Repr(const Rope& rope) {
