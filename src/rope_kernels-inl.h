@@ -265,7 +265,7 @@ void RopeKernelT(const internal::RopeKernelArgs& args) {
     int step_pattern = 0;  // the streams that moved, as bits, when pair_step was last filled
     int64_t advances = 0;
     for (int64_t t = begin; t < end; ++t) {
-      bool moved[internal::kMaxRopeStreams];
+      bool moved[internal::kMaxRopeStreams] = {};  // filled only as far as Advances looked
       const bool advance =
           t > begin && streams.Advances(t - 1, t, moved) && advances < kMaxAdvances;
       advances = advance ? advances + 1 : 0;
@@ -274,8 +274,8 @@ void RopeKernelT(const internal::RopeKernelArgs& args) {
       if (streams.multi) {
         // Pair positions only for exact angles; steps per pair only when some stream stayed.
         if (!advance) streams.PairPositions(t, pairs, pair_pos.get());
-        int pattern = 0;
-        for (int k = 0; k < args.num_streams; ++k) pattern |= moved[k] ? 1 << k : 0;
+        int pattern = 0;  // the streams that moved, as bits (read only when advancing)
+        for (int k = 0; advance && k < args.num_streams; ++k) pattern |= moved[k] ? 1 << k : 0;
         if (advance && pattern != (1 << args.num_streams) - 1) {
           // Along an image row the same streams move token after token: fill once per row.
           if (pattern != step_pattern) {
