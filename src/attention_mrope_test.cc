@@ -20,16 +20,9 @@ namespace {
 
 using testing_support::ExpectError;
 using testing_support::ForEachSimdTarget;
+using testing_support::RandomNormal;
 
 constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 32;
-
-std::vector<float> Normal(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(gen);
-  return v;
-}
 
 MRope QwenLike() {
   return MRope::Sections(Rope::Default(kDim, 1e6), std::vector<int64_t>{4, 6, 6},
@@ -64,8 +57,8 @@ Sequence TextImageText() {
 TEST(AttentionMRope, EqualsRotatingQAndKFirstOnEveryTarget) {
   const Sequence s = TextImageText();
   const int64_t T = s.tokens;
-  const std::vector<float> q = Normal(T * kHeads * kDim, 1), k = Normal(T * kKvHeads * kDim, 2),
-                           v = Normal(T * kKvHeads * kDim, 3);
+  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 1), k = RandomNormal(T * kKvHeads * kDim, 2),
+                           v = RandomNormal(T * kKvHeads * kDim, 3);
   AttentionOptions options;
   options.causal = true;
   options.mrope = QwenLike();
@@ -102,7 +95,7 @@ TEST(AttentionMRope, EqualsRotatingQAndKFirstOnEveryTarget) {
 TEST(AttentionMRope, CausalMaskFollowsTokenOrderNotStreams) {
   const Sequence s = TextImageText();
   const int64_t T = s.tokens;
-  const std::vector<float> q = Normal(T * kHeads * kDim, 4), k = Normal(T * kKvHeads * kDim, 5);
+  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 4), k = RandomNormal(T * kKvHeads * kDim, 5);
   std::vector<float> v(T * kKvHeads * kDim, 0.0f);
   for (int64_t j = 0; j < T; ++j) {
     for (int64_t g = 0; g < kKvHeads; ++g) v[(j * kKvHeads + g) * kDim] = j >= 4 ? 1.0f : 0.0f;
@@ -139,8 +132,8 @@ TEST(AttentionMRope, DecodeAfterAnImageContinuesFromTheDelta) {
   std::vector<int64_t> order = s.order;
   order.push_back(T);
   const int64_t N = T + 1;
-  const std::vector<float> q = Normal(N * kHeads * kDim, 7), k = Normal(N * kKvHeads * kDim, 8),
-                           v = Normal(N * kKvHeads * kDim, 9);
+  const std::vector<float> q = RandomNormal(N * kHeads * kDim, 7), k = RandomNormal(N * kKvHeads * kDim, 8),
+                           v = RandomNormal(N * kKvHeads * kDim, 9);
   AttentionOptions options;
   options.causal = true;
   options.mrope = QwenLike();
@@ -167,7 +160,7 @@ TEST(AttentionMRope, DecodeAfterAnImageContinuesFromTheDelta) {
 TEST(AttentionMRope, BadOptionsAreRefusedBeforeWriting) {
   const Sequence s = TextImageText();
   const int64_t T = s.tokens;
-  const std::vector<float> q = Normal(T * kHeads * kDim, 1), k = Normal(T * kKvHeads * kDim, 2);
+  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 1), k = RandomNormal(T * kKvHeads * kDim, 2);
   std::vector<float> out(T * kHeads * kDim, 5.0f);
   auto run = [&](const AttentionOptions& options) {
     Attention(options, Heads<const float>::Dense(q.data(), T, kHeads, kDim),

@@ -23,16 +23,9 @@ namespace {
 
 using testing_support::ExpectError;
 using testing_support::ForEachSimdTarget;
+using testing_support::RandomNormal;
 
 constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 64;
-
-std::vector<float> Normal(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(gen);
-  return v;
-}
 
 Heads<const float> View(const std::vector<float>& x, int64_t tokens, int64_t heads,
                         int64_t offset = 0) {
@@ -53,8 +46,8 @@ KvCacheOptions RopeCache(int64_t capacity) {
 // same rotated values, so the same bits.
 TEST(KvCache, DecodeEqualsAttentionOverTheWholeRotatedSequenceOnEveryTarget) {
   const int64_t T = 37;
-  const std::vector<float> q = Normal(T * kHeads * kDim, 1), k = Normal(T * kKvHeads * kDim, 2),
-                           v = Normal(T * kKvHeads * kDim, 3);
+  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 1), k = RandomNormal(T * kKvHeads * kDim, 2),
+                           v = RandomNormal(T * kKvHeads * kDim, 3);
   const std::vector<int64_t> pos = PositionRange(1000, T);
   ForEachSimdTarget([&](int64_t) {
     KvCache<float> cache(RopeCache(64));
@@ -118,7 +111,7 @@ double WorstKeyError(const KvCache<float>& cache, const std::vector<float>& orig
 // drift like a random walk of float32 roundings: within 4 x 2^-24 x sqrt(shifts) of the pair.
 TEST(KvCache, ContextShiftEqualsRotatingTheOriginalKeysWithinRoundingPerShift) {
   const int64_t T = 40;
-  const std::vector<float> k = Normal(T * kKvHeads * kDim, 4), v = Normal(T * kKvHeads * kDim, 5);
+  const std::vector<float> k = RandomNormal(T * kKvHeads * kDim, 4), v = RandomNormal(T * kKvHeads * kDim, 5);
   KvCache<float> cache(RopeCache(T));
   std::vector<int64_t> pos = PositionRange(20000, T);
   cache.Append(pos, View(k, T, kKvHeads), View(v, T, kKvHeads));
@@ -146,7 +139,7 @@ TEST(KvCache, ContextShiftEqualsRotatingTheOriginalKeysWithinRoundingPerShift) {
 // 4 x 2^-24 x sqrt(shifts) of the pair against one rotation of the original keys.
 TEST(KvCache, RepeatedShiftsDriftNoFasterThanARandomWalk) {
   const int64_t T = 16;
-  const std::vector<float> k = Normal(T * kKvHeads * kDim, 13), v = Normal(T * kKvHeads * kDim, 14);
+  const std::vector<float> k = RandomNormal(T * kKvHeads * kDim, 13), v = RandomNormal(T * kKvHeads * kDim, 14);
   KvCache<float> cache(RopeCache(T));
   cache.Append(PositionRange(30000, T), View(k, T, kKvHeads), View(v, T, kKvHeads));
   std::vector<int64_t> index;
@@ -168,8 +161,8 @@ TEST(KvCache, ContextShiftKeepsScoresOfTheShiftedPositions) {
   // Scores of a query against the shifted cache equal those computed from scratch at the new
   // positions: attention outputs agree to float32 rounding.
   const int64_t T = 24;
-  const std::vector<float> q = Normal(kHeads * kDim, 6), k = Normal(T * kKvHeads * kDim, 7),
-                           v = Normal(T * kKvHeads * kDim, 8);
+  const std::vector<float> q = RandomNormal(kHeads * kDim, 6), k = RandomNormal(T * kKvHeads * kDim, 7),
+                           v = RandomNormal(T * kKvHeads * kDim, 8);
   KvCache<float> cache(RopeCache(T));
   const std::vector<int64_t> pos = PositionRange(0, T);
   cache.Append(pos, View(k, T, kKvHeads), View(v, T, kKvHeads));
@@ -196,8 +189,8 @@ TEST(KvCache, ContextShiftKeepsScoresOfTheShiftedPositions) {
 // StreamingLLM: 2 sinks and a window of 6. In cache mode the positions are the slots after every
 // roll; in text mode they are the text's.
 TEST(KvCache, SinkWindowRollsInBothPositionModes) {
-  const std::vector<float> k = Normal(30 * kKvHeads * kDim, 9),
-                           v = Normal(30 * kKvHeads * kDim, 10);
+  const std::vector<float> k = RandomNormal(30 * kKvHeads * kDim, 9),
+                           v = RandomNormal(30 * kKvHeads * kDim, 10);
   for (const SinkPositions mode : {SinkPositions::kText, SinkPositions::kCache}) {
     KvCache<float> cache(RopeCache(8));
     for (int64_t t = 0; t < 30; ++t) {
@@ -224,9 +217,9 @@ TEST(KvCache, BFloat16DecodeEqualsAttentionOverTheWholeSequence) {
     for (size_t i = 0; i < x.size(); ++i) out[i] = BFloat16::FromFloat(x[i]);
     return out;
   };
-  const std::vector<BFloat16> q = bf16(Normal(T * kHeads * kDim, 15)),
-                              k = bf16(Normal(T * kKvHeads * kDim, 16)),
-                              v = bf16(Normal(T * kKvHeads * kDim, 17));
+  const std::vector<BFloat16> q = bf16(RandomNormal(T * kHeads * kDim, 15)),
+                              k = bf16(RandomNormal(T * kKvHeads * kDim, 16)),
+                              v = bf16(RandomNormal(T * kKvHeads * kDim, 17));
   auto view = [](const std::vector<BFloat16>& x, int64_t tokens, int64_t heads, int64_t offset) {
     return Heads<const BFloat16>::Dense(x.data() + offset * heads * kDim, tokens, heads, kDim);
   };
@@ -251,8 +244,8 @@ TEST(KvCache, BFloat16DecodeEqualsAttentionOverTheWholeSequence) {
 // its streams; the result equals Attention with options.mrope over the whole sequence.
 TEST(KvCache, MRopeCacheDecodesFromStreams) {
   const int64_t T = 12;
-  const std::vector<float> q = Normal(T * kHeads * kDim, 18), k = Normal(T * kKvHeads * kDim, 19),
-                           v = Normal(T * kKvHeads * kDim, 20);
+  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 18), k = RandomNormal(T * kKvHeads * kDim, 19),
+                           v = RandomNormal(T * kKvHeads * kDim, 20);
   // Text 0..2, a 2 x 3 image at (3, 3 + row, 3 + col), text 6, 7, 8.
   std::vector<int64_t> streams(3 * T);
   for (int64_t t = 0; t < T; ++t) {
@@ -287,7 +280,7 @@ TEST(KvCache, MRopeCacheDecodesFromStreams) {
 }
 
 TEST(KvCacheErrors, BadInputLeavesTheCacheUntouched) {
-  const std::vector<float> k = Normal(8 * kKvHeads * kDim, 11), v = Normal(8 * kKvHeads * kDim, 12);
+  const std::vector<float> k = RandomNormal(8 * kKvHeads * kDim, 11), v = RandomNormal(8 * kKvHeads * kDim, 12);
   KvCache<float> cache(RopeCache(6));
   cache.Append(PositionRange(0, 4), View(k, 4, kKvHeads), View(v, 4, kKvHeads));
   const std::vector<float> keys(cache.Keys().data, cache.Keys().data + 4 * kKvHeads * kDim);

@@ -26,14 +26,7 @@ namespace {
 
 using testing_support::ExpectError;
 using testing_support::ForEachSimdTarget;
-
-std::vector<float> Normal(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(gen);
-  return v;
-}
+using testing_support::RandomNormal;
 
 template <typename T>
 std::vector<T> Stored(const std::vector<float>& v) {
@@ -136,8 +129,8 @@ void ExpectEqualStreamsAreOneD(MropeSections layout, RopeLayout pair_layout) {
     pos[t] = t < 50 ? 1000 + t : 5000000 + 7 * t;  // runs + jumps
   std::vector<int64_t> streams;
   for (int s = 0; s < 3; ++s) streams.insert(streams.end(), pos.begin(), pos.end());
-  const std::vector<T> q0 = Stored<T>(Normal(tokens * heads * head_dim, 1));
-  const std::vector<T> k0 = Stored<T>(Normal(tokens * kv_heads * head_dim, 2));
+  const std::vector<T> q0 = Stored<T>(RandomNormal(tokens * heads * head_dim, 1));
+  const std::vector<T> k0 = Stored<T>(RandomNormal(tokens * kv_heads * head_dim, 2));
   for (const RopeDirection dir : {RopeDirection::kForward, RopeDirection::kInverse}) {
     std::vector<T> q1 = q0, k1 = k0, q2 = q0, k2 = k0;
     ApplyRope(rope, pos, Heads<T>::Dense(q1.data(), tokens, heads, head_dim),
@@ -178,7 +171,7 @@ double Tolerance() {
 template <typename T>
 void ExpectKernelMatchesReference(int64_t head_dim, const MRope& m, const Streams& streams) {
   const int64_t tokens = streams.tokens, heads = 2;
-  const std::vector<T> x0 = Stored<T>(Normal(tokens * heads * head_dim, 7));
+  const std::vector<T> x0 = Stored<T>(RandomNormal(tokens * heads * head_dim, 7));
   for (const RopeDirection dir : {RopeDirection::kForward, RopeDirection::kInverse}) {
     std::vector<T> got(x0.size()), want(x0.size());
     const Heads<const T> in = Heads<const T>::Dense(x0.data(), tokens, heads, head_dim);
@@ -244,7 +237,7 @@ TEST(MRope, StridedPositionsReadTheSameStreams) {
   }
   const MRope m =
       MRope::Sections(Rope::Default(16), std::vector<int64_t>{2, 3, 3}, MropeSections::kBlocks);
-  std::vector<float> a = Normal(s.tokens * 16, 3), b = a;
+  std::vector<float> a = RandomNormal(s.tokens * 16, 3), b = a;
   ApplyMRope(m, s.View(), Heads<float>::Dense(a.data(), s.tokens, 1, 16));
   ApplyMRope(m, PositionStreams{token_major.data(), 3, s.tokens, 1, 3},
              Heads<float>::Dense(b.data(), s.tokens, 1, 16));
@@ -256,7 +249,7 @@ TEST(MRope, StridedPositionsReadTheSameStreams) {
 TEST(MRope, ScoresDependOnlyOnPerStreamDifferencesAndNormsAreKept) {
   const MRope m = MRope::Sections(Rope::Default(32, 1e4), std::vector<int64_t>{4, 6, 6},
                                   MropeSections::kBlocks);
-  const std::vector<float> qf = Normal(32, 11), kf = Normal(32, 12);
+  const std::vector<float> qf = RandomNormal(32, 11), kf = RandomNormal(32, 12);
   auto score = [&](std::vector<int64_t> qpos, std::vector<int64_t> kpos) {
     std::vector<double> q(qf.begin(), qf.end()), k(kf.begin(), kf.end());
     ApplyMRope(m, PositionStreams{qpos.data(), 3, 1, 1, 1},
@@ -281,7 +274,7 @@ TEST(MRope, InverseUndoesForward) {
   const MRope m = MRope::QwenVision(16);
   std::vector<int64_t> rows_cols(s.data.begin() + s.tokens,
                                  s.data.end());  // 2 streams
-  const std::vector<float> x0 = Normal(s.tokens * 16, 5);
+  const std::vector<float> x0 = RandomNormal(s.tokens * 16, 5);
   std::vector<float> x = x0;
   const PositionStreams p = PositionStreams::Dense(rows_cols.data(), 2, s.tokens);
   ApplyMRope(m, p, Heads<float>::Dense(x.data(), s.tokens, 1, 16));
@@ -309,7 +302,7 @@ TEST(MRopeErrors, BadSectionsAreRefusedWithTheRule) {
 TEST(MRopeErrors, BadPositionsLeaveTheBuffersUntouched) {
   const MRope m =
       MRope::Sections(Rope::Default(16), std::vector<int64_t>{2, 3, 3}, MropeSections::kBlocks);
-  const std::vector<float> q0 = Normal(4 * 16, 1), k0 = Normal(4 * 16, 2);
+  const std::vector<float> q0 = RandomNormal(4 * 16, 1), k0 = RandomNormal(4 * 16, 2);
   std::vector<float> q = q0, k = k0;
   auto qv = Heads<float>::Dense(q.data(), 4, 1, 16), kv = Heads<float>::Dense(k.data(), 4, 1, 16);
   std::vector<int64_t> pos(12, 3);

@@ -31,6 +31,7 @@ namespace {
 
 using testing_support::ExpectError;
 using testing_support::ForEachSimdTarget;
+using testing_support::RandomNormal;
 
 using std::numbers::pi;
 
@@ -43,14 +44,6 @@ Rope MakeRope(int64_t head_dim, int64_t rotary_dim, std::vector<double> inv_freq
   rope.layout = layout;
   rope.inv_freq = std::move(inv_freq);
   return rope;
-}
-
-std::vector<float> RandomFloats(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
 }
 
 double Dot(const float* a, const float* b, int64_t n) {
@@ -109,7 +102,7 @@ TEST(RopeApply, LayoutsPairTheDocumentedFeatures) {
 
 TEST(RopeApply, PositionZeroIsTheIdentity) {
   const Rope rope = Rope::Default(8);
-  std::vector<float> x = RandomFloats(2 * 3 * 8, 3);
+  std::vector<float> x = RandomNormal(2 * 3 * 8, 3);
   const std::vector<float> before = x;
   const std::vector<int64_t> positions{0, 0};
   ApplyRope(rope, positions, Heads<float>::Dense(x.data(), 2, 3, 8));
@@ -120,7 +113,7 @@ TEST(RopeApply, AttentionFactorScalesEveryRotatedFeature) {
   // Both cos and sin carry the factor, so the rotated features scale by it; the pass-through
   // features do not.
   Rope rope = Rope::Default(8, 10000.0, RopeLayout::kHalfSplit, 4);
-  const std::vector<float> x = RandomFloats(8, 11);
+  const std::vector<float> x = RandomNormal(8, 11);
   const std::vector<int64_t> positions{37};
   std::vector<float> plain(8), scaled(8);
   ApplyRope(rope, positions, Heads<const float>::Dense(x.data(), 1, 1, 8),
@@ -144,7 +137,7 @@ TEST(RopeApply, PreservesTheNormOfEveryPair) {
     const Rope rope = Rope::Default(head_dim, 10000.0, layout);
     std::vector<int64_t> positions(tokens);
     for (auto& p : positions) p = pos_dist(gen);
-    const std::vector<float> x = RandomFloats(tokens * heads * head_dim, 1000 + trial);
+    const std::vector<float> x = RandomNormal(tokens * heads * head_dim, 1000 + trial);
     std::vector<float> y(x.size());
     ApplyRope(rope, positions, Heads<const float>::Dense(x.data(), tokens, heads, head_dim),
               Heads<float>::Dense(y.data(), tokens, heads, head_dim));
@@ -180,7 +173,7 @@ double Score(const Rope& rope, const std::vector<float>& q, const std::vector<fl
 TEST(RopeApply, ScoreDependsOnlyOnTheRelativePosition) {
   for (RopeLayout layout : kLayouts) {
     const Rope rope = Rope::Default(16, 10000.0, layout);
-    const std::vector<float> q = RandomFloats(16, 5), k = RandomFloats(16, 6);
+    const std::vector<float> q = RandomNormal(16, 5), k = RandomNormal(16, 6);
     const double s = Score(rope, q, k, 5, 2);
     // The float32 outputs carry ~6e-8 relative rounding; over 16 terms of size ~1 that is well
     // below 1e-5. Double angles keep this true at position one million.
@@ -201,7 +194,7 @@ TEST(RopeApply, InverseUndoesForward) {
     const Rope rope = Rope::Default(64, 500000.0, layout, 48);
     std::vector<int64_t> positions(7);
     for (auto& p : positions) p = pos_dist(gen);
-    const std::vector<float> x = RandomFloats(7 * 3 * 64, 8);
+    const std::vector<float> x = RandomNormal(7 * 3 * 64, 8);
     std::vector<float> y = x;
     auto view = Heads<float>::Dense(y.data(), 7, 3, 64);
     ApplyRope(rope, positions, view, RopeDirection::kForward);
@@ -218,7 +211,7 @@ TEST(RopeApply, InverseIsTheTransposeEvenWithAnAttentionFactor) {
     rope.attention_factor = 1.7;
     const std::vector<int64_t> positions{0, 3, 4096, 131071, 2000000};
     const int64_t n = 5 * 2 * 32;
-    const std::vector<float> x = RandomFloats(n, 21), y = RandomFloats(n, 22);
+    const std::vector<float> x = RandomNormal(n, 21), y = RandomNormal(n, 22);
     std::vector<float> rx(n), rty(n);
     ApplyRope(rope, positions, Heads<const float>::Dense(x.data(), 5, 2, 32),
               Heads<float>::Dense(rx.data(), 5, 2, 32), RopeDirection::kForward);
@@ -259,7 +252,7 @@ TEST(RopeApply, InPlaceEqualsOutOfPlace) {
   for (RopeLayout layout : kLayouts) {
     const Rope rope = Rope::Default(40, 10000.0, layout, 16);
     const std::vector<int64_t> positions{0, 1, 2, 7, 100, 4095, 4096, 32767, 131071};
-    const std::vector<float> x = RandomFloats(9 * 4 * 40, 31);
+    const std::vector<float> x = RandomNormal(9 * 4 * 40, 31);
     std::vector<float> out(x.size()), in_place = x, reference = x;
     ApplyRope(rope, positions, Heads<const float>::Dense(x.data(), 9, 4, 40),
               Heads<float>::Dense(out.data(), 9, 4, 40));
@@ -282,7 +275,7 @@ TEST(RopeApply, QAndKWithDifferentHeadCountsEqualTwoSeparateCalls) {
   for (RopeLayout layout : kLayouts) {
     const Rope rope = Rope::Default(16, 10000.0, layout);
     const std::vector<int64_t> positions{3, 1, 4, 1, 5};
-    const std::vector<float> q0 = RandomFloats(5 * 8 * 16, 41), k0 = RandomFloats(5 * 2 * 16, 42);
+    const std::vector<float> q0 = RandomNormal(5 * 8 * 16, 41), k0 = RandomNormal(5 * 2 * 16, 42);
 
     std::vector<float> q = q0, k = k0;
     ApplyRope(rope, positions, Heads<float>::Dense(q.data(), 5, 8, 16),
@@ -308,7 +301,7 @@ TEST(RopeApply, FeaturesPastRotaryDimPassThrough) {
   for (RopeLayout layout : kLayouts) {
     const Rope rope = Rope::Default(80, 10000.0, layout, 32);  // Phi-2: 32 of 80
     const std::vector<int64_t> positions{5, 900000};
-    const std::vector<float> x = RandomFloats(2 * 2 * 80, 51);
+    const std::vector<float> x = RandomNormal(2 * 2 * 80, 51);
     std::vector<float> in_place = x;
     std::vector<float> out(x.size(), -7.0f);
     ApplyRope(rope, positions, Heads<float>::Dense(in_place.data(), 2, 2, 80));
@@ -336,7 +329,7 @@ TEST(RopeApply, StridedViewsMatchDense) {
   for (RopeLayout layout : kLayouts) {
     const Rope rope = Rope::Default(D, 10000.0, layout, 8);
     const std::vector<int64_t> positions{0, 9, 2, 70000, 4, 4};
-    const std::vector<float> x = RandomFloats(T * H * D, 61);
+    const std::vector<float> x = RandomNormal(T * H * D, 61);
     std::vector<float> dense = x;
     ApplyRope(rope, positions, Heads<float>::Dense(dense.data(), T, H, D));
 
@@ -381,7 +374,7 @@ TEST(RopeApply, FusedQkvSlicesRotateInPlace) {
   constexpr int64_t T = 4, D = 8, QH = 4, KH = 2, W = (QH + 2 * KH) * D;
   const Rope rope = Rope::Default(D);
   const std::vector<int64_t> positions{10, 11, 12, 13};
-  const std::vector<float> qkv0 = RandomFloats(T * W, 71);
+  const std::vector<float> qkv0 = RandomNormal(T * W, 71);
   std::vector<float> qkv = qkv0;
   Heads<float> q{qkv.data(), T, QH, D, W, D};
   Heads<float> k{qkv.data() + QH * D, T, KH, D, W, D};
@@ -671,7 +664,7 @@ TEST(RopeValidate, RejectsBadDefaultInvFreqArguments) {
 struct InPlaceFixture {
   Rope rope = Rope::Default(8);
   std::vector<int64_t> positions{0, 5, 9};
-  std::vector<float> qbuf = RandomFloats(3 * 4 * 8, 81), kbuf = RandomFloats(3 * 2 * 8, 82);
+  std::vector<float> qbuf = RandomNormal(3 * 4 * 8, 81), kbuf = RandomNormal(3 * 2 * 8, 82);
   const std::vector<float> q0 = qbuf, k0 = kbuf;
   Heads<float> q() { return Heads<float>::Dense(qbuf.data(), 3, 4, 8); }
   Heads<float> k() { return Heads<float>::Dense(kbuf.data(), 3, 2, 8); }
@@ -1049,7 +1042,7 @@ T Stored(float f) {
 
 template <typename T>
 std::vector<T> RandomStored(size_t n, uint32_t seed) {
-  const std::vector<float> f = RandomFloats(n, seed);
+  const std::vector<float> f = RandomNormal(n, seed);
   std::vector<T> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = Stored<T>(f[i]);
   return v;
@@ -1182,7 +1175,7 @@ TEST(RopeOffset, AttentionDependsOnlyOnTheRelativePosition) {
   // features add their plain dot product at every position.
   for (const RopeLayout layout : kLayouts) {
     const Rope rope = Rope::Default(192, 10000.0, layout, 64, 128);
-    const std::vector<float> q = RandomFloats(192, 61), k = RandomFloats(192, 62);
+    const std::vector<float> q = RandomNormal(192, 61), k = RandomNormal(192, 62);
     // Each rotated output carries float32 rounding of a few 2^-24 of |q| or |k| (Cauchy-Schwarz
     // bounds its effect on a score by that times |q| |k|); two scores are compared.
     const double bound = std::ldexp(1.0, -20) * Norm(q) * Norm(k);
@@ -1205,9 +1198,9 @@ TEST(RopeOffset, AttentionDependsOnlyOnTheRelativePosition) {
     // Through attention (causal, 4 query heads sharing 2 key/value heads): moving every query
     // and key by the same distance leaves the output as it was.
     constexpr int64_t kQ = 3, kKv = 6, kHeads = 4, kKvHeads = 2, kHeadDim = 192, kValueDim = 128;
-    const std::vector<float> qs = RandomFloats(kQ * kHeads * kHeadDim, 63),
-                             ks = RandomFloats(kKv * kKvHeads * kHeadDim, 64),
-                             vs = RandomFloats(kKv * kKvHeads * kValueDim, 65);
+    const std::vector<float> qs = RandomNormal(kQ * kHeads * kHeadDim, 63),
+                             ks = RandomNormal(kKv * kKvHeads * kHeadDim, 64),
+                             vs = RandomNormal(kKv * kKvHeads * kValueDim, 65);
     AttentionOptions options;
     options.causal = true;
     options.rope = rope;

@@ -11,22 +11,16 @@
 #include <vector>
 
 #include "simd_targets_for_test.h"
+#include "test_support.h"
 
 namespace posenc {
 namespace {
 
 using testing_support::ForEachSimdTarget;
+using testing_support::RandomNormal;
 
 // Widths 1 .. 2 * 16 + 1 floats cover no full AVX-512 vector, one, two and every tail.
 constexpr int64_t kMaxWidth = 33;
-
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(gen);
-  return v;
-}
 
 bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -47,9 +41,9 @@ TEST(RowKernels, GatherAddMatchesTheTwinOnEveryTarget) {
       for (const bool with_b : {false, true}) {
         const int64_t tokens = 1 + width % 7, rows = 5;
         // One float of padding in front misaligns every table and the output.
-        const std::vector<float> a = Random(rows * width + 1, width), b = Random(rows * width + 1, 99);
+        const std::vector<float> a = RandomNormal(rows * width + 1, width), b = RandomNormal(rows * width + 1, 99);
         const std::vector<int64_t> a_rows = RandomRows(tokens, rows, 1), b_rows = RandomRows(tokens, rows, 2);
-        std::vector<float> got = Random(tokens * width + 2, 5), want = got;
+        std::vector<float> got = RandomNormal(tokens * width + 2, 5), want = got;
         internal::GatherAdd(a.data() + 1, a_rows.data(), with_b ? b.data() + 1 : nullptr,
                             b_rows.data(), tokens, width, got.data() + 1);
         internal::GatherAddReference(a.data() + 1, a_rows.data(), with_b ? b.data() + 1 : nullptr,
@@ -64,9 +58,9 @@ TEST(RowKernels, ScatterAddAccumulatesRepeatedRowsLikeTheTwinOnEveryTarget) {
   ForEachSimdTarget([](int64_t) {
     for (int64_t width = 1; width <= kMaxWidth; ++width) {
       const int64_t tokens = 3 + width % 5, rows = 3;
-      const std::vector<float> grad_out = Random(tokens * width + 1, width);
+      const std::vector<float> grad_out = RandomNormal(tokens * width + 1, width);
       const std::vector<int64_t> r = RandomRows(tokens, rows, 3);
-      std::vector<float> got = Random(rows * width + 2, 8), want = got;
+      std::vector<float> got = RandomNormal(rows * width + 2, 8), want = got;
       internal::ScatterAdd(grad_out.data() + 1, r.data(), tokens, width, got.data() + 1);
       internal::ScatterAddReference(grad_out.data() + 1, r.data(), tokens, width, want.data() + 1);
       ASSERT_TRUE(BitEqual(got, want)) << "width " << width;
@@ -76,7 +70,7 @@ TEST(RowKernels, ScatterAddAccumulatesRepeatedRowsLikeTheTwinOnEveryTarget) {
 
 TEST(RowKernels, LargeCallsOnTheThreadedPathMatchTheTwins) {
   const int64_t tokens = 700, width = 301, rows = 50;
-  const std::vector<float> a = Random(rows * width, 1), b = Random(rows * width, 2);
+  const std::vector<float> a = RandomNormal(rows * width, 1), b = RandomNormal(rows * width, 2);
   const std::vector<int64_t> a_rows = RandomRows(tokens, rows, 3), b_rows = RandomRows(tokens, rows, 4);
   std::vector<float> got(tokens * width), want(tokens * width);
   internal::GatherAdd(a.data(), a_rows.data(), b.data(), b_rows.data(), tokens, width, got.data());
@@ -91,7 +85,7 @@ TEST(RowKernels, LargeCallsOnTheThreadedPathMatchTheTwins) {
                           width * sizeof(float)), 0) << t;
   }
 
-  std::vector<float> grad_got = Random(rows * width, 9), grad_want = grad_got;
+  std::vector<float> grad_got = RandomNormal(rows * width, 9), grad_want = grad_got;
   internal::ScatterAdd(got.data(), a_rows.data(), tokens, width, grad_got.data());
   internal::ScatterAddReference(got.data(), a_rows.data(), tokens, width, grad_want.data());
   EXPECT_TRUE(BitEqual(grad_got, grad_want));

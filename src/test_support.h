@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "posenc/error.h"
 
@@ -23,6 +26,16 @@ void ExpectError(F&& call, const std::string& message) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), message);
   }
+}
+
+// n standard normal floats from a fixed seed: the same inputs on every run and machine
+// (std::mt19937 and std::normal_distribution as libstdc++ implements them).
+inline std::vector<float> RandomNormal(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(gen);
+  return v;
 }
 
 // A JSON file, parsed; a missing file fails the test (and parses as null).
