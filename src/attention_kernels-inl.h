@@ -18,7 +18,8 @@
 //   (1) scores: s_j = (scale c q) . k_j (MulAdd over head_dim, then the four rows' sums of lanes
 //       reduced together; c the row's query scale), plus the ALiBi bias slope (kpos_j - anchor)
 //       or T5's bias at kpos_j - qpos, and -inf where a mask hides key j: causal, the sliding
-//       window and chunks together leave each row one interval [lo, hi] of key positions;
+//       window, chunks and a minimum distance together leave each row one interval [lo, hi]
+//       of key positions;
 //   (2) online max and sum: m' = max(m, max_j s_j), p_j = exp(s_j - m'),
 //       l' = l exp(m - m') + sum_j p_j;
 //   (3) weighted values: o' = o exp(m - m') + sum_j p_j v_j.
@@ -495,11 +496,13 @@ void WeightedVisibleValues(const float* p, size_t p_stride, const T* v, size_t v
 // dst = sum_c w_c o_c / sum_c w_c l_c with w_c = exp(m_c - max_c m_c). One partial is plain
 // normalisation, out = o / l. A row that saw no visible key (every l_c = 0) gets zeros, not NaN;
 // a row with a NaN max or sum (a NaN score) gets NaN.
-// Writes value_dim floats of dst (the padding of o stays in scratch).
+// Writes value_dim floats of dst (the padding of o stays in scratch), and with `lse` the row's
+// log-sum-exp, max_c m_c + log(sum_c w_c l_c) (-inf when nothing was visible).
 template <class DF>
 HWY_INLINE void MergePartials(DF df, const float* HWY_RESTRICT o, const float* HWY_RESTRICT max,
                               const float* HWY_RESTRICT sum, size_t stride, size_t count,
-                              size_t value_dim, float* HWY_RESTRICT dst) {
+                              size_t value_dim, float* HWY_RESTRICT dst,
+                              float* HWY_RESTRICT lse) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   HWY_DASSERT(count <= static_cast<size_t>(kMaxKeyChunks));
   float global_max = kNegInf;
@@ -512,6 +515,7 @@ HWY_INLINE void MergePartials(DF df, const float* HWY_RESTRICT o, const float* H
     total += weight[c] * sum[c * stride];
   }
   const float inv_total = total != 0.0f ? 1.0f / total : 0.0f;  // NaN stays NaN
+  if (lse != nullptr) *lse = global_max == kNegInf ? kNegInf : global_max + std::log(total);
   for (size_t c = 0; c < count; ++c) weight[c] *= inv_total;
 
   const size_t n = hn::Lanes(df);
@@ -612,7 +616,8 @@ void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int6
     row = RowState();
     row.pos = a.query_pos[token];
     row.head = head;
-    // Positions are in [0, 2^32] and window, chunk_size >= 1 where used: no overflow.
+    // Positions are in [0, 2^32] and window, chunk_size, min_distance in [1, 2^32] where used:
+    // no overflow.
     if (a.causal) row.hi = row.pos;
     if (a.window > 0) row.lo = row.pos - a.window + 1;
     if (a.chunk_size > 0) {
@@ -620,6 +625,7 @@ void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int6
       row.lo = std::max(row.lo, chunk_begin);
       row.hi = std::min(row.hi, chunk_begin + (a.chunk_size - 1));
     }
+    if (a.min_distance > 0) row.hi = std::min(row.hi, row.pos - a.min_distance);
     row.anchor = std::clamp(row.pos, key_min_all, key_max_all);
     row.slope = a.alibi_slopes != nullptr ? a.alibi_slopes[head] : 0.0f;
     if (t.bf16_dot && a.query_scales != nullptr) row.score_mul = a.query_scales[token];
@@ -889,7 +895,8 @@ inline void FinishQueryTile(const internal::AttentionKernelArgs& a, const Tiles&
     const int64_t token = m / group, head = qt.g * group + m % group;
     MergePartials(df, qt.out + r * t.value_dim, &qt.rows[r].max, &qt.rows[r].sum, 0, 1,
                   static_cast<size_t>(a.value_dim),
-                  a.out + token * a.out_token_stride + head * a.out_head_stride);
+                  a.out + token * a.out_token_stride + head * a.out_head_stride,
+                  a.lse != nullptr ? a.lse + token * a.num_heads + head : nullptr);
   }
 }
 
@@ -1030,7 +1037,8 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
           MergePartials(df, slot + 2 * kQueryTile + r * value_dim, slot + r,
                         slot + kQueryTile + r, partial_floats, static_cast<size_t>(chunks),
                         static_cast<size_t>(a.value_dim),
-                        a.out + token * a.out_token_stride + head * a.out_head_stride);
+                        a.out + token * a.out_token_stride + head * a.out_head_stride,
+                        a.lse != nullptr ? a.lse + token * a.num_heads + head : nullptr);
         }
       }
     }

@@ -39,6 +39,9 @@ struct AttentionKernelArgs {
   bool causal = false;
   int64_t window = 0;  // sliding window: visible iff query_pos - key_pos < window; 0 = none
   int64_t chunk_size = 0;  // visible iff query_pos / chunk_size == key_pos / chunk_size; 0 = none
+  // Visible iff query_pos - key_pos >= min_distance (on top of the masks above); 0 = none. The
+  // far part of Self-Extend (self_extend.cc): keys at least the neighbour window away.
+  int64_t min_distance = 0;
   const float* alibi_slopes = nullptr;  // num_heads entries, or nullptr without ALiBi
   float scale = 1.0f;                   // score scale, > 0
   // Per query token, the score scale times its query scale (replacing scale), or nullptr.
@@ -50,6 +53,10 @@ struct AttentionKernelArgs {
   const float* relative_bias = nullptr;
   int64_t relative_extent = 0;
   const RelativeBias* relative_far = nullptr;
+  // When given, [q_tokens, num_heads] dense: each row's log-sum-exp of its visible scores,
+  // max + log(sum), so that the outputs of calls over disjoint key sets can be merged
+  // (self_extend.cc); -inf for a row that sees no key, NaN for a NaN row.
+  float* lse = nullptr;
 };
 
 // Runs on the best SIMD target of this CPU (one dispatch), with OpenMP threads over

@@ -1,0 +1,288 @@
+#include "posenc/self_extend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attention_kernels.h"
+#include "posenc/error.h"
+#include "posenc/positions.h"
+
+namespace posenc {
+namespace {
+
+constexpr std::string_view kFunction = "self_extend";
+
+double ScoreScale(const AttentionOptions& options, int64_t head_dim) {
+  return options.scale > 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+// The grouped rotation positions of every query and key (SelfExtend::GroupQueryPosition and
+// GroupKeyPosition). Both stay within [0, kMaxPosition]: see the header.
+std::vector<int64_t> GroupPositions(const SelfExtend& se, std::span<const int64_t> pos,
+                                    bool query) {
+  std::vector<int64_t> grouped(pos.size());
+  for (size_t i = 0; i < pos.size(); ++i) {
+    grouped[i] = query ? se.GroupQueryPosition(pos[i]) : se.GroupKeyPosition(pos[i]);
+  }
+  return grouped;
+}
+
+// Whether the original positions, causal aside, leave some query a key at distance >= W that
+// options.window does not hide: otherwise the group part sees nothing and is not run.
+bool AnyGroupKey(const AttentionOptions& options, const SelfExtend& se,
+                 std::span<const int64_t> query_pos, std::span<const int64_t> key_pos) {
+  if (query_pos.empty() || key_pos.empty()) return false;
+  if (options.window > 0 && options.window <= se.neighbor_window) return false;
+  const int64_t max_query = *std::max_element(query_pos.begin(), query_pos.end());
+  const int64_t min_key = *std::min_element(key_pos.begin(), key_pos.end());
+  return max_query - min_key >= se.neighbor_window;
+}
+
+// A dense copy of x rotated by `rope` at `positions`, by the standalone op (the same SIMD kernel
+// as Attention's), in x's storage type.
+template <typename T>
+std::vector<T> Rotated(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x) {
+  std::vector<T> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
+  ApplyRope(rope, positions, x, Heads<T>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim),
+            RopeDirection::kForward);
+  return buffer;
+}
+
+// One partial attention on the tiled kernel: q and k rotated at the given positions, the masks
+// of options in the original positions, plus `window` and `min_distance`, into out (any view) and,
+// when given, each row's log-sum-exp into lse [q_tokens, num_heads].
+template <typename T>
+void PartialAttention(const AttentionOptions& options, Heads<const T> q, Heads<const T> k,
+                      Heads<const T> v, std::span<const int64_t> query_pos,
+                      std::span<const int64_t> key_pos, std::span<const int64_t> query_rotation,
+                      std::span<const int64_t> key_rotation, int64_t window, int64_t min_distance,
+                      Heads<float> out, float* lse) {
+  const std::vector<T> q_rotated = Rotated(*options.rope, query_rotation, q);
+  const std::vector<T> k_rotated = Rotated(*options.rope, key_rotation, k);
+  internal::AttentionKernelArgs args;
+  args.storage = StorageTypeOf<T>();
+  args.q_tokens = q.tokens;
+  args.kv_tokens = k.tokens;
+  args.num_heads = q.num_heads;
+  args.num_kv_heads = k.num_heads;
+  args.head_dim = q.head_dim;
+  args.value_dim = v.head_dim;
+  args.q = {q_rotated.data(), q.num_heads * q.head_dim, q.head_dim};
+  args.k = {k_rotated.data(), k.num_heads * k.head_dim, k.head_dim};
+  args.v = {v.data, v.token_stride, v.head_stride};
+  args.out = out.data;
+  args.out_token_stride = out.token_stride;
+  args.out_head_stride = out.head_stride;
+  args.query_pos = query_pos.data();
+  args.key_pos = key_pos.data();
+  args.causal = options.causal;
+  args.window = window;
+  args.chunk_size = options.chunk_size;
+  args.min_distance = min_distance;
+  args.scale = static_cast<float>(ScoreScale(options, q.head_dim));
+  args.lse = lse;
+  internal::AttentionKernel(args);
+}
+
+// The fast path on validated input. The neighbour keys (d < W) and the group keys (d >= W) of a
+// query are disjoint, so softmax over their union is the log-sum-exp merge of the two partial
+// attentions: with L_n, L_g the parts' log-sum-exps and o_n, o_g their outputs,
+//   out = (exp(L_n - M) o_n + exp(L_g - M) o_g) / (exp(L_n - M) + exp(L_g - M)),  M = max.
+template <typename T>
+void FusedSelfExtend(const AttentionOptions& options, const SelfExtend& se, Heads<const T> q,
+                     Heads<const T> k, Heads<const T> v, std::span<const int64_t> query_pos,
+                     std::span<const int64_t> key_pos, Heads<float> out) {
+  const int64_t w = se.neighbor_window;
+  const int64_t neighbor_window = options.window > 0 ? std::min(options.window, w) : w;
+  if (!AnyGroupKey(options, se, query_pos, key_pos)) {
+    PartialAttention(options, q, k, v, query_pos, key_pos, query_pos, key_pos, neighbor_window, 0,
+                     out, nullptr);
+    return;
+  }
+  const size_t rows = static_cast<size_t>(q.tokens * q.num_heads);
+  std::vector<float> neighbor_lse(rows), group_lse(rows);
+  std::vector<float> group_out(rows * static_cast<size_t>(v.head_dim));
+  const Heads<float> group =
+      Heads<float>::Dense(group_out.data(), q.tokens, q.num_heads, v.head_dim);
+
+  PartialAttention(options, q, k, v, query_pos, key_pos, query_pos, key_pos, neighbor_window, 0,
+                   out, neighbor_lse.data());
+  const std::vector<int64_t> group_query = GroupPositions(se, query_pos, true);
+  const std::vector<int64_t> group_key = GroupPositions(se, key_pos, false);
+  PartialAttention(options, q, k, v, query_pos, key_pos, group_query, group_key, options.window, w,
+                   group, group_lse.data());
+
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < q.tokens; ++i) {
+    for (int64_t h = 0; h < q.num_heads; ++h) {
+      const size_t row = static_cast<size_t>(i * q.num_heads + h);
+      const double ln = neighbor_lse[row], lg = group_lse[row];
+      float* o = out.Row(i, h);
+      const float* og = group.Row(i, h);
+      if (lg == kNegInf) continue;  // no group key: the neighbour part is the answer
+      if (ln == kNegInf) {          // no neighbour key (a window or chunk edge)
+        std::copy(og, og + v.head_dim, o);
+        continue;
+      }
+      // NaN in either log-sum-exp makes both weights NaN, and the row NaN.
+      const double m = std::isnan(ln) || std::isnan(lg) ? ln + lg : std::max(ln, lg);
+      const double wn = std::exp(ln - m), wg = std::exp(lg - m);
+      const double total = wn + wg;
+      for (int64_t e = 0; e < v.head_dim; ++e) {
+        o[e] = static_cast<float>(
+            (wn * static_cast<double>(o[e]) + wg * static_cast<double>(og[e])) / total);
+      }
+    }
+  }
+}
+
+// Self-Extend's own checks, then Attention's (shapes, positions, rope, scale, window, chunks,
+// aliasing), all before anything is written.
+template <typename T>
+void CheckSelfExtend(const AttentionOptions& options, const SelfExtend& se, Heads<const T> q,
+                     Heads<const T> k, Heads<const T> v, std::span<const int64_t> query_pos,
+                     std::span<const int64_t> key_pos, Heads<float> out) {
+  se.Validate();
+  Require(options.rope.has_value(), kFunction, "options.rope",
+          "be given (Self-Extend regroups RoPE positions)", "none");
+  const std::string_view unsupported = "not be given (not supported with Self-Extend)";
+  Require(!options.mrope, kFunction, "options.mrope", unsupported, "an MRope");
+  Require(!options.alibi, kFunction, "options.alibi", unsupported, "an Alibi");
+  Require(!options.relative_bias, kFunction, "options.relative_bias", unsupported,
+          "a RelativeBias");
+  Require(!options.query_scale, kFunction, "options.query_scale", unsupported,
+          "a LogFloorQueryScale");
+  ValidateAttention(options, q, k, v, query_pos, key_pos, out);
+}
+
+template <typename T>
+void ValidatedSelfExtend(const AttentionOptions& options, const SelfExtend& se, Heads<const T> q,
+                         Heads<const T> k, Heads<const T> v, std::span<const int64_t> query_pos,
+                         std::span<const int64_t> key_pos, Heads<float> out) {
+  CheckSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
+  if (q.Empty()) return;
+  FusedSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
+}
+
+// ApplyRopeReference of x at `positions` into a dense float copy.
+std::vector<float> RotatedReference(const Rope& rope, std::span<const int64_t> positions,
+                                    Heads<const float> x) {
+  std::vector<float> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
+  ApplyRopeReference(rope, positions, x,
+                     Heads<float>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim),
+                     RopeDirection::kForward);
+  return buffer;
+}
+
+}  // namespace
+
+void SelfExtend::Validate() const {
+  const std::string range = "be >= 1";
+  const std::string most = "be <= kMaxPosition (" + std::to_string(kMaxPosition) + ")";
+  Require(group_size >= 1, kFunction, "group_size", range, group_size);
+  Require(group_size <= kMaxPosition, kFunction, "group_size", most, group_size);
+  Require(neighbor_window >= 1, kFunction, "neighbor_window", range, neighbor_window);
+  Require(neighbor_window <= kMaxPosition, kFunction, "neighbor_window", most, neighbor_window);
+}
+
+void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                         Heads<const float> q, Heads<const float> k, Heads<const float> v,
+                         std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
+                         Heads<float> out) {
+  ValidatedSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
+}
+
+void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                         Heads<const BFloat16> q, Heads<const BFloat16> k, Heads<const BFloat16> v,
+                         std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
+                         Heads<float> out) {
+  ValidatedSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
+}
+
+void SelfExtendAttentionReference(const AttentionOptions& options, const SelfExtend& se,
+                                  Heads<const float> q, Heads<const float> k, Heads<const float> v,
+                                  std::span<const int64_t> query_pos,
+                                  std::span<const int64_t> key_pos, Heads<float> out) {
+  // (1) RoPE, twice: q and k at their own positions (neighbour) and at the grouped ones (group),
+  // as the paper's code rotates them (datamllab/LongLM self_extend_patch/Llama.py).
+  const Rope& rope = *options.rope;
+  const std::vector<int64_t> group_query = GroupPositions(se, query_pos, true);
+  const std::vector<int64_t> group_key = GroupPositions(se, key_pos, false);
+  const std::vector<float> qn = RotatedReference(rope, query_pos, q);
+  const std::vector<float> kn = RotatedReference(rope, key_pos, k);
+  const std::vector<float> qg = RotatedReference(rope, group_query, q);
+  const std::vector<float> kg = RotatedReference(rope, group_key, k);
+  const auto dense = [](const std::vector<float>& x, const auto& like) {
+    return Heads<const float>::Dense(x.data(), like.tokens, like.num_heads, like.head_dim);
+  };
+  const Heads<const float> q_near = dense(qn, q), k_near = dense(kn, k);
+  const Heads<const float> q_group = dense(qg, q), k_group = dense(kg, k);
+
+  const double scale = ScoreScale(options, q.head_dim);
+  const int64_t heads_per_kv = q.num_heads / k.num_heads;
+  const int64_t w = se.neighbor_window;
+  const auto dot = [&](const float* a, const float* b) {
+    double sum = 0.0;
+    for (int64_t d = 0; d < q.head_dim; ++d) {
+      sum += static_cast<double>(a[d]) * static_cast<double>(b[d]);
+    }
+    return sum;
+  };
+
+  std::vector<double> neighbor_scores(static_cast<size_t>(k.tokens));
+  std::vector<double> group_scores(static_cast<size_t>(k.tokens));
+  std::vector<double> scores(static_cast<size_t>(k.tokens));
+  std::vector<char> visible(static_cast<size_t>(k.tokens));
+  std::vector<double> sum_v(static_cast<size_t>(v.head_dim));
+  for (int64_t i = 0; i < q.tokens; ++i) {
+    for (int64_t h = 0; h < q.num_heads; ++h) {
+      const int64_t g = h / heads_per_kv;
+      double max_score = -std::numeric_limits<double>::infinity();
+      bool any_visible = false;
+      for (int64_t j = 0; j < k.tokens; ++j) {
+        // (2) both scores: neighbor_attn_weights and group_attn_weights of the paper's code.
+        neighbor_scores[j] = scale * dot(q_near.Row(i, h), k_near.Row(j, g));
+        group_scores[j] = scale * dot(q_group.Row(i, h), k_group.Row(j, g));
+        // (3) torch.where(neighbor_attention_mask, neighbor, group): the neighbour mask is
+        // d < W (tril minus the tril shifted by W in the code's prefill, the last W keys in its
+        // decode step).
+        const int64_t d = query_pos[i] - key_pos[j];
+        scores[j] = d < w ? neighbor_scores[j] : group_scores[j];
+        // (4) the masks of options, in the original positions.
+        const int64_t chunk = options.chunk_size;
+        visible[j] = (!options.causal || key_pos[j] <= query_pos[i]) &&
+                     (options.window == 0 || d < options.window) &&
+                     (chunk == 0 || query_pos[i] / chunk == key_pos[j] / chunk);
+        if (visible[j]) {
+          max_score = std::max(max_score, scores[j]);
+          any_visible = true;
+        }
+      }
+      float* out_row = out.Row(i, h);
+      if (!any_visible) {
+        std::fill(out_row, out_row + v.head_dim, 0.0f);
+        continue;
+      }
+      // (5) one softmax over the visible keys, (6) the weighted sum of v.
+      double denominator = 0.0;
+      for (int64_t j = 0; j < k.tokens; ++j) {
+        scores[j] = visible[j] ? std::exp(scores[j] - max_score) : 0.0;
+        denominator += scores[j];
+      }
+      std::fill(sum_v.begin(), sum_v.end(), 0.0);
+      for (int64_t j = 0; j < k.tokens; ++j) {
+        if (!visible[j]) continue;
+        const double p = scores[j] / denominator;
+        const float* v_row = v.Row(j, g);
+        for (int64_t e = 0; e < v.head_dim; ++e) sum_v[e] += p * static_cast<double>(v_row[e]);
+      }
+      for (int64_t e = 0; e < v.head_dim; ++e) out_row[e] = static_cast<float>(sum_v[e]);
+    }
+  }
+}
+
+}  // namespace posenc
