@@ -748,7 +748,8 @@ TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {
   }
   for (const char* op : {"stream_copy/float32", "stream_read_modify_write/float32",
                          "rope_forward/float32", "rope_forward/bfloat16", "rope_decode_step/float32",
-                         "rope_reference_scalar/float32", "sinusoidal_table/float32"}) {
+                         "rope_reference_scalar/float32", "sinusoidal_table/float32",
+                         "mrope_forward/float32", "mrope_forward/bfloat16"}) {
     EXPECT_TRUE(operations.count(op)) << op;
   }
   // The compute-bound entries: useful GFLOP/s and a fraction of the FMA peak of the same run.
@@ -769,7 +770,11 @@ TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {
                            "attention prefill causal f32", "attention prefill causal alibi f32",
                            "attention prefill causal bf16", "attention prefill causal alibi bf16",
                            "attention prefill causal t5 f32", "attention prefill causal t5 bf16",
-                           "attention decode gqa f32", "attention decode gqa bf16"}));
+                           "attention decode gqa f32", "attention decode gqa bf16",
+                           "attention decode cache f32", "attention decode cache bf16",
+                           "attention decode cache rope f32", "attention decode cache rope bf16",
+                           "attention decode rope every key f32",
+                           "attention decode rope every key bf16"}));
 }
 
 }  // namespace
