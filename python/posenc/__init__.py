@@ -21,6 +21,11 @@ towers over patch rows and columns), applied by ``apply_mrope`` to positions
 [streams, ..., tokens]; ``qwen_vl_rope_index`` builds Qwen-VL's positions as
 Hugging Face's ``get_rope_index`` does.
 
+KV cache: ``KvCache`` is one layer's cache of one sequence: keys rotated once
+on ``append``, ``attend`` rotating only the new queries, and the position
+moves of a live cache (``context_shift``, ``roll_sink_window`` for attention
+sinks) re-rotating the moved keys exactly.
+
 PyTorch API: ``posenc.torch`` (imported on demand, so numpy users do not pay
 for torch).
 
@@ -42,6 +47,7 @@ from posenc._core import (
     MAX_OUTPUT_BYTES,
     Alibi,
     Error,
+    KvCache,
     LearnedPositions,
     MRope,
     MropeIndexRules,
@@ -413,6 +419,7 @@ __all__ = [
     "MAX_OUTPUT_BYTES",
     "Alibi",
     "Error",
+    "KvCache",
     "LayerPositions",
     "LearnedPositions",
     "MRope",

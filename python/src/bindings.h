@@ -12,5 +12,6 @@ void BindAttention(pybind11::module_& m);  // attention_bindings.cc
 void BindHfConfig(pybind11::module_& m);   // hf_config_bindings.cc
 void BindRelativeBias(pybind11::module_& m);  // relative_bias_bindings.cc
 void BindMRope(pybind11::module_& m);         // mrope_bindings.cc
+void BindKvCache(pybind11::module_& m);       // kv_cache_bindings.cc
 
 }  // namespace posenc::python

@@ -19,4 +19,5 @@ PYBIND11_MODULE(_core, m) {
   posenc::python::BindHfConfig(m);
   posenc::python::BindRelativeBias(m);
   posenc::python::BindMRope(m);
+  posenc::python::BindKvCache(m);
 }
