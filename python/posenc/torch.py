@@ -1144,7 +1144,7 @@ def attention(
 
 
 def _kv_tensor(cache, name, tensor):
-    """The numpy view of k, v or q for a cache of cache.dtype, for inference."""
+    """The numpy view of k, v or q for a cache of cache.dtype (inference)."""
     _check_activations("kv_cache", name, tensor, _ATTENTION_DTYPES)
     if tensor.dtype != cache.dtype:
         raise _error(
@@ -1218,7 +1218,9 @@ class KVCache:
                 "kv_cache",
                 "dtype",
                 "be float32 or bfloat16",
-                _dtype_name(dtype) if isinstance(dtype, torch.dtype) else repr(dtype),
+                _dtype_name(dtype)
+                if isinstance(dtype, torch.dtype)
+                else repr(dtype),
             )
         self._cache = _core.KvCache(
             capacity,
@@ -1233,7 +1235,9 @@ class KVCache:
         self.rope_delta = 0
 
     @classmethod
-    def from_hf_config(cls, config, capacity, layer=None, *, dtype=torch.float32, **kwargs):
+    def from_hf_config(
+        cls, config, capacity, layer=None, *, dtype=torch.float32, **kwargs
+    ):
         """A cache for one layer of a Hugging Face model: kv_heads
         (num_key_value_heads) and the layer's RoPE from the config (a dict,
         its JSON text or a config.json path): ``mrope_from_hf_config`` for a
@@ -1270,7 +1274,8 @@ class KVCache:
         if mrope is None:
             return None
         return np.broadcast_to(
-            positions + self.rope_delta, (mrope.num_streams, positions.shape[0])
+            positions + self.rope_delta,
+            (mrope.num_streams, positions.shape[0]),
         )
 
     def append(self, k, v, positions=None, *, streams=None):
@@ -1365,7 +1370,9 @@ class KVCache:
 
     def _tensor(self, array):
         tensor = torch.from_numpy(np.array(array))
-        return tensor.view(torch.bfloat16) if self.dtype == torch.bfloat16 else tensor
+        if self.dtype == torch.bfloat16:
+            return tensor.view(torch.bfloat16)
+        return tensor
 
     @property
     def keys(self):
@@ -1387,8 +1394,12 @@ class KVCache:
     kv_heads = property(lambda self: self._cache.kv_heads)
     head_dim = property(lambda self: self._cache.head_dim)
     value_dim = property(lambda self: self._cache.value_dim)
-    rope = property(lambda self: self._cache.rope, doc="The posenc.Rope, or None.")
-    mrope = property(lambda self: self._cache.mrope, doc="The posenc.MRope, or None.")
+    rope = property(
+        lambda self: self._cache.rope, doc="The posenc.Rope, or None."
+    )
+    mrope = property(
+        lambda self: self._cache.mrope, doc="The posenc.MRope, or None."
+    )
 
     def __len__(self):
         return self._cache.size

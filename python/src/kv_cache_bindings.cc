@@ -274,7 +274,8 @@ Heads may be a multiple of kv_heads (grouped-query attention).)")
           [](PyKvCache& self, const py::object& n_keep, const py::object& n_discard) {
             const int64_t keep = IntArg(n_keep, kFn, "n_keep");
             const int64_t discard = IntArg(n_discard, kFn, "n_discard");
-            self.Visit([&](auto& cache) { self.Locked([&] { cache.ContextShift(keep, discard); }); });
+            self.Visit(
+                [&](auto& cache) { self.Locked([&] { cache.ContextShift(keep, discard); }); });
           },
           py::arg("n_keep"), py::arg("n_discard"),
           R"(llama.cpp's context shift: keeps the first n_keep tokens, drops the next n_discard,
@@ -318,7 +319,8 @@ few as needed). Returns the number dropped. mode "text": the kept keys keep thei
 text; "cache": positions are slots in the cache, so the window is shifted down by the number
 dropped (context_shift(sinks, dropped)). sinks >= 0, window >= 1, incoming in [1, window],
 sinks + window <= capacity.)")
-      .def_property_readonly("size", &PyKvCache::Size, "Tokens cached (slots [0, size) are filled).")
+      .def_property_readonly("size", &PyKvCache::Size,
+                             "Tokens cached (slots [0, size) are filled).")
       .def("__len__", &PyKvCache::Size)
       .def_property_readonly(
           "capacity", [](PyKvCache& self) { return self.Options().capacity; }, "Slots.")
