@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention_kernels.h"
+#include "attention_reference_row.h"
 #include "float32_range.h"
 #include "posenc/error.h"
 #include "posenc/positions.h"
@@ -199,9 +200,6 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
       const float* q_row = q.Row(i, h);
       // The query scale multiplies the scores as it would q (after RoPE).
       const double query_scale = options.query_scale ? options.query_scale->At(query_pos[i]) : 1.0;
-      double max_score = -std::numeric_limits<double>::infinity();
-      bool any_visible = false;
-
       for (int64_t j = 0; j < k.tokens; ++j) {
         // (2) score: s_ij = scale * c_i * q_i . k_j, in double.
         const float* k_row = k.Row(j, g);
@@ -218,42 +216,12 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
           const int64_t bucket = RelativePositionBucket(bias.buckets, key_pos[j] - query_pos[i]);
           s += static_cast<double>(bias.table[static_cast<size_t>(bucket * bias.num_heads + h)]);
         }
-        // (4) masks: with causal, key j is visible iff key_pos_j <= query_pos_i; with a window,
-        // iff query_pos_i - key_pos_j < window (positions are >= 0, so no overflow); with
-        // chunks, iff both lie in the same chunk.
-        const int64_t chunk = options.chunk_size;
-        visible[j] = (!options.causal || key_pos[j] <= query_pos[i]) &&
-                     (options.window == 0 || query_pos[i] - key_pos[j] < options.window) &&
-                     (chunk == 0 || query_pos[i] / chunk == key_pos[j] / chunk);
+        // (4) masks: causal, window and chunks (internal::VisibleByMask).
+        visible[j] = internal::VisibleByMask(options, query_pos[i], key_pos[j]);
         scores[j] = s;
-        if (visible[j]) {
-          max_score = std::max(max_score, s);
-          any_visible = true;
-        }
       }
-
-      float* out_row = out.Row(i, h);
-      if (!any_visible) {  // nothing to attend to: zeros, not NaN
-        std::fill(out_row, out_row + v.head_dim, 0.0f);
-        continue;
-      }
-
-      // (5) softmax over the visible keys, max subtracted so that exp never overflows.
-      double denominator = 0.0;
-      for (int64_t j = 0; j < k.tokens; ++j) {
-        scores[j] = visible[j] ? std::exp(scores[j] - max_score) : 0.0;
-        denominator += scores[j];
-      }
-
-      // (6) weighted sum of v: out_i = sum_j p_ij v_j.
-      std::fill(sum_v.begin(), sum_v.end(), 0.0);
-      for (int64_t j = 0; j < k.tokens; ++j) {
-        if (!visible[j]) continue;
-        const double p = scores[j] / denominator;
-        const float* v_row = v.Row(j, g);
-        for (int64_t e = 0; e < v.head_dim; ++e) sum_v[e] += p * static_cast<double>(v_row[e]);
-      }
-      for (int64_t e = 0; e < v.head_dim; ++e) out_row[e] = static_cast<float>(sum_v[e]);
+      // (5) softmax over the visible keys, (6) weighted sum of v: out_i = sum_j p_ij v_j.
+      internal::SoftmaxWeightedRow(scores, visible, v, g, sum_v, out.Row(i, h));
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention_kernels.h"
+#include "attention_reference_row.h"
 #include "posenc/error.h"
 #include "posenc/positions.h"
 
@@ -241,8 +242,6 @@ void SelfExtendAttentionReference(const AttentionOptions& options, const SelfExt
   for (int64_t i = 0; i < q.tokens; ++i) {
     for (int64_t h = 0; h < q.num_heads; ++h) {
       const int64_t g = h / heads_per_kv;
-      double max_score = -std::numeric_limits<double>::infinity();
-      bool any_visible = false;
       for (int64_t j = 0; j < k.tokens; ++j) {
         // (2) both scores: neighbor_attn_weights and group_attn_weights of the paper's code.
         neighbor_scores[j] = scale * dot(q_near.Row(i, h), k_near.Row(j, g));
@@ -253,34 +252,10 @@ void SelfExtendAttentionReference(const AttentionOptions& options, const SelfExt
         const int64_t d = query_pos[i] - key_pos[j];
         scores[j] = d < w ? neighbor_scores[j] : group_scores[j];
         // (4) the masks of options, in the original positions.
-        const int64_t chunk = options.chunk_size;
-        visible[j] = (!options.causal || key_pos[j] <= query_pos[i]) &&
-                     (options.window == 0 || d < options.window) &&
-                     (chunk == 0 || query_pos[i] / chunk == key_pos[j] / chunk);
-        if (visible[j]) {
-          max_score = std::max(max_score, scores[j]);
-          any_visible = true;
-        }
-      }
-      float* out_row = out.Row(i, h);
-      if (!any_visible) {
-        std::fill(out_row, out_row + v.head_dim, 0.0f);
-        continue;
+        visible[j] = internal::VisibleByMask(options, query_pos[i], key_pos[j]);
       }
       // (5) one softmax over the visible keys, (6) the weighted sum of v.
-      double denominator = 0.0;
-      for (int64_t j = 0; j < k.tokens; ++j) {
-        scores[j] = visible[j] ? std::exp(scores[j] - max_score) : 0.0;
-        denominator += scores[j];
-      }
-      std::fill(sum_v.begin(), sum_v.end(), 0.0);
-      for (int64_t j = 0; j < k.tokens; ++j) {
-        if (!visible[j]) continue;
-        const double p = scores[j] / denominator;
-        const float* v_row = v.Row(j, g);
-        for (int64_t e = 0; e < v.head_dim; ++e) sum_v[e] += p * static_cast<double>(v_row[e]);
-      }
-      for (int64_t e = 0; e < v.head_dim; ++e) out_row[e] = static_cast<float>(sum_v[e]);
+      internal::SoftmaxWeightedRow(scores, visible, v, g, sum_v, out.Row(i, h));
     }
   }
 }
