@@ -100,11 +100,7 @@ RelativeBiasTable MakeRelativeBiasTable(const RelativeBias& relative) {
 }
 
 double ScoreScale(const AttentionOptions& options, int64_t head_dim) {
-  return options.scale > 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-}
-
-internal::AttentionInput KernelInput(const auto& x) {
-  return {x.data, x.token_stride, x.head_stride};
+  return internal::ResolvedScale(options.scale, head_dim);
 }
 
 // The fused kernel (attention_kernels-inl.h) on validated input: RoPE into per-call copies of q
@@ -137,22 +133,8 @@ void FusedAttention(const AttentionOptions& options, Heads<const T> q, Heads<con
   RelativeBiasTable relative;
   if (options.relative_bias) relative = MakeRelativeBiasTable(*options.relative_bias);
 
-  internal::AttentionKernelArgs args;
-  args.storage = StorageTypeOf<T>();
-  args.q_tokens = q.tokens;
-  args.kv_tokens = k.tokens;
-  args.num_heads = q.num_heads;
-  args.num_kv_heads = k.num_heads;
-  args.head_dim = q.head_dim;
-  args.value_dim = v.head_dim;
-  args.q = KernelInput(q);
-  args.k = KernelInput(k);
-  args.v = KernelInput(v);
-  args.out = out.data;
-  args.out_token_stride = out.token_stride;
-  args.out_head_stride = out.head_stride;
-  args.query_pos = query_pos.data();
-  args.key_pos = key_pos.data();
+  internal::AttentionKernelArgs args =
+      internal::KernelArgsFor<T>(q, k, v, query_pos, key_pos, out);
   args.causal = options.causal;
   args.window = options.window;
   args.chunk_size = options.chunk_size;

@@ -3,8 +3,11 @@
 // applying RoPE.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <span>
 
+#include "posenc/heads.h"
 #include "posenc/relative_bias.h"
 #include "posenc/storage.h"
 
@@ -62,5 +65,35 @@ struct AttentionKernelArgs {
 // Runs on the best SIMD target of this CPU (one dispatch), with OpenMP threads over
 // (key/value head, query tile) work items when the call is large enough to pay for them.
 void AttentionKernel(const AttentionKernelArgs& args);
+
+// The score scale a call asks for: `scale`, or 1 / sqrt(head_dim) when it is 0.
+inline double ResolvedScale(double scale, int64_t head_dim) {
+  return scale > 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+// The part of AttentionKernelArgs every caller fills the same way: storage, shapes, the views of
+// q, k, v and out, and the positions the masks read. Masks, biases and the scale are the caller's.
+template <typename T>
+AttentionKernelArgs KernelArgsFor(Heads<const T> q, Heads<const T> k, Heads<const T> v,
+                                  std::span<const int64_t> query_pos,
+                                  std::span<const int64_t> key_pos, Heads<float> out) {
+  AttentionKernelArgs args;
+  args.storage = StorageTypeOf<T>();
+  args.q_tokens = q.tokens;
+  args.kv_tokens = k.tokens;
+  args.num_heads = q.num_heads;
+  args.num_kv_heads = k.num_heads;
+  args.head_dim = q.head_dim;
+  args.value_dim = v.head_dim;
+  args.q = {q.data, q.token_stride, q.head_stride};
+  args.k = {k.data, k.token_stride, k.head_stride};
+  args.v = {v.data, v.token_stride, v.head_stride};
+  args.out = out.data;
+  args.out_token_stride = out.token_stride;
+  args.out_head_stride = out.head_stride;
+  args.query_pos = query_pos.data();
+  args.key_pos = key_pos.data();
+  return args;
+}
 
 }  // namespace posenc::internal

@@ -18,7 +18,7 @@ namespace {
 constexpr std::string_view kFunction = "self_extend";
 
 double ScoreScale(const AttentionOptions& options, int64_t head_dim) {
-  return options.scale > 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  return internal::ResolvedScale(options.scale, head_dim);
 }
 
 // The grouped rotation positions of every query and key (SelfExtend::GroupQueryPosition and
@@ -64,22 +64,10 @@ void PartialAttention(const AttentionOptions& options, Heads<const T> q, Heads<c
                       Heads<float> out, float* lse) {
   const std::vector<T> q_rotated = Rotated(*options.rope, query_rotation, q);
   const std::vector<T> k_rotated = Rotated(*options.rope, key_rotation, k);
-  internal::AttentionKernelArgs args;
-  args.storage = StorageTypeOf<T>();
-  args.q_tokens = q.tokens;
-  args.kv_tokens = k.tokens;
-  args.num_heads = q.num_heads;
-  args.num_kv_heads = k.num_heads;
-  args.head_dim = q.head_dim;
-  args.value_dim = v.head_dim;
-  args.q = {q_rotated.data(), q.num_heads * q.head_dim, q.head_dim};
-  args.k = {k_rotated.data(), k.num_heads * k.head_dim, k.head_dim};
-  args.v = {v.data, v.token_stride, v.head_stride};
-  args.out = out.data;
-  args.out_token_stride = out.token_stride;
-  args.out_head_stride = out.head_stride;
-  args.query_pos = query_pos.data();
-  args.key_pos = key_pos.data();
+  internal::AttentionKernelArgs args = internal::KernelArgsFor<T>(
+      Heads<const T>::Dense(q_rotated.data(), q.tokens, q.num_heads, q.head_dim),
+      Heads<const T>::Dense(k_rotated.data(), k.tokens, k.num_heads, k.head_dim), v, query_pos,
+      key_pos, out);
   args.causal = options.causal;
   args.window = window;
   args.chunk_size = options.chunk_size;
