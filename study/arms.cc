@@ -20,6 +20,7 @@ Settings Settings::Quick() {
   s.eval_batch_tokens = 2048;
   s.log_every = 10;
   s.checkpoint_every = 20;
+  s.self_extend_window = 16;
   return s;
 }
 
@@ -90,6 +91,12 @@ std::vector<Arm> Arms() {
       {"RoPE + YaRN x4 (zero-shot)", "rope-yarn", M::kRope, S::kYarn, "rope"},
       {"RoPE + PI x4, fine-tuned at 4x", "rope-pi-ft", M::kRope, S::kPi, "rope-pi-ft"},
       {"RoPE + YaRN x4, fine-tuned at 4x", "rope-yarn-ft", M::kRope, S::kYarn, "rope-yarn-ft"},
+      {"RoPE + Self-Extend (zero-shot)", "rope-self-extend", M::kRope, S::kNone, "rope", false,
+       Reading::kSelfExtend},
+      {"RoPE + sinks, cache positions (zero-shot)", "rope-sinks", M::kRope, S::kNone, "rope", false,
+       Reading::kSinksCache},
+      {"RoPE + sinks, text positions (zero-shot)", "rope-sinks-text", M::kRope, S::kNone, "rope",
+       false, Reading::kSinksText},
   };
 }
 
@@ -100,6 +107,33 @@ YarnScaling YarnScalingFor(const Settings& s) {
   yarn.beta_fast = s.yarn_beta_fast;
   yarn.beta_slow = s.yarn_beta_slow;
   return yarn;
+}
+
+SelfExtend SelfExtendFor(const Settings& s, int64_t length) {
+  const int64_t w = s.self_extend_window, room = s.train_length - w;
+  SelfExtend se{.group_size = 1, .neighbor_window = w};
+  while ((room * se.group_size) + w < length) ++se.group_size;
+  return se;
+}
+
+LongContext LongContextFor(const Settings& s, Reading reading, int64_t length) {
+  LongContext c;
+  switch (reading) {
+    case Reading::kFull:
+      break;
+    case Reading::kSelfExtend:
+      c.kind = LongContext::Kind::kSelfExtend;
+      c.self_extend = SelfExtendFor(s, length);
+      break;
+    case Reading::kSinksCache:
+    case Reading::kSinksText:
+      c.kind = LongContext::Kind::kSinks;
+      c.sinks = s.sink_tokens;
+      c.cache = s.train_length;
+      c.positions = reading == Reading::kSinksCache ? SinkPositions::kCache : SinkPositions::kText;
+      break;
+  }
+  return c;
 }
 
 Rope RopeFor(const Settings& s, Stretch stretch, int64_t length) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "long_context.h"
 #include "model.h"
 #include "posenc/rope_scaling.h"
 
@@ -33,6 +34,12 @@ struct Settings {
   // over the training length are kept, those turning less than beta_slow times are divided.
   double yarn_beta_fast = 8.0;
   double yarn_beta_slow = 1.0;
+  // Self-Extend's neighbour window W (half the training length); its group size G is chosen per
+  // evaluation length by the authors' rule (SelfExtendFor).
+  int64_t self_extend_window = 64;
+  // Attention sinks: the first sink_tokens tokens stay, and the cache holds train_length tokens in
+  // all (StreamingLLM's 4 sinks; a window the model was trained on).
+  int64_t sink_tokens = 4;
   // Stop (as an interruption would) after this many training steps in this process; 0: never.
   // Lets a test interrupt a run at a known point and check that resuming it changes nothing.
   int64_t stop_after_steps = 0;
@@ -58,6 +65,9 @@ struct Run {
   bool warmup_and_decay = true;  // base runs: warm-up then cosine; fine-tunes: constant
 };
 
+// How an arm's attention reads a window (long_context.h): all of it, or through a cache.
+enum class Reading { kFull, kSelfExtend, kSinksCache, kSinksText };
+
 // A row of the results table: a run read with a stretch (zero-shot variants reuse base runs).
 struct Arm {
   std::string label;  // e.g. "RoPE + YaRN (zero-shot)"
@@ -66,6 +76,7 @@ struct Arm {
   Stretch stretch;
   std::string run_prefix;  // run name without "-s<seed>"
   bool base = false;       // a base arm (trained from scratch)
+  Reading reading = Reading::kFull;
 };
 
 std::vector<Run> Runs(const Settings& settings);
@@ -74,5 +85,12 @@ std::vector<Arm> Arms();
 // The Rope a RoPE model uses with `stretch` when its window holds `length` positions.
 Rope RopeFor(const Settings& settings, Stretch stretch, int64_t length);
 YarnScaling YarnScalingFor(const Settings& settings);
+
+// Self-Extend for a window of `length` characters: W = self_extend_window and the smallest G whose
+// extended window, (L0 - W) G + W, holds `length` (the rule of the authors' README, L0 the
+// training length); G = 1 (plain RoPE) up to L0.
+SelfExtend SelfExtendFor(const Settings& settings, int64_t length);
+// The attention an arm reads a window of `length` characters with.
+LongContext LongContextFor(const Settings& settings, Reading reading, int64_t length);
 
 }  // namespace posenc::study

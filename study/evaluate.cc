@@ -10,7 +10,8 @@ std::string ProtocolName(Protocol protocol) {
 }
 
 double HeldOutLoss(CharModel& model, const Rope& rope, const torch::Tensor& held_out,
-                   int64_t length, Protocol protocol, int64_t eval_chars, int64_t batch_tokens) {
+                   int64_t length, Protocol protocol, int64_t eval_chars, int64_t batch_tokens,
+                   const LongContext& reading) {
   torch::NoGradGuard no_grad;
   model->eval();
   // Each window: the characters at [start, start + length) predict [start + 1, start + length],
@@ -37,7 +38,7 @@ double HeldOutLoss(CharModel& model, const Rope& rope, const torch::Tensor& held
     for (size_t w = first; w < last; ++w)
       rows.push_back(held_out.slice(0, windows[w].start, windows[w].start + length + 1));
     const torch::Tensor batch = torch::stack(rows);
-    const torch::Tensor logits = model->forward(batch.slice(1, 0, length), rope);
+    const torch::Tensor logits = model->forward(batch.slice(1, 0, length), rope, reading);
     const torch::Tensor losses =
         torch::nn::functional::cross_entropy(
             logits.reshape({-1, logits.size(2)}), batch.slice(1, 1).reshape(-1),

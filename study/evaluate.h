@@ -19,7 +19,9 @@ namespace posenc::study {
 enum class Protocol { kNonOverlapping, kSliding };
 std::string ProtocolName(Protocol protocol);  // "nonoverlapping" / "sliding"
 
+// `reading`: how attention reads each window (long_context.h); all of it by default.
 double HeldOutLoss(CharModel& model, const Rope& rope, const torch::Tensor& held_out,
-                   int64_t length, Protocol protocol, int64_t eval_chars, int64_t batch_tokens);
+                   int64_t length, Protocol protocol, int64_t eval_chars, int64_t batch_tokens,
+                   const LongContext& reading = {});
 
 }  // namespace posenc::study

@@ -52,12 +52,20 @@ CharModelImpl::CharModelImpl(const ModelShape& shape, PositionMethod method)
 }
 
 torch::Tensor CharModelImpl::Attention(Block& block, const torch::Tensor& x,
-                                       const torch::Tensor& positions, const Rope& rope) {
+                                       const torch::Tensor& positions, const Rope& rope,
+                                       const LongContext& reading) {
   const int64_t batch = x.size(0), n = x.size(1), h = shape_.heads, dh = head_dim();
   // [batch, tokens, 3, heads, head_dim]: q, k and v each [batch, tokens, heads, head_dim].
   const torch::Tensor qkv = block.qkv(x).view({batch, n, 3, h, dh});
   torch::Tensor q = qkv.select(2, 0), k = qkv.select(2, 1);
   const torch::Tensor v = qkv.select(2, 2);
+  if (reading.kind != LongContext::Kind::kFull) {
+    const torch::Tensor mixed =
+        reading.kind == LongContext::Kind::kSelfExtend
+            ? SelfExtendRead(q, k, v, rope, reading.self_extend)
+            : SinkRead(q, k, v, rope, reading.sinks, reading.cache, reading.positions);
+    return block.proj(mixed.reshape({batch, n, shape_.d_model}));
+  }
   if (method_ == PositionMethod::kRope) {
     q = ApplyRopeAutograd(q, positions, rope);
     k = ApplyRopeAutograd(k, positions, rope);
@@ -72,7 +80,12 @@ torch::Tensor CharModelImpl::Attention(Block& block, const torch::Tensor& x,
   return block.proj(mixed.transpose(1, 2).reshape({batch, n, shape_.d_model}));
 }
 
-torch::Tensor CharModelImpl::forward(const torch::Tensor& ids, const Rope& rope) {
+torch::Tensor CharModelImpl::forward(const torch::Tensor& ids, const Rope& rope,
+                                     const LongContext& reading) {
+  if (reading.kind != LongContext::Kind::kFull) {
+    TORCH_CHECK(method_ == PositionMethod::kRope && !torch::GradMode::is_enabled(),
+                "[study] Self-Extend and attention sinks read a RoPE model, without gradient");
+  }
   const int64_t n = ids.size(1);
   const torch::Tensor positions = torch::arange(n, torch::kInt64);
   torch::Tensor x = tokens_(ids);
@@ -82,7 +95,7 @@ torch::Tensor CharModelImpl::forward(const torch::Tensor& ids, const Rope& rope)
     x = x + SinusoidalTable(positions, shape_.d_model);
   }
   for (Block& block : blocks_) {
-    x = x + Attention(block, block.norm1(x), positions, rope);
+    x = x + Attention(block, block.norm1(x), positions, rope, reading);
     x = x + block.down(torch::gelu(block.up(block.norm2(x))));
   }
   return head_(final_norm_(x));

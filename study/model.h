@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "long_context.h"
 #include "posenc/rope.h"
 
 namespace posenc::study {
@@ -33,8 +34,10 @@ class CharModelImpl : public torch::nn::Module {
 
   // ids: int64 [batch, tokens] -> logits [batch, tokens, vocab]. Window positions are
   // 0 .. tokens - 1. `rope` is the rotation for this call (scaled variants swap it at evaluation);
-  // it is ignored by the other methods.
-  torch::Tensor forward(const torch::Tensor& ids, const Rope& rope);
+  // it is ignored by the other methods. `reading` changes how a RoPE model's attention reads the
+  // window (Self-Extend, attention sinks: long_context.h; evaluation only, no gradient).
+  torch::Tensor forward(const torch::Tensor& ids, const Rope& rope,
+                        const LongContext& reading = {});
 
   const ModelShape& shape() const { return shape_; }
   PositionMethod method() const { return method_; }
@@ -46,7 +49,7 @@ class CharModelImpl : public torch::nn::Module {
     torch::nn::Linear qkv{nullptr}, proj{nullptr}, up{nullptr}, down{nullptr};
   };
   torch::Tensor Attention(Block& block, const torch::Tensor& x, const torch::Tensor& positions,
-                          const Rope& rope);
+                          const Rope& rope, const LongContext& reading);
 
   ModelShape shape_;
   PositionMethod method_;

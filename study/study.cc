@@ -126,7 +126,7 @@ void RunStudy(Settings settings, const StudyPaths& paths, int threads) {
         for (Protocol p : {Protocol::kNonOverlapping, Protocol::kSliding}) {
           result.nats[ProtocolName(p)][length] =
               HeldOutLoss(model, rope, corpus.held_out, length, p, settings.eval_chars,
-                          settings.eval_batch_tokens);
+                          settings.eval_batch_tokens, LongContextFor(settings, arm.reading, length));
         }
       }
       result.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "arms.h"
+#include "long_context.h"
 #include "model.h"
 #include "positions_autograd.h"
 
@@ -138,6 +139,87 @@ TEST(StudyArms, StretchedFrequenciesFollowTheirDefinitions) {
   EXPECT_DOUBLE_EQ(yarn.inv_freq[1], plain.inv_freq[1]);
   EXPECT_NEAR(yarn.inv_freq[15], plain.inv_freq[15] / 4, 1e-18);
   EXPECT_NEAR(yarn.attention_factor, 0.1 * std::log(4.0) + 1.0, 1e-12);
+}
+
+// Attention sinks read a window at once exactly as a token-by-token decode through posenc's
+// KvCache does: roll the cache (sinks + window), append the token, attend its query.
+TEST(StudyLongContext, SinksEqualDecodeThroughTheCache) {
+  torch::manual_seed(3);
+  const int64_t n = 40, heads = 2, dim = 16, sinks = 3, cache = 12;
+  const Rope rope = Rope::Default(dim);
+  const torch::Tensor q = torch::randn({1, n, heads, dim}), k = torch::randn({1, n, heads, dim}),
+                      v = torch::randn({1, n, heads, dim});
+  for (const SinkPositions mode : {SinkPositions::kCache, SinkPositions::kText}) {
+    const torch::Tensor read = SinkRead(q, k, v, rope, sinks, cache, mode).contiguous();
+    KvCache<float> kv({.capacity = cache, .kv_heads = heads, .head_dim = dim, .rope = rope});
+    AttentionOptions options;
+    options.causal = true;
+    std::vector<float> out(heads * dim);
+    for (int64_t t = 0; t < n; ++t) {
+      RollSinkWindow(kv, sinks, cache - sinks, 1, mode);
+      const std::vector<int64_t> pos{mode == SinkPositions::kText ? t : kv.size()};
+      const auto row = [&](const torch::Tensor& x) {
+        return Heads<const float>::Dense(x[0][t].data_ptr<float>(), 1, heads, dim);
+      };
+      kv.Append(pos, row(k), row(v));
+      kv.Attend(options, row(q), pos, Heads<float>::Dense(out.data(), 1, heads, dim));
+      for (int64_t i = 0; i < heads * dim; ++i) {
+        // Cache mode re-rotates the window's keys once per roll (float32 rounding each time).
+        ASSERT_NEAR(out[static_cast<size_t>(i)], read[0][t].view(-1)[i].item<float>(), 2e-5)
+            << "mode " << static_cast<int>(mode) << ", token " << t << ", element " << i;
+      }
+    }
+  }
+  // The two modes differ once sinks are far from the query (token 39 sees sinks 39 - 0 away in
+  // the text, 11 - 0 in the cache).
+  EXPECT_FALSE(torch::allclose(SinkRead(q, k, v, rope, sinks, cache, SinkPositions::kCache),
+                               SinkRead(q, k, v, rope, sinks, cache, SinkPositions::kText)));
+}
+
+// Self-Extend in the model equals its formula written in torch: both score matrices (positions
+// as they are, and grouped), the neighbour one where the distance is < W, one causal softmax.
+TEST(StudyLongContext, SelfExtendEqualsItsFormula) {
+  torch::manual_seed(4);
+  const int64_t n = 50, heads = 2, dim = 16;
+  const Rope rope = Rope::Default(dim);
+  const SelfExtend se{.group_size = 3, .neighbor_window = 8};
+  const torch::Tensor q = torch::randn({2, n, heads, dim}), k = torch::randn({2, n, heads, dim}),
+                      v = torch::randn({2, n, heads, dim});
+  const torch::Tensor pos = torch::arange(n, torch::kInt64);
+  const auto rotated = [&](const torch::Tensor& x, const torch::Tensor& p) {
+    return RotateHalfReference(x.to(torch::kFloat64), p, rope).transpose(1, 2);  // [b, h, t, d]
+  };
+  const auto scores = [&](const torch::Tensor& qp, const torch::Tensor& kp) {
+    return torch::matmul(rotated(q, qp), rotated(k, kp).transpose(2, 3)) / std::sqrt(16.0);
+  };
+  const torch::Tensor grouped_q = pos.div(3, "floor") + 8 - 8 / 3, grouped_k = pos.div(3, "floor");
+  const torch::Tensor distance = pos.unsqueeze(1) - pos.unsqueeze(0);
+  torch::Tensor s = torch::where(distance < 8, scores(pos, pos), scores(grouped_q, grouped_k));
+  s = s.masked_fill(distance < 0, -std::numeric_limits<double>::infinity());
+  const torch::Tensor expected =
+      torch::matmul(torch::softmax(s, -1), v.to(torch::kFloat64).transpose(1, 2)).transpose(1, 2);
+  const torch::Tensor got = SelfExtendRead(q, k, v, rope, se);
+  EXPECT_LT((got.to(torch::kFloat64) - expected).abs().max().item<double>(), 2e-5);
+  // And it is not plain attention: far keys moved.
+  const torch::Tensor plain = torch::matmul(
+      torch::softmax(scores(pos, pos).masked_fill(distance < 0, -INFINITY), -1),
+      v.to(torch::kFloat64).transpose(1, 2)).transpose(1, 2);
+  EXPECT_GT((got.to(torch::kFloat64) - plain).abs().max().item<double>(), 1e-3);
+}
+
+TEST(StudyArms, SelfExtendGroupIsTheSmallestThatHoldsTheWindow) {
+  const Settings s = Settings::Full();  // L0 = 128, W = 64: (128 - 64) G + 64 >= length
+  EXPECT_EQ(SelfExtendFor(s, 128).group_size, 1);
+  EXPECT_EQ(SelfExtendFor(s, 256).group_size, 3);
+  EXPECT_EQ(SelfExtendFor(s, 512).group_size, 7);
+  EXPECT_EQ(SelfExtendFor(s, 1024).group_size, 15);
+  EXPECT_EQ(SelfExtendFor(s, 2048).group_size, 31);
+  EXPECT_EQ(SelfExtendFor(s, 2048).neighbor_window, 64);
+  const LongContext sinks = LongContextFor(s, Reading::kSinksCache, 2048);
+  EXPECT_EQ(sinks.kind, LongContext::Kind::kSinks);
+  EXPECT_EQ(sinks.sinks, 4);
+  EXPECT_EQ(sinks.cache, 128);
+  EXPECT_EQ(LongContextFor(s, Reading::kSinksText, 256).positions, SinkPositions::kText);
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ import subprocess
 import sys
 
 ARMS = ["learned", "sinusoidal", "rope", "alibi", "nope", "rope-pi", "rope-ntk", "rope-dynamic",
-        "rope-yarn", "rope-pi-ft", "rope-yarn-ft"]
+        "rope-yarn", "rope-pi-ft", "rope-yarn-ft", "rope-self-extend", "rope-sinks",
+        "rope-sinks-text"]
 BASE_RUNS = ["rope", "alibi", "sinusoidal", "learned", "nope"]
 FINE_TUNES = ["rope-pi-ft", "rope-yarn-ft"]
 SEEDS = [1, 2]
