@@ -187,6 +187,21 @@ std::string ClaimsTable(const Table& t, const Settings& s, const FineTuneCurves&
   }
   add("Past their extended window (" + fx + ") the stretched models blow up",
       "all blow up past their window", past + " vs " + fx + ": " + blow, all_blow_up);
+  // Read through a cache: "flat" is within 10% of the 1x per-character perplexity, the bar the
+  // breaking claims above use from the other side.
+  add("Self-Extend, with G chosen for the length, stays flat past the training length",
+      "Llama-2 (4k) keeps its PG-19 perplexity to 16k, where plain Llama-2 explodes",
+      Format("x%.2f at ", ratio("rope-self-extend", n, top)) + top_x +
+          Format(" (sliding x%.2f); plain RoPE x%.2f", ratio("rope-self-extend", w, top),
+                 ratio("rope", n, top)),
+      ratio("rope-self-extend", n, top) < 1.10 && ratio("rope-self-extend", w, top) < 1.10);
+  const double sinks_n = ratio("rope-sinks", n, top), sinks_w = ratio("rope-sinks", w, top);
+  add("Attention sinks (positions in the cache) keep the loss flat at any length, and no lower: "
+      "text beyond the window is forgotten",
+      "Llama-2-13B (4 sinks + window): PG-19 perplexity steady over 4 million tokens; the window "
+      "is not extended",
+      Format("x%.2f at ", sinks_n) + top_x + Format(" (sliding x%.2f)", sinks_w),
+      sinks_n > 0.95 && sinks_n < 1.10 && sinks_w > 0.95 && sinks_w < 1.10);
 
   std::ostringstream md;
   md << "| published claim | published numbers | here (non-overlapping unless noted; per-character "
@@ -220,6 +235,39 @@ std::string YarnTable(const Settings& s) {
   return md.str();
 }
 
+// How the zero-shot cache readings are set up per length, and what they show.
+std::string CacheReadingSection(const Table& t, const Settings& s) {
+  const int64_t L = s.train_length, W = s.self_extend_window;
+  std::ostringstream md;
+  md << "Self-Extend scores keys closer than W at their own distance and farther keys at "
+     << "grouped positions, floor(p / G) for keys and floor(p / G) + W - floor(W / G) for "
+     << "queries (docs/SELF_EXTEND.md). The authors' README picks the smallest G whose extended "
+     << "window (L0 - W) G + W holds the input (L0 = " << L << ", W = " << W
+     << "); the largest grouped distance then sits at the edge of what the model trained on:\n\n"
+     << "| length | G | extended window | largest grouped distance |\n|---:|---:|---:|---:|\n";
+  for (int64_t m : s.multiples) {
+    const int64_t length = m * L;
+    const SelfExtend se = SelfExtendFor(s, length);
+    md << "| " << length << " | " << se.group_size << " | "
+       << (L - W) * se.group_size + W << " | " << se.GroupQueryPosition(length - 1) << " |\n";
+  }
+  const auto c = [&](const char* key, Protocol p, int64_t m) { return t.Get(key, p, m).mean; };
+  const int64_t top = s.multiples.back();
+  const Protocol w = Protocol::kSliding;
+  md << "\nAttention sinks keep the first " << s.sink_tokens << " characters and a rolling "
+     << "window, " << L << " in all. With positions in the cache (StreamingLLM) every distance "
+     << "the model sees is one it trained on, so it reads any length as it reads " << L
+     << " characters: at " << top << "x (sliding window) "
+     << Format("%.3f nats against %.3f for plain RoPE at 1x", c("rope-sinks", w, top),
+               c("rope", w, 1))
+     << ". With positions as in the text the window keeps its true distances but the sinks "
+     << "drift beyond anything trained: "
+     << Format("%.3f nats at %.0fx", c("rope-sinks-text", w, top), static_cast<double>(top))
+     << ". Neither can use text that left the window; Self-Extend keeps all of it "
+     << Format("(%.3f nats at ", c("rope-self-extend", w, top)) << top << "x).\n";
+  return md.str();
+}
+
 // Entropy of the training text's character frequencies: what a model with no context scores.
 double UnigramNats(const Corpus& corpus, int64_t vocab) {
   const torch::Tensor counts = torch::bincount(corpus.train, {}, vocab).to(torch::kFloat64);
@@ -241,33 +289,43 @@ void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s
                  const fs::path& dir) {
   demo::Figure fig;
   fig.file_stem = "loss_vs_length_" + ProtocolName(p);
-  fig.width = 1300;
-  fig.height = 580;
+  fig.width = 1900;
+  fig.height = 600;
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
-                          "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000"};
+                          "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#006400",
+                          "#ff1493", "#00008b"};
+  constexpr size_t kColors = sizeof colors / sizeof colors[0];
   std::ostringstream plot;
-  plot << "set multiplot layout 1,2 title 'Held-out loss against evaluation length ("
+  plot << "set multiplot layout 1,3 title 'Held-out loss against evaluation length ("
        << (p == Protocol::kNonOverlapping ? "non-overlapping windows"
                                           : "sliding window, last quarter scored")
        << "; trained at " << s.train_length << " characters, mean of seeds, bars: seed range)'\n"
        << "set xlabel 'evaluation length / training length'\nset ylabel 'nats per character'\n"
        << "set logscale x 2\nset xrange [0.8:" << s.multiples.back() * 1.25 << "]\n"
        << "set key top left reverse Left samplen 3\n";
-  for (int panel = 0; panel < 2; ++panel) {
+  // Panels: the position methods; RoPE with stretched frequencies; RoPE read through a cache.
+  // Plain RoPE is drawn in all three, as the line the others are read against.
+  const char* titles[] = {"Position methods", "RoPE stretched without and with fine-tuning",
+                          "RoPE read through a cache (zero-shot)"};
+  const auto panel_of = [](const Arm& arm) {
+    if (arm.base) return 0;
+    return arm.reading == Reading::kFull ? 1 : 2;
+  };
+  for (int panel = 0; panel < 3; ++panel) {
     // Head room above the curves for the key (one line per arm).
-    plot << "set title '"
-         << (panel == 0 ? "Position methods" : "RoPE stretched without and with fine-tuning")
-         << "'\nset offsets 0, 0, " << (panel == 0 ? 1.0 : 1.6) << ", 0\nplot ";
+    plot << "set title '" << titles[panel] << "'\nset offsets 0, 0, "
+         << (panel == 1 ? 1.6 : 1.0) << ", 0\nplot ";
     int drawn = 0;
     for (size_t i = 0; i < arms.size(); ++i) {
-      const bool in_panel = panel == 0 ? arms[i].base : arms[i].method == PositionMethod::kRope;
+      const bool in_panel =
+          panel_of(arms[i]) == panel || (panel > 0 && arms[i].key == "rope");
       const std::string rows = LossRows(t, arms[i].key, p, s);
       if (!in_panel || rows.empty()) continue;
       std::string name = "a";
       name += std::to_string(i);  // (not "a" + ...: GCC 12 warns falsely of overlapping copies)
       if (panel == 0 || !arms[i].base) fig.data.push_back({name, rows});
       plot << (drawn++ ? ", " : "") << "$" << name << " using 1:2:3:4 with yerrorlines lw 2 dt "
-           << (arms[i].key.ends_with("-ft") ? 2 : 1) << " pt 7 ps 0.6 lc rgb '" << colors[i % 11]
+           << (arms[i].key.ends_with("-ft") ? 2 : 1) << " pt 7 ps 0.6 lc rgb '" << colors[i % kColors]
            << "' title '" << arms[i].label << "'";
     }
     plot << "\n";
@@ -416,7 +474,16 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "`dynamic` with factor 1 and max_position_embeddings " << L
      << " (NTK-aware with s = window / " << L << " for windows past " << L
      << "); YaRN s = " << s.finetune_factor << ", beta_fast " << s.yarn_beta_fast << ", beta_slow "
-     << s.yarn_beta_slow << " (below).\n\n";
+     << s.yarn_beta_slow << " (below).\n"
+     << "- **Read through a cache** (zero-shot, the base RoPE runs with their own frequencies; "
+     << "only attention changes): Self-Extend (`SelfExtendAttention`, Jin et al. 2024) with "
+     << "neighbour window W = " << s.self_extend_window << " and the group size G per length "
+     << "(below); attention sinks (StreamingLLM, Xiao et al. 2023): the cache holds "
+     << s.sink_tokens << " sinks and the latest " << L - s.sink_tokens << " characters, "
+     << L << " in all (the training length), with positions as slots in the cache "
+     << "(StreamingLLM's choice, `SinkPositions::kCache`) or as in the text (`kText`). Each "
+     << "window is read at once with the masks and positions a token-by-token decode through "
+     << "`KvCache` and `RollSinkWindow` would give (the study's tests check the two agree).\n\n";
 
   md << "## Protocols\n\n"
      << "- **Non-overlapping**: the scored text is cut into windows of the evaluation length and "
@@ -438,7 +505,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
 
   md << "## Beside the published shapes\n\n"
      << "Press et al. 2022 (WikiText-103, trained at 512 tokens), Chen et al. 2023 (PI, "
-     << "LLaMA-7B) and Peng et al. 2023 (YaRN). Their numbers are word-level perplexities of "
+     << "LLaMA-7B), Peng et al. 2023 (YaRN), Jin et al. 2024 (Self-Extend) and Xiao et al. 2023 "
+     << "(StreamingLLM). Their numbers are word-level perplexities of "
      << "large models; ours are per-character perplexities (e^nats) of tiny ones, so only the "
      << "shape carries over: how each method's loss moves as the window grows. The verdicts "
      << "below are computed from the tables above.\n\n"
@@ -460,6 +528,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << " characters); beta_slow = " << s.yarn_beta_slow
      << " keeps its meaning (a pair that never completed one turn is interpolated).\n\n"
      << YarnTable(s) << "\n";
+
+  md << "## Self-Extend and attention sinks\n\n" << CacheReadingSection(table, s) << "\n";
 
   md << "## NoPE\n\n"
      << "A model with no position signal can still tell positions apart through the causal mask "
