@@ -22,6 +22,7 @@
 #include "posenc/mrope.h"
 #include "posenc/rope.h"
 #include "posenc/runtime.h"
+#include "posenc/self_extend.h"
 #include "posenc/sinusoidal.h"
 #include "posenc/storage.h"
 #include "stream.h"
@@ -368,6 +369,30 @@ void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
                        Heads<float>::Dense(b.prefill_out.data(), t, h, d));
            },
            5};  // a second or less each; five rounds are enough for a best time
+    cases.push_back(std::move(c));
+  }
+  // RoPE inside attention (q and k rotated on the way), and Self-Extend on the same inputs: its
+  // keys closer than a quarter of the prefill at their own positions, the others grouped by 4.
+  // Self-Extend rotates q and k twice and runs the kernel over two disjoint key sets, so its
+  // ratio to the RoPE case is what grouping costs.
+  AttentionOptions with_rope{.causal = true};
+  with_rope.rope = Rope::Default(d, 500000.0);
+  const SelfExtend self_extend{.group_size = 4, .neighbor_window = std::max<int64_t>(1, t / 4)};
+  const std::string suffix = StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16";
+  for (const bool grouped : {false, true}) {
+    Case c{{std::string("attention prefill causal ") + (grouped ? "self-extend " : "rope ") + suffix,
+            "-", dtype, false, shape, threads, bytes, {}, flops},
+           [&b, with_rope, self_extend, grouped, t, h, d] {
+             const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
+             const auto out = Heads<float>::Dense(b.prefill_out.data(), t, h, d);
+             if (grouped) {
+               SelfExtendAttention(with_rope, self_extend, view, view, view, b.prefill_pos,
+                                   b.prefill_pos, out);
+             } else {
+               Attention(with_rope, view, view, view, b.prefill_pos, b.prefill_pos, out);
+             }
+           },
+           5};
     cases.push_back(std::move(c));
   }
 }
