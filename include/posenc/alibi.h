@@ -30,6 +30,8 @@ struct Alibi {
 
   // The number of heads this shard holds.
   int64_t LocalHeads() const { return shard_heads > 0 ? shard_heads : num_heads - head_offset; }
+
+  friend bool operator==(const Alibi&, const Alibi&) = default;
 };
 
 // Slopes of heads head_offset .. head_offset + LocalHeads() - 1, in double (validates first).

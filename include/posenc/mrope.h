@@ -88,6 +88,8 @@ struct MRope {
 
   // Throws posenc::Error naming the field, value and rule (rope.Validate() first).
   void Validate() const;
+
+  friend bool operator==(const MRope&, const MRope&) = default;
 };
 
 // The positions of `tokens` tokens in `num_streams` streams: stream s of token t is data[s *

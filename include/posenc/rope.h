@@ -84,6 +84,8 @@ struct Rope {
 
   // Throws posenc::Error naming the field, value and rule.
   void Validate() const;
+
+  friend bool operator==(const Rope&, const Rope&) = default;
 };
 
 // Every overload validates all its arguments (rope, views, positions, shapes, aliasing) before

@@ -34,14 +34,17 @@ Example::
     (q_rot * k_rot.repeat_interleave(4, dim=2)).sum().backward()
 """
 
+import json
 import math
 import operator
 import os
 
 import numpy as np
 import torch
+import torch.fx
 
 from posenc import _core
+from posenc import _torch_reference as _reference
 from posenc import (
     model_positions,
     mrope_from_hf_config,
@@ -62,8 +65,10 @@ __all__ = [
     "alibi_slopes",
     "apply_mrope",
     "apply_rope",
+    "apply_rope_",
     "attention",
     "get_rope_index",
+    "rope_cos_sin",
     "rope_from_hf_config",
 ]
 
@@ -95,6 +100,15 @@ def _check_cpu(function, name, tensor):
 
 def _check_activations(function, name, tensor, dtypes=_ROPE_DTYPES):
     _check_cpu(function, name, tensor)
+    _check_tensor(function, name, tensor, dtypes)
+
+
+def _check_tensor(function, name, tensor, dtypes=_ROPE_DTYPES):
+    """A tensor of one of dtypes, on any device."""
+    if not isinstance(tensor, torch.Tensor):
+        raise _error(
+            function, name, "be a torch.Tensor", type(tensor).__name__
+        )
     if tensor.dtype not in dtypes:
         allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise _error(
@@ -196,26 +210,106 @@ def _numpy(tensor):
     return tensor.detach().numpy()
 
 
-def _rotate_qk(rope, positions, q, k, direction):
-    """Rotated copies of q and k, allocated like them (strides preserved);
-    rope is a posenc.Rope (positions [..., tokens]) or a posenc.MRope
-    (position streams [streams, ..., tokens])."""
-    multi = isinstance(rope, _core.MRope)
-    function = "mrope" if multi else "rope"
-    q_out = _empty(function, q.shape, q.dtype, like=q)
-    k_out = _empty(function, k.shape, k.dtype, like=k)
-    apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
-    apply_qk(
-        rope,
-        positions,
-        _numpy(q),
-        _numpy(k),
-        direction=direction,
-        q_out=_numpy(q_out),
-        k_out=_numpy(k_out),
-        bfloat16=q.dtype == torch.bfloat16,
+# Tensors the C++ kernels can read in place: plain tensors with CPU storage.
+# Subclasses (FakeTensor and the like), meta tensors and other devices run the
+# pure-PyTorch definitions of posenc._torch_reference instead.
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_FORMATS = ("bshd", "bhsd")
+
+
+def _on_kernel(*tensors):
+    return all(
+        type(t) in _PLAIN_TENSORS and t.device.type == "cpu"
+        for t in tensors
+        if t is not None
     )
-    return q_out, k_out
+
+
+def _records(*tensors):
+    """Whether autograd would record an operation on these tensors."""
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in tensors
+    )
+
+
+def _head_view(tensor):
+    """The tensor when a head view can describe it (last dim contiguous, no
+    stride-0 dims), else a contiguous copy: autograd may hand over expanded
+    gradients; the usual ones, Hugging Face's layout included, pass as they
+    are."""
+    if tensor.stride(-1) == 1 and all(
+        s != 0 or n == 1 for s, n in zip(tensor.stride(), tensor.shape)
+    ):
+        return tensor
+    return tensor.contiguous()
+
+
+def _qkv_format(function, qkv_format):
+    if qkv_format not in _FORMATS:
+        raise _error(
+            function,
+            "qkv_format",
+            "be 'bshd' ([..., tokens, heads, head_dim], posenc's) or 'bhsd' "
+            "([..., heads, tokens, head_dim], Hugging Face's)",
+            repr(qkv_format),
+        )
+    return qkv_format
+
+
+def _tokens_first(function, name, tensor, qkv_format):
+    """tensor as posenc's [..., tokens, heads, dim]: itself, or the
+    transposed view of Hugging Face's [..., heads, tokens, dim] (no copy)."""
+    if tensor.dim() < 3:
+        layout = "[..., tokens, heads, head_dim]"
+        if qkv_format == "bhsd":
+            layout = "[..., heads, tokens, head_dim]"
+        raise _error(function, f"{name}.shape", f"be {layout}", tuple(tensor.shape))
+    return tensor if qkv_format == "bshd" else tensor.transpose(-2, -3)
+
+
+def _position_tensor(function, positions, name="positions"):
+    """positions as an int64 tensor (where they lie); a sequence or array of
+    ints is converted, floats and bools are refused, never truncated."""
+    if isinstance(positions, torch.Tensor):
+        if positions.dtype != torch.int64:
+            raise _error(
+                function, name, "have dtype int64", _dtype_name(positions.dtype)
+            )
+        return positions
+    return torch.from_numpy(_positions(function, positions, name))
+
+
+def _kernel_rotate(rotation, positions, tensors, direction):
+    """Rotated copies of one or two tensors, allocated like them (strides
+    preserved); rotation is a posenc.Rope (positions [..., tokens]) or a
+    posenc.MRope (position streams [streams, ..., tokens])."""
+    multi = isinstance(rotation, _core.MRope)
+    function = "mrope" if multi else "rope"
+    outs = tuple(_empty(function, t.shape, t.dtype, like=t) for t in tensors)
+    bfloat16 = tensors[0].dtype == torch.bfloat16
+    if len(tensors) == 2:
+        apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
+        apply_qk(
+            rotation,
+            positions,
+            _numpy(tensors[0]),
+            _numpy(tensors[1]),
+            direction=direction,
+            q_out=_numpy(outs[0]),
+            k_out=_numpy(outs[1]),
+            bfloat16=bfloat16,
+        )
+    else:
+        apply_one = _core.apply_mrope if multi else _core.apply_rope
+        apply_one(
+            rotation,
+            positions,
+            _numpy(tensors[0]),
+            direction=direction,
+            out=_numpy(outs[0]),
+            bfloat16=bfloat16,
+        )
+    return outs
 
 
 _OPPOSITE = {
@@ -225,74 +319,234 @@ _OPPOSITE = {
 
 
 class _ApplyRope(torch.autograd.Function):
-    """FORWARD is y = a R(phi) x on q and k; INVERSE is its transpose a
-    R(-phi). Each is the other's backward pass, and the backward is itself this
-    Function, so it is differentiable again (gradgradcheck). The rotation is a
-    posenc.Rope or a posenc.MRope (each pair's angle from its own position
-    stream; the transpose is the same)."""
+    """FORWARD is y = a R(phi) x on q (and k); INVERSE is its transpose
+    a R(-phi). Each is the other's backward pass, and the backward is itself
+    this Function, so it is differentiable again (gradgradcheck). The rotation
+    is a posenc.Rope or a posenc.MRope (each pair's angle from its own
+    position stream; the transpose is the same). k may be None."""
 
     @staticmethod
-    def forward(ctx, q, k, positions, rope, direction):
-        ctx.rope, ctx.positions, ctx.direction = rope, positions, direction
-        return _rotate_qk(rope, positions, q, k, direction)
+    def forward(ctx, q, k, positions, rotation, direction):
+        ctx.rotation, ctx.positions, ctx.direction = rotation, positions, direction
+        tensors = (q,) if k is None else (q, k)
+        outs = _kernel_rotate(rotation, positions, tensors, direction)
+        return outs[0] if k is None else outs
 
     @staticmethod
-    def backward(ctx, grad_q, grad_k):
-        # Autograd may hand over expanded (stride 0) or otherwise overlapping
-        # gradients, which a head view cannot describe; contiguous() copies
-        # only those.
-        grad_q, grad_k = _ApplyRope.apply(
-            grad_q.contiguous(),
-            grad_k.contiguous(),
+    def backward(ctx, grad_q, grad_k=None):
+        grads = _ApplyRope.apply(
+            _head_view(grad_q),
+            None if grad_k is None else _head_view(grad_k),
             ctx.positions,
-            ctx.rope,
+            ctx.rotation,
             _OPPOSITE[ctx.direction],
         )
-        return grad_q, grad_k, None, None, None
+        if grad_k is None:
+            return grads, None, None, None, None
+        return grads[0], grads[1], None, None, None
 
 
-def apply_rope(q, k, positions, rope):
-    """Rotates q and k by RoPE; differentiable. Returns (q_rot, k_rot).
-
-    Shapes: q is [..., tokens, num_heads, head_dim], k is [..., tokens,
-    num_kv_heads, head_dim] (the same batch dims and tokens; as many or fewer
-    heads). The last dim must be contiguous; other strides are free, so Hugging
-    Face's [batch, heads, seq, dim] tensor passes as ``x.transpose(1, 2)``
-    without a copy, and the results keep that memory order. positions is int64
-    [tokens] (shared by the batch) or [..., tokens]. rope is a ``posenc.Rope``;
-    its head_dim must equal the tensors'.
-
-    Forward: pair i of each head is turned by phi = pos * rope.inv_freq[i], cos
-    and sin times rope.attention_factor (y = a R(phi) x). Backward: the
-    transpose a R(-phi), applied by the same kernel (no rotation matrices). q
-    and k are CPU float32, float64, bfloat16 or float16 tensors of one dtype.
-    """
-    _check_activations("rope", "q", q)
-    _check_activations("rope", "k", k)
-    if k.dtype != q.dtype:
-        raise _error("rope", "k.dtype", f"equal q.dtype ({q.dtype})", k.dtype)
-    if not isinstance(rope, _core.Rope):
+def _rotate_views(function, rotation, positions, views):
+    """Rotates posenc-layout views by a posenc.Rope or posenc.MRope at int64
+    positions: the kernel on plain CPU tensors (through the autograd Function
+    only when autograd records), else the pure-PyTorch definition."""
+    if _on_kernel(*views, positions):
+        array = positions.numpy() if isinstance(positions, torch.Tensor) else positions
+        forward = _core.RopeDirection.FORWARD
+        if _records(*views):
+            q, k = views if len(views) == 2 else (views[0], None)
+            outs = _ApplyRope.apply(q, k, array, rotation, forward)
+            return (outs,) if k is None else outs
+        return _kernel_rotate(rotation, array, views, forward)
+    if isinstance(rotation, _core.MRope):
         raise _error(
-            "rope",
-            "rope",
-            "be a posenc.Rope (of a RotaryEmbedding: its .rope)",
-            type(rope).__name__,
+            function,
+            "q",
+            "be a plain CPU tensor (multi-stream RoPE has no pure-PyTorch path yet)",
+            f"{type(views[0]).__name__} on {views[0].device}",
         )
-    return _ApplyRope.apply(
-        q, k, _positions("rope", positions), rope, _core.RopeDirection.FORWARD
+    positions = positions.to(views[0].device)
+    return tuple(_reference.rotate(rotation, positions, v) for v in views)
+
+
+def _check_pair(function, q, k, dtypes=_ROPE_DTYPES):
+    _check_tensor(function, "q", q, dtypes)
+    if k is not None:
+        _check_tensor(function, "k", k, dtypes)
+        if k.dtype != q.dtype:
+            raise _error(
+                function,
+                "k.dtype",
+                f"equal q.dtype ({_dtype_name(q.dtype)})",
+                _dtype_name(k.dtype),
+            )
+        if k.device != q.device:
+            raise _error(
+                function, "k.device", f"equal q.device ({q.device})", k.device
+            )
+
+
+def _check_positions_device(function, positions, q, name="positions"):
+    """Positions are read where they lie (moved to q's device when they
+    differ); a meta tensor has no values to read, unless q is meta too."""
+    if positions.device.type == "meta" and q.device.type != "meta":
+        raise _error(
+            function,
+            name,
+            "hold values (a meta tensor holds none) unless q is meta",
+            "meta",
+        )
+
+
+def _rope_scheme(function, rope, positions):
+    """The posenc.Rope that rope= names at these positions: a posenc.Rope as
+    it is; a RotaryEmbedding's, following the positions where its scaling
+    rule depends on the length (dynamic NTK, LongRoPE)."""
+    if isinstance(rope, _core.Rope):
+        return rope
+    if isinstance(rope, RotaryEmbedding):
+        return rope.rope_at(positions)
+    raise _error(
+        function,
+        "rope",
+        "be a posenc.Rope or a posenc.torch.RotaryEmbedding",
+        type(rope).__name__,
     )
 
 
+def _rope_call(function, rope, positions, q, k, qkv_format, inplace):
+    _check_pair(function, q, k)
+    qkv_format = _qkv_format(function, qkv_format)
+    views = tuple(
+        _tokens_first(function, name, t, qkv_format)
+        for name, t in (("q", q), ("k", k))
+        if t is not None
+    )
+    positions = _position_tensor(function, positions)
+    _check_positions_device(function, positions, q)
+    rotation = _rope_scheme(function, rope, positions)
+    if not inplace:
+        outs = _rotate_views(function, rotation, positions, views)
+        if qkv_format == "bhsd":
+            outs = tuple(o.transpose(-2, -3) for o in outs)
+        return outs[0] if k is None else outs
+    if _records(q, k):
+        raise _error(
+            function,
+            "q and k",
+            "not require grad while autograd records (an in-place rotation "
+            "has no backward; use apply_rope)",
+            "a tensor that requires grad",
+        )
+    if _on_kernel(*views, positions):
+        bfloat16 = q.dtype == torch.bfloat16
+        arrays = [_numpy(v) for v in views]
+        if k is None:
+            _core.apply_rope_inplace(rotation, positions.numpy(), *arrays, bfloat16=bfloat16)
+        else:
+            _core.apply_rope_qk_inplace(rotation, positions.numpy(), *arrays, bfloat16=bfloat16)
+    else:
+        rotated = _rotate_views(function, rotation, positions, views)
+        for view, out in zip(views, rotated):
+            view.copy_(out)
+    return q if k is None else (q, k)
+
+
+def apply_rope(rope, positions, q, k=None, *, qkv_format="bshd"):
+    """Rotates q (and k) by RoPE; differentiable. Returns q_rot, or
+    (q_rot, k_rot) when k is given. The argument order is posenc's everywhere
+    (numpy's ``posenc.apply_rope`` and the C++ ApplyRope): scheme, positions,
+    tensors.
+
+    rope is a ``posenc.Rope`` or a ``RotaryEmbedding`` (whose dynamic or
+    LongRoPE frequencies then follow the positions: L = max(positions) + 1).
+    qkv_format "bshd" (default, posenc's): q [..., tokens, heads, head_dim],
+    k [..., tokens, kv_heads, head_dim]; "bhsd" (Hugging Face's): q [...,
+    heads, tokens, head_dim], k [..., kv_heads, tokens, head_dim], read and
+    written without a copy, forward and backward. positions is int64
+    [tokens] (shared by the batch) or [..., tokens] (Hugging Face's
+    position_ids [batch, seq]).
+
+    Forward: pair i of each head is turned by phi = pos * rope.inv_freq[i],
+    cos and sin times rope.attention_factor (y = a R(phi) x). Backward: the
+    transpose a R(-phi), by the same kernel. Plain CPU tensors run the C++
+    kernels in float32, float64, bfloat16 or float16; tensors elsewhere
+    (CUDA, meta, FakeTensor) run the same definition in PyTorch operations.
+    """
+    if _traced(q, k, positions):
+        q_rot = _apply_rope_one(rope, positions, q, qkv_format)
+        return q_rot if k is None else (q_rot, _apply_rope_one(rope, positions, k, qkv_format))
+    return _rope_call("rope", rope, positions, q, k, qkv_format, False)
+
+
+def _traced(*values):
+    """Whether torch.fx is tracing these values. A traced call records one
+    node per rotated tensor, since fx cannot unpack a node's result."""
+    return any(isinstance(v, torch.fx.Proxy) for v in values)
+
+
+def _apply_rope_one(rope, positions, x, qkv_format):
+    """One tensor's rotation, as torch.fx records it."""
+    return _rope_call("rope", rope, positions, x, None, qkv_format, False)
+
+
+def apply_rope_(rope, positions, q, k=None, *, qkv_format="bshd"):
+    """apply_rope in place, for decode loops: q (and k) are overwritten with
+    their rotation and returned. Not differentiable: a tensor that requires
+    grad while autograd records raises posenc.Error. Nothing is written
+    unless every argument is valid."""
+    return _rope_call("rope", rope, positions, q, k, qkv_format, True)
+
+
+def rope_cos_sin(rope, positions, dtype=torch.float32):
+    """Hugging Face's (cos, sin), each [..., tokens, rotary_dim] for int64
+    positions [..., tokens]: pair i's cos(pos * inv_freq[i]) *
+    attention_factor on both of its features (half-split: cat(f, f);
+    interleaved: each twice), formed in float64 and rounded once to dtype
+    (Hugging Face forms the angle in float32, which loses digits at large
+    positions). rope is a posenc.Rope or a RotaryEmbedding."""
+    positions = _position_tensor("rope", positions)
+    return _reference.hf_cos_sin(_rope_scheme("rope", rope, positions), positions, dtype)
+
+
+def _module_rope(module, q, k, positions, qkv_format):
+    """RotaryEmbedding.forward, as a function torch.fx records as one node."""
+    qkv_format = qkv_format or module.qkv_format
+    if positions is None:
+        if qkv_format is None:
+            raise _error(
+                "rope",
+                "positions",
+                "be given unless qkv_format says where the tokens are ('bshd' "
+                "or 'bhsd', here or to RotaryEmbedding): [.., a, b, head_dim] "
+                "does not tell tokens from heads",
+                None,
+            )
+        _check_tensor("rope", "q", q, _ROPE_DTYPES)
+        axis = -3 if qkv_format == "bshd" else -2
+        if q.dim() < 3:
+            _tokens_first("rope", "q", q, _qkv_format("rope", qkv_format))
+        positions = torch.arange(q.shape[axis], dtype=torch.int64)
+    return apply_rope(module, positions, q, k, qkv_format=qkv_format or "bshd")
+
+
+torch.fx.wrap("_apply_rope_one")
+torch.fx.wrap("_module_rope")
+
+
 class RotaryEmbedding(torch.nn.Module):
-    """RoPE as a module: ``forward(q, k, positions=None) -> (q_rot, k_rot)``.
+    """RoPE as a module: ``forward(q, k=None, positions=None, *,
+    qkv_format=None)`` -> q_rot, or (q_rot, k_rot) when k is given.
 
     Built from plain RoPE arguments (head_dim, base, layout 'half_split' or
-    'interleaved', rotary_dim: the rotated features, None for all from
-    rotary_offset; rotary_offset: the first rotated feature, DeepSeek MLA:
-    head_dim 192, rotary_offset 128, rotary_dim 64) or
-    from a ready ``posenc.Rope`` (e.g. ``rope_from_hf_config``). Shapes as in
-    ``apply_rope``; positions defaults to 0 .. tokens - 1. The module has no
-    parameters.
+    'interleaved' (the pairs), rotary_dim: the rotated features, None for all
+    from rotary_offset; rotary_offset: the first rotated feature, DeepSeek
+    MLA: head_dim 192, rotary_offset 128, rotary_dim 64), from a ready
+    ``posenc.Rope`` (``rope=``), or from a Hugging Face config
+    (``from_hf_config``). Shapes as in ``apply_rope``; qkv_format ('bshd' or
+    'bhsd'), given here or per call, says where the tokens are, and only then
+    may positions be left out (0 .. tokens - 1). The module has no
+    parameters; it pickles, deep-copies and goes through torch.save.
     """
 
     def __init__(
@@ -304,6 +558,7 @@ class RotaryEmbedding(torch.nn.Module):
         rotary_dim=None,
         rotary_offset=0,
         rope=None,
+        qkv_format=None,
     ):
         super().__init__()
         if rope is None:
@@ -311,6 +566,10 @@ class RotaryEmbedding(torch.nn.Module):
                 raise _error(
                     "rope", "head_dim", "be given when rope is not", None
                 )
+            _check_int("rope", "head_dim", head_dim)
+            _check_number("rope", "base", base)
+            _check_int("rope", "rotary_dim", rotary_dim, allow_none=True)
+            _check_int("rope", "rotary_offset", rotary_offset)
             rope = _core.Rope.default(
                 head_dim,
                 base,
@@ -318,38 +577,111 @@ class RotaryEmbedding(torch.nn.Module):
                 rotary_dim or 0,
                 rotary_offset=rotary_offset,
             )
+        _check_instance("rope", "rope", rope, _core.Rope, "a posenc.Rope")
         self.rope = rope
+        self.qkv_format = (
+            None if qkv_format is None else _qkv_format("rope", qkv_format)
+        )
+        # The config and layer of a length-dependent rule (dynamic NTK,
+        # LongRoPE), whose frequencies follow max(positions) + 1; None when
+        # the frequencies are fixed.
+        self._length_rule = None
+        self._by_length = {}
 
     @classmethod
-    def from_hf_config(cls, config, layer=None, **kwargs):
+    def from_hf_config(
+        cls,
+        config,
+        layer=None,
+        *,
+        layer_type=None,
+        seq_len=None,
+        precision=_core.RopePrecision.REFERENCE,
+        qkv_format=None,
+    ):
         """The RoPE of a Hugging Face config (see ``rope_from_hf_config``).
 
         ``layer`` is a layer index (``posenc.model_positions(config).layers``)
         or a layer type; a layer that does not rotate (a NoPE layer of Llama 4
-        or SmolLM3) raises ``posenc.Error`` (a ValueError) naming it. Other
-        keywords: layer_type, seq_len, precision."""
-        return cls(rope=rope_from_hf_config(config, layer=layer, **kwargs))
+        or SmolLM3) raises ``posenc.Error`` (a ValueError) naming it. Where
+        the rope type depends on the length (dynamic NTK, LongRoPE) the
+        frequencies follow each call's positions, L = max(positions) + 1, as
+        Hugging Face's module does, unless ``seq_len`` fixes L here."""
+        options = dict(layer=layer, layer_type=layer_type, precision=precision)
+        module = cls(
+            rope=rope_from_hf_config(config, seq_len=seq_len, **options),
+            qkv_format=qkv_format,
+        )
+        if seq_len is None:
+            short = rope_from_hf_config(config, seq_len=1, **options)
+            long = rope_from_hf_config(config, seq_len=_LONGEST, **options)
+            if short != long:
+                module._length_rule = (_config_text(config), options)
+        return module
+
+    def rope_at(self, positions):
+        """The posenc.Rope of a call at these int64 positions: the module's
+        own, or for a length-dependent rule the one of L = max(positions) +
+        1 (cached per length)."""
+        if (
+            self._length_rule is None
+            or positions.numel() == 0
+            or positions.device.type == "meta"
+        ):
+            return self.rope
+        length = max(int(positions.max()) + 1, 1)
+        rope = self._by_length.get(length)
+        if rope is None:
+            text, options = self._length_rule
+            rope = rope_from_hf_config(text, seq_len=length, **options)
+            if len(self._by_length) >= _CACHED_LENGTHS:
+                self._by_length.clear()
+            self._by_length[length] = rope
+        return rope
 
     @property
     def inv_freq(self):
-        """float64 [rotary_dim / 2]: the inverse frequencies."""
+        """float64 [rotary_dim / 2]: the inverse frequencies (at the
+        construction-time length for a length-dependent rule)."""
         return torch.tensor(self.rope.inv_freq, dtype=torch.float64)
 
-    def forward(self, q, k, positions=None):
-        if positions is None:
-            _check_activations("rope", "q", q)
-            if q.dim() < 3:
-                raise _error(
-                    "rope",
-                    "q.shape",
-                    "be [..., tokens, heads, head_dim]",
-                    tuple(q.shape),
-                )
-            positions = torch.arange(q.shape[-3], dtype=torch.int64)
-        return apply_rope(q, k, positions, self.rope)
+    def cos_sin(self, positions, dtype=torch.float32):
+        """Hugging Face's (cos, sin) at these positions (``rope_cos_sin``)."""
+        return rope_cos_sin(self, positions, dtype)
+
+    def forward(self, q, k=None, positions=None, *, qkv_format=None):
+        if _traced(q, k, positions) and k is not None:
+            return (
+                _module_rope(self, q, None, positions, qkv_format),
+                _module_rope(self, k, None, positions, qkv_format),
+            )
+        return _module_rope(self, q, k, positions, qkv_format)
 
     def extra_repr(self):
-        return repr(self.rope)
+        text = repr(self.rope)
+        if self.qkv_format is not None:
+            text += f", qkv_format={self.qkv_format!r}"
+        if self._length_rule is not None:
+            text += ", frequencies follow the positions' length"
+        return text
+
+
+# A length past every model's: with L = 1 it tells a length-dependent rule.
+_LONGEST = 1 << 30
+# Lengths whose Rope a module keeps (a decode loop under dynamic NTK asks for
+# a new one per token; the cache only saves the rebuild of repeated lengths).
+_CACHED_LENGTHS = 64
+
+
+def _config_text(config):
+    """The JSON text of a config given as a dict, JSON text or path (read
+    once: the module then depends on no file)."""
+    if isinstance(config, dict):
+        return json.dumps(config)
+    if isinstance(config, str) and config.lstrip().startswith("{"):
+        return config
+    with open(os.fspath(config), encoding="utf-8") as f:
+        return f.read()
 
 
 def _check_instance(function, name, value, cls, what):
@@ -1059,88 +1391,412 @@ class RelativePositionBias(torch.nn.Module):
         )
 
 
+# The kernel's dtypes; the KV cache stores these.
 _ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
-# A RotaryEmbedding is a module around a posenc.Rope; the kernel takes the Rope.
-_ROPE_RULE = "be None or a posenc.Rope (of a RotaryEmbedding: its .rope)"
+# attention() also takes float16 and float64, which run the PyTorch definition.
+_ANY_ATTENTION_DTYPES = _ATTENTION_DTYPES + (torch.float16, torch.float64)
+
+
+def _check_options(scale, window, alibi, rope, causal):
+    """What the binding could not convert, named here: pybind11 would list its
+    whole signature instead."""
+    if scale is not None:
+        try:
+            value = _real_number(scale)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or not value > 0 or math.isinf(value):
+            shown = scale if value is not None else type(scale).__name__
+            raise _error(
+                "attention",
+                "scale",
+                "be None (1 / sqrt(head_dim)) or a positive finite number",
+                shown,
+            )
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise _error("attention", "window", "be an int >= 0 (0: no window)", window)
+    if alibi is not None and not isinstance(alibi, _core.Alibi):
+        raise _error("attention", "alibi", "be None or a posenc.Alibi", type(alibi).__name__)
+    if rope is not None and not isinstance(rope, (_core.Rope, RotaryEmbedding)):
+        raise _error(
+            "attention",
+            "rope",
+            "be None, a posenc.Rope or a posenc.torch.RotaryEmbedding",
+            type(rope).__name__,
+        )
+    if not isinstance(causal, bool):
+        raise _error("attention", "causal", "be a bool", type(causal).__name__)
+
+
+def _default_positions(function, positions, name, tokens, shift):
+    """positions as an int64 tensor, or shift + 0 .. tokens - 1."""
+    if positions is None:
+        return torch.arange(shift, shift + tokens, dtype=torch.int64)
+    return _position_tensor(function, positions, name)
+
+
+def _padding_positions(mask, q_tokens):
+    """Hugging Face's position_ids of a padded batch: each kept token's
+    index among the kept ones of its row (left padding starts at 0); the
+    queries are the last q_tokens."""
+    keys = (mask.to(torch.int64).cumsum(-1) - 1).clamp(min=0)
+    return keys[..., keys.shape[-1] - q_tokens :], keys
+
+
+def _key_interval(row):
+    """(begin, end) of the kept keys of a mask row when they are one
+    interval, else None."""
+    kept = torch.nonzero(row).flatten()
+    if kept.numel() == 0:
+        return 0, 0
+    begin, end = int(kept[0]), int(kept[-1]) + 1
+    return (begin, end) if end - begin == kept.numel() else None
+
+
+def _at(tensor, index):
+    """tensor[index] for a batched tensor; a [tokens] tensor is shared."""
+    return tensor if tensor.dim() == 1 else tensor[index]
+
+
+def _kernel_attention(q, k, v, qpos, kpos, out, options, intervals):
+    """The C++ kernel into the float32 view out: one call, or one per batch
+    element with the keys cut to each row's interval of kept keys."""
+    bfloat16 = q.dtype == torch.bfloat16
+    if intervals is None:
+        _core.attention(
+            _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
+            out=_numpy(out), bfloat16=bfloat16, **options,
+        )
+        return
+    for index, (begin, end) in intervals:
+        if begin == end:
+            out[index].zero_()
+            continue
+        _core.attention(
+            _numpy(q[index]),
+            _numpy(k[index][begin:end]),
+            _numpy(v[index][begin:end]),
+            _at(qpos, index).numpy(),
+            _at(kpos, index)[..., begin:end].numpy(),
+            out=_numpy(out[index]),
+            bfloat16=bfloat16,
+            **options,
+        )
+
+
+def _varlen_bounds(function, cu_seqlens, name, total):
+    """The segment bounds of FlashAttention's cu_seqlens: int [segments + 1],
+    0 first, non-decreasing, total last."""
+    if not isinstance(cu_seqlens, torch.Tensor):
+        cu_seqlens = torch.as_tensor(cu_seqlens)
+    if cu_seqlens.dtype not in (torch.int32, torch.int64) or cu_seqlens.dim() != 1:
+        raise _error(
+            function,
+            name,
+            "be a 1-D int32 or int64 tensor [segments + 1]",
+            f"{tuple(cu_seqlens.shape)} {_dtype_name(cu_seqlens.dtype)}",
+        )
+    bounds = [int(b) for b in cu_seqlens.cpu()]
+    ok = (
+        len(bounds) >= 2
+        and bounds[0] == 0
+        and bounds[-1] == total
+        and all(a <= b for a, b in zip(bounds, bounds[1:]))
+    )
+    if not ok:
+        raise _error(
+            function,
+            name,
+            f"start at 0, never decrease and end at the token count {total}",
+            bounds,
+        )
+    return bounds
+
+
+def _varlen_attention(q, k, v, query_positions, key_positions, cu_seqlens_q,
+                      cu_seqlens_k, run):
+    """Packed sequences: q [total_q, heads, d], k and v [total_k, kv_heads,
+    d]; segment s holds tokens cu_seqlens[s] .. cu_seqlens[s + 1]. Each
+    segment is attended on its own (run(q, k, v, qpos, kpos) -> out), with
+    its own positions (default: keys from 0, queries aligned to the end of
+    the segment's keys)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 3:
+            raise _error(
+                "attention",
+                f"{name}.shape",
+                "be [total_tokens, heads, dim] with cu_seqlens",
+                tuple(t.shape),
+            )
+    q_bounds = _varlen_bounds("attention", cu_seqlens_q, "cu_seqlens_q", q.shape[0])
+    k_bounds = (
+        q_bounds
+        if cu_seqlens_k is None
+        else _varlen_bounds("attention", cu_seqlens_k, "cu_seqlens_k", k.shape[0])
+    )
+    if len(k_bounds) != len(q_bounds):
+        raise _error(
+            "attention",
+            "cu_seqlens_k",
+            f"hold as many segments as cu_seqlens_q ({len(q_bounds) - 1})",
+            len(k_bounds) - 1,
+        )
+    outs = []
+    for s in range(len(q_bounds) - 1):
+        qa, qb, ka, kb = q_bounds[s], q_bounds[s + 1], k_bounds[s], k_bounds[s + 1]
+        qpos = (
+            torch.arange(kb - ka - (qb - qa), kb - ka, dtype=torch.int64)
+            if query_positions is None
+            else query_positions[qa:qb]
+        )
+        kpos = (
+            torch.arange(kb - ka, dtype=torch.int64)
+            if key_positions is None
+            else key_positions[ka:kb]
+        )
+        outs.append(run(q[qa:qb], k[ka:kb], v[ka:kb], qpos, kpos))
+    return torch.cat(outs, 0)
 
 
 def attention(
     q,
     k,
     v,
-    query_positions,
+    query_positions=None,
     key_positions=None,
     *,
     causal=False,
     alibi=None,
     rope=None,
-    scale=0.0,
+    scale=None,
     window=0,
+    qkv_format="bshd",
+    attention_mask=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    out_dtype=None,
+    out=None,
 ):
-    """posenc's fused attention kernel on CPU tensors, for inference.
+    """Attention with posenc's position rules: causal mask, sliding window,
+    ALiBi and RoPE (applied inside) follow the positions, grouped heads.
 
-    q [..., q_tokens, heads, head_dim], k [..., kv_tokens, kv_heads, head_dim],
-    v [..., kv_tokens, kv_heads, value_dim], all float32 or all bfloat16 ->
-    float32 [..., q_tokens, heads, value_dim]; the options as in
-    ``posenc.attention`` (causal mask, ALiBi, RoPE applied inside, sliding
-    window, grouped heads). bfloat16 runs AVX512-BF16 where the CPU has it
-    (weights rounded to bfloat16 for the values, each output within
-    2^-9 max|v|). There is no backward: with autograd recording and an input
-    that requires grad, it raises instead of returning a result that would
-    silently stop the gradient (use ``torch.no_grad()`` or ``.detach()``).
+    qkv_format "bshd" (posenc's): q [..., q_tokens, heads, head_dim], k
+    [..., kv_tokens, kv_heads, head_dim], v [..., kv_tokens, kv_heads,
+    value_dim] -> [..., q_tokens, heads, value_dim]; "bhsd" (Hugging
+    Face's): heads before tokens, in and out, without a copy.
+
+    Positions are int64 [tokens] or [..., tokens]. Defaults: keys 0 ..
+    kv_tokens - 1 and queries the last q_tokens of them (a decode step's
+    query after its keys; FlashAttention's bottom-right alignment).
+
+    attention_mask: Hugging Face's padding mask [..., kv_tokens] (1 or True:
+    a token; 0: padding); its positions default as Hugging Face numbers a
+    padded batch (each token's index among the kept ones). Padding keys are
+    never seen; a query that sees no key gets zeros.
+
+    cu_seqlens_q (and cu_seqlens_k, default the same): packed sequences as
+    FlashAttention's varlen API takes them, q [total_q, heads, head_dim], k
+    and v [total_k, kv_heads, dim], segment s holding tokens cu_seqlens[s]
+    .. cu_seqlens[s + 1]; positions [total] per segment (default: each
+    segment from 0).
+
+    scale None: 1 / sqrt(head_dim). rope: a posenc.Rope or a RotaryEmbedding
+    (its length rule follows the positions). Output dtype: q's (float32
+    out for float32 in, bfloat16 for bfloat16) unless out_dtype says
+    otherwise; out= takes a float32 tensor of the output's shape to write.
+
+    Where it runs: plain CPU float32 and bfloat16 tensors run posenc's fused
+    kernel (no T x T buffer; see posenc.attention for its bfloat16
+    arithmetic). Everything else runs the same definition in PyTorch
+    operations, differentiable: CUDA and other devices, meta and fake
+    tensors, float16 and float64, and any call where autograd records a
+    tensor that requires grad (the kernel has no backward yet).
     """
     for name, tensor in (("q", q), ("k", k), ("v", v)):
-        _check_activations("attention", name, tensor, _ATTENTION_DTYPES)
+        _check_tensor("attention", name, tensor, _ANY_ATTENTION_DTYPES)
     if not (q.dtype == k.dtype == v.dtype):
         raise _error(
             "attention",
             "k and v",
-            f"have q's dtype ({str(q.dtype).replace('torch.', '')})",
-            f"{str(k.dtype).replace('torch.', '')} and "
-            f"{str(v.dtype).replace('torch.', '')}",
+            f"have q's dtype ({_dtype_name(q.dtype)})",
+            f"{_dtype_name(k.dtype)} and {_dtype_name(v.dtype)}",
         )
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+    _check_options(scale, window, alibi, rope, causal)
+    qkv_format = _qkv_format("attention", qkv_format)
+    if out_dtype is None:
+        out_dtype = q.dtype
+    elif out_dtype not in _ANY_ATTENTION_DTYPES:
+        raise _error(
+            "attention", "out_dtype", "be a floating dtype of torch", repr(out_dtype)
+        )
+    if cu_seqlens_q is not None and (attention_mask is not None or qkv_format != "bshd"):
         raise _error(
             "attention",
-            "q, k and v",
-            "not require grad while autograd records (there is no "
-            "backward; use torch.no_grad() or .detach())",
-            "a tensor that requires grad",
+            "cu_seqlens_q",
+            "come without attention_mask, in qkv_format 'bshd' ([total, heads, dim])",
+            "with attention_mask or 'bhsd'",
         )
-    # What the binding could not convert, named here: pybind11 would list its
-    # whole signature instead.
-    for name, value, fits, rule in (
-        ("scale", scale, _real_number, "be a number (0: 1 / sqrt(head_dim))"),
-        ("window", window, operator.index, "be an int (0: no window)"),
-        ("alibi", alibi, _instance_or_none(_core.Alibi), "be None or a posenc.Alibi"),
-        ("rope", rope, _instance_or_none(_core.Rope), _ROPE_RULE),
-    ):
-        try:
-            fits(value)
-        except (TypeError, ValueError):
+    if cu_seqlens_q is None and cu_seqlens_k is not None:
+        raise _error("attention", "cu_seqlens_k", "come with cu_seqlens_q", "alone")
+    q_view, k_view, v_view = (
+        _tokens_first("attention", name, t, qkv_format)
+        for name, t in (("q", q), ("k", k), ("v", v))
+    )
+    q_tokens, kv_tokens = q_view.shape[-3], k_view.shape[-3]
+    mask = None
+    if attention_mask is not None:
+        mask = _position_mask(attention_mask, k_view)
+        qpos_default, kpos_default = _padding_positions(mask, min(q_tokens, kv_tokens))
+        if q_tokens > kv_tokens:
             raise _error(
-                "attention", name, rule, type(value).__name__
-            ) from None
-    queries = _positions("attention", query_positions, "query_positions")
-    keys = (
-        None
-        if key_positions is None
-        else _positions("attention", key_positions, "key_positions")
+                "attention",
+                "q.shape",
+                f"have at most kv_tokens ({kv_tokens}) tokens with attention_mask",
+                q_tokens,
+            )
+    if cu_seqlens_q is None:
+        if mask is None:
+            qpos = _default_positions(
+                "attention", query_positions, "query_positions", q_tokens,
+                max(kv_tokens - q_tokens, 0),
+            )
+            kpos = _default_positions(
+                "attention", key_positions, "key_positions", kv_tokens, 0
+            )
+        else:
+            qpos = (
+                qpos_default
+                if query_positions is None
+                else _position_tensor("attention", query_positions, "query_positions")
+            )
+            kpos = (
+                kpos_default
+                if key_positions is None
+                else _position_tensor("attention", key_positions, "key_positions")
+            )
+    else:
+        qpos = None if query_positions is None else _position_tensor(
+            "attention", query_positions, "query_positions"
+        )
+        kpos = None if key_positions is None else _position_tensor(
+            "attention", key_positions, "key_positions"
+        )
+    rotation = None
+    if rope is not None:
+        known = [p for p in (qpos, kpos) if p is not None and p.numel()]
+        reach = torch.cat([p.flatten().cpu() for p in known]) if known else qpos
+        rotation = (
+            rope if isinstance(rope, _core.Rope)
+            else rope.rope_at(torch.zeros(0, dtype=torch.int64) if reach is None else reach)
+        )
+    kernel = (
+        q.dtype in _ATTENTION_DTYPES
+        and _on_kernel(q, k, v, qpos, kpos, mask, out)
+        and not _records(q, k, v)
     )
-    out = _core.attention(
-        _numpy(q),
-        _numpy(k),
-        _numpy(v),
-        queries,
-        keys,
-        causal=causal,
-        alibi=alibi,
-        rope=rope,
-        scale=scale,
-        window=window,
-        bfloat16=q.dtype == torch.bfloat16,
+    options = dict(causal=causal, alibi=alibi, rope=rotation, window=window)
+
+    def run(qs, ks, vs, qp, kp, key_mask=None):
+        """One attention over posenc-layout views -> float32 or q's dtype."""
+        intervals = None
+        if key_mask is not None and kernel:
+            intervals = []
+            for index in np.ndindex(*key_mask.shape[:-1]):
+                interval = _key_interval(key_mask[index])
+                if interval is None:  # kept keys not one interval: PyTorch's path
+                    intervals = None
+                    break
+                intervals.append((index, interval))
+        if kernel and (key_mask is None or intervals is not None):
+            result = _empty(
+                "attention",
+                qs.shape[:-1] + vs.shape[-1:],
+                torch.float32,
+            )
+            _kernel_attention(
+                qs, ks, vs, qp, kp, result,
+                dict(options, scale=0.0 if scale is None else scale), intervals,
+            )
+            return result
+        device = qs.device
+        return _reference.attention(
+            qs, ks, vs, qp.to(device), kp.to(device), scale=scale,
+            key_mask=None if key_mask is None else key_mask.to(device), **options,
+        )
+
+    if cu_seqlens_q is None:
+        result = run(q_view, k_view, v_view, qpos, kpos, mask)
+    else:
+        result = _varlen_attention(
+            q_view, k_view, v_view, qpos, kpos, cu_seqlens_q, cu_seqlens_k, run
+        )
+    if qkv_format == "bhsd":
+        result = result.transpose(-2, -3)
+    if out is not None:
+        _check_tensor("attention", "out", out, _ANY_ATTENTION_DTYPES)
+        if tuple(out.shape) != tuple(result.shape):
+            raise _error(
+                "attention", "out.shape", f"be {tuple(result.shape)}", tuple(out.shape)
+            )
+        return out.copy_(result)
+    return result.to(out_dtype)
+
+
+def _position_mask(attention_mask, k_view):
+    """attention_mask as a bool tensor [..., kv_tokens] of k's batch dims."""
+    if not isinstance(attention_mask, torch.Tensor):
+        attention_mask = torch.as_tensor(attention_mask)
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise _error(
+            "attention",
+            "attention_mask",
+            "be bool or integer 0/1 (Hugging Face's padding mask, not an "
+            "additive float mask)",
+            _dtype_name(attention_mask.dtype),
+        )
+    expect = tuple(k_view.shape[:-3]) + (k_view.shape[-3],)
+    if tuple(attention_mask.shape) != expect:
+        raise _error(
+            "attention",
+            "attention_mask.shape",
+            f"be (*batch, kv_tokens) = {expect}",
+            tuple(attention_mask.shape),
+        )
+    return attention_mask.to(torch.bool)
+
+
+torch.fx.wrap("attention")
+
+
+def _rope_from_fields(head_dim, rotary_dim, layout, inv_freq, factor, offset):
+    return _core.Rope(
+        head_dim, rotary_dim, _LAYOUTS[layout], list(inv_freq), factor,
+        rotary_offset=offset,
     )
-    return torch.from_numpy(out)
+
+
+def _rope_fx_arg(rope, tracer):
+    """A posenc.Rope in a torch.fx graph: a node that rebuilds it from its
+    plain fields (fx keeps only plain Python values as constants)."""
+    layout = "half_split" if rope.layout == _core.RopeLayout.HALF_SPLIT else "interleaved"
+    fields = (rope.head_dim, rope.rotary_dim, layout, tuple(rope.inv_freq),
+              rope.attention_factor, rope.rotary_offset)
+    return tracer.create_node("call_function", _rope_from_fields, fields, {})
+
+
+def _alibi_from_fields(num_heads, max_bias, head_offset, shard_heads):
+    return _core.Alibi(
+        num_heads, max_bias=max_bias, head_offset=head_offset, shard_heads=shard_heads
+    )
+
+
+def _alibi_fx_arg(alibi, tracer):
+    fields = (alibi.num_heads, alibi.max_bias, alibi.head_offset, alibi.shard_heads)
+    return tracer.create_node("call_function", _alibi_from_fields, fields, {})
+
+
+_core.Rope.__fx_create_arg__ = _rope_fx_arg
+_core.Alibi.__fx_create_arg__ = _alibi_fx_arg
 
 
 def _kv_tensor(cache, name, tensor):
@@ -1308,13 +1964,15 @@ class KVCache:
         window=0,
         chunk_size=0,
         streams=None,
+        out_dtype=None,
     ):
         """Attention of q [n, heads, head_dim] against every cached token ->
-        float32 [n, heads, value_dim]. Default positions: those of the last n
-        cached tokens (the queries of the tokens just appended). The options
-        are ``posenc.attention``'s, against the cached positions: causal,
-        alibi, scale (0: 1 / sqrt(head_dim)), window (0: none), chunk_size
-        (Llama 4's chunks; 0: none)."""
+        [n, heads, value_dim] in the cache's dtype (or out_dtype). Default
+        positions: those of the last n cached tokens (the queries of the
+        tokens just appended). The options are ``posenc.attention``'s,
+        against the cached positions: causal, alibi, scale (0: 1 /
+        sqrt(head_dim)), window (0: none), chunk_size (Llama 4's chunks; 0:
+        none)."""
         q_array = _kv_tensor(self, "q", q)
         if positions is None:
             n = q.shape[0] if q.dim() == 3 else 0
@@ -1340,7 +1998,7 @@ class KVCache:
             chunk_size=chunk_size,
             query_streams=self._streams(positions, streams, "streams"),
         )
-        return torch.from_numpy(out)
+        return torch.from_numpy(out).to(out_dtype or self.dtype)
 
     def _next_position(self):
         cached = self._cache.positions

@@ -42,6 +42,22 @@ and shard_heads select a tensor-parallel shard (shard_heads = 0: all heads from 
       .def_readwrite("head_offset", &Alibi::head_offset)
       .def_readwrite("shard_heads", &Alibi::shard_heads)
       .def("validate", &Alibi::Validate)
+      .def("__eq__",
+           [](const Alibi& a, const py::object& other) {
+             return py::isinstance<Alibi>(other) && a == other.cast<const Alibi&>();
+           })
+      .def(py::pickle(
+          [](const Alibi& alibi) {
+            return py::make_tuple(alibi.num_heads, alibi.max_bias, alibi.head_offset,
+                                  alibi.shard_heads);
+          },
+          [](const py::tuple& state) {
+            Require(state.size() == 4, "alibi", "pickled state", "hold 4 fields", state.size());
+            Alibi alibi{state[0].cast<int64_t>(), state[1].cast<double>(),
+                        state[2].cast<int64_t>(), state[3].cast<int64_t>()};
+            alibi.Validate();
+            return alibi;
+          }))
       .def("local_heads", &Alibi::LocalHeads, "The number of heads this shard holds.");
 
   m.def(

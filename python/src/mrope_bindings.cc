@@ -494,14 +494,20 @@ f_1, f_3, ...; half-split. head_dim a multiple of 4.)")
       .def("validate", &MRope::Validate, "Raises ValueError naming the field, value and rule.")
       .def("__eq__",
            [](const MRope& a, const py::object& other) {
-             if (!py::isinstance<MRope>(other)) return false;
-             const auto& b = other.cast<const MRope&>();
-             return a.num_streams == b.num_streams && a.pair_stream == b.pair_stream &&
-                    a.rope.head_dim == b.rope.head_dim && a.rope.rotary_dim == b.rope.rotary_dim &&
-                    a.rope.rotary_offset == b.rope.rotary_offset &&
-                    a.rope.layout == b.rope.layout && a.rope.inv_freq == b.rope.inv_freq &&
-                    a.rope.attention_factor == b.rope.attention_factor;
+             return py::isinstance<MRope>(other) && a == other.cast<const MRope&>();
            })
+      .def(py::pickle(
+          [](const MRope& mrope) {
+            return py::make_tuple(mrope.rope, mrope.pair_stream, mrope.num_streams);
+          },
+          [](const py::tuple& state) {
+            Require(state.size() == 3, "mrope", "pickled state", "hold 3 fields", state.size());
+            MRope mrope{.rope = state[0].cast<Rope>(),
+                        .num_streams = state[2].cast<int64_t>(),
+                        .pair_stream = state[1].cast<std::vector<int64_t>>()};
+            mrope.Validate();
+            return mrope;
+          }))
       .def("__repr__", &Repr);
 
   py::enum_<MropeIndexRules>(m, "MropeIndexRules", R"(How Qwen-VL's get_rope_index numbers

@@ -142,6 +142,28 @@ V2/V3 MLA: head_dim 192, rotary_offset 128, rotary_dim 64).)")
                      "rotary_dim / 2 frequencies (a copy: assign the whole list to change them)")
       .def_readwrite("attention_factor", &Rope::attention_factor)
       .def("validate", &Rope::Validate, "Raises ValueError naming the field, value and rule.")
+      .def("__eq__",
+           [](const Rope& a, const py::object& other) {
+             return py::isinstance<Rope>(other) && a == other.cast<const Rope&>();
+           })
+      // Plain fields, so that a Rope (and a module holding one) pickles, deep-copies and goes
+      // through torch.save; a state read back is validated like any other Rope.
+      .def(py::pickle(
+          [](const Rope& rope) {
+            return py::make_tuple(rope.head_dim, rope.rotary_dim, rope.layout, rope.inv_freq,
+                                  rope.attention_factor, rope.rotary_offset);
+          },
+          [](const py::tuple& state) {
+            Require(state.size() == 6, "rope", "pickled state", "hold 6 fields", state.size());
+            Rope rope{.head_dim = state[0].cast<int64_t>(),
+                      .rotary_dim = state[1].cast<int64_t>(),
+                      .layout = state[2].cast<RopeLayout>(),
+                      .inv_freq = state[3].cast<std::vector<double>>(),
+                      .attention_factor = state[4].cast<double>(),
+                      .rotary_offset = state[5].cast<int64_t>()};
+            rope.Validate();
+            return rope;
+          }))
       .def("__repr__", &Repr);
 
   m.def(

@@ -76,7 +76,7 @@ def test_rotary_embedding_from_a_config():
         atol=0,
     )
     q, k = torch.randn(1, 3, 4, 16), torch.randn(1, 3, 4, 16)
-    q_rot, _ = module(q, k)
+    q_rot, _ = module(q, k, torch.arange(3))
     torch.testing.assert_close(
         q_rot[:, 0], q[:, 0]
     )  # position 0 is the identity

@@ -195,25 +195,25 @@ ERRORS = {
         "got list",
     ),
     "torch, list of floats": (
-        torch_float_positions(lambda q: pt.apply_rope(q, q, [0.9, 1.9, 2.0], ROPE)),
+        torch_float_positions(lambda q: pt.apply_rope(ROPE, [0.9, 1.9, 2.0], q, q)),
         "[rope] positions must be an int64 tensor or a sequence of ints, "
         "got list of float32",
     ),
     "torch, float64 numpy array": (
         torch_float_positions(
-            lambda q: pt.apply_rope(q, q, np.array([0.9, 1.9, 2.0]), ROPE)
+            lambda q: pt.apply_rope(ROPE, np.array([0.9, 1.9, 2.0]), q, q)
         ),
         "[rope] positions must be an int64 tensor or a sequence of ints, "
         "got ndarray of float64",
     ),
     "torch, float tensor": (
         torch_float_positions(
-            lambda q: pt.apply_rope(q, q, torch.tensor([0.9, 1.9, 2.0]), ROPE)
+            lambda q: pt.apply_rope(ROPE, torch.tensor([0.9, 1.9, 2.0]), q, q)
         ),
         "[rope] positions must have dtype int64, got float32",
     ),
     "torch, list of bools": (
-        torch_float_positions(lambda q: pt.apply_rope(q, q, [True, False, True], ROPE)),
+        torch_float_positions(lambda q: pt.apply_rope(ROPE, [True, False, True], q, q)),
         "[rope] positions must be an int64 tensor or a sequence of ints, "
         "got list of bool",
     ),
@@ -284,7 +284,7 @@ ERRORS = {
     "torch apply_rope of a huge expand": (
         call_only(
             lambda: pt.apply_rope(
-                *[torch.zeros(8).expand(2**20, 2**20, 1, 8)] * 2, torch.arange(2**20), ROPE
+                ROPE, torch.arange(2**20), *[torch.zeros(8).expand(2**20, 2**20, 1, 8)] * 2
             )
         ),
         f"[rope] out.shape {CAP}, got (1048576, 1048576, 1, 8) float32",
@@ -296,29 +296,37 @@ ERRORS = {
         f"[attention] out.shape {CAP}, got (1024, 1048576, 4, 8) float32",
     ),
     # Arguments of the wrong type: posenc's message, not pybind11's signature.
-    "torch attention, scale=None": (
-        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale=None)),
-        "[attention] scale must be a number (0: 1 / sqrt(head_dim)), got NoneType",
+    "torch attention, scale 0": (
+        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale=0.0)),
+        "[attention] scale must be None (1 / sqrt(head_dim)) or a positive finite number, "
+        "got 0.0",
     ),
     "torch attention, scale as a string": (
         torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale="1.5")),
-        "[attention] scale must be a number (0: 1 / sqrt(head_dim)), got str",
+        "[attention] scale must be None (1 / sqrt(head_dim)) or a positive finite number, "
+        "got str",
     ),
-    "torch attention, module as rope": (
+    "torch attention, a sinusoidal module as rope": (
         torch_float_positions(
-            lambda q: pt.attention(q, q, q, [0, 1, 2], rope=pt.RotaryEmbedding(8))
+            lambda q: pt.attention(q, q, q, [0, 1, 2], rope=pt.SinusoidalPositions(8))
         ),
-        "[attention] rope must be None or a posenc.Rope (of a RotaryEmbedding: "
-        "its .rope), got RotaryEmbedding",
+        "[attention] rope must be None, a posenc.Rope or a posenc.torch.RotaryEmbedding, "
+        "got SinusoidalPositions",
     ),
     "torch attention, float window": (
         torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], window=1.5)),
-        "[attention] window must be an int (0: no window), got float",
+        "[attention] window must be an int >= 0 (0: no window), got 1.5",
     ),
-    "torch apply_rope, module as rope": (
-        torch_float_positions(lambda q: pt.apply_rope(q, q, [0, 1, 2], pt.RotaryEmbedding(8))),
-        "[rope] rope must be a posenc.Rope (of a RotaryEmbedding: its .rope), "
-        "got RotaryEmbedding",
+    "torch attention, bad qkv_format": (
+        torch_float_positions(
+            lambda q: pt.attention(q, q, q, [0, 1, 2], qkv_format="sbhd")
+        ),
+        "[attention] qkv_format must be 'bshd' ([..., tokens, heads, head_dim], posenc's) "
+        "or 'bhsd' ([..., heads, tokens, head_dim], Hugging Face's), got 'sbhd'",
+    ),
+    "torch apply_rope, a number as rope": (
+        torch_float_positions(lambda q: pt.apply_rope(8, [0, 1, 2], q, q)),
+        "[rope] rope must be a posenc.Rope or a posenc.torch.RotaryEmbedding, got int",
     ),
 }
 
@@ -398,11 +406,11 @@ EMPTY = {
         (0, 3, 2, 8),
     ),
     "torch rope, zero tokens": (
-        lambda: pt.apply_rope(tensor(2, 0, 4, 8), tensor(2, 0, 2, 8), [], ROPE)[0],
+        lambda: pt.apply_rope(ROPE, [], tensor(2, 0, 4, 8), tensor(2, 0, 2, 8))[0],
         (2, 0, 4, 8),
     ),
     "torch rope, empty HF layout": (
-        lambda: pt.apply_rope(*[tensor(2, 4, 0, 8).transpose(1, 2)] * 2, [], ROPE)[0],
+        lambda: pt.apply_rope(ROPE, [], *[tensor(2, 4, 0, 8).transpose(1, 2)] * 2)[0],
         (2, 0, 4, 8),
     ),
     "torch attention, zero batch": (

@@ -445,12 +445,15 @@ def test_torch_decode_loop_equals_attention(dtype):
     assert (cache.kv_heads, cache.head_dim) == (KV_HEADS, HEAD_DIM)
     assert cache.rope.head_dim == HEAD_DIM and cache.mrope is None
     with torch.no_grad():
-        expect = pt.attention(q, k, v, torch.arange(n), causal=True, rope=cache.rope)
+        expect = pt.attention(
+            q, k, v, torch.arange(n), causal=True, rope=cache.rope, out_dtype=torch.float32
+        )
         cache.append(k[:prefill], v[:prefill])  # positions 0 .. prefill - 1
-        got = [cache.attend(q[:prefill])]  # at the cached positions, causal
+        got = [cache.attend(q[:prefill], out_dtype=torch.float32)]  # causal
         for t in range(prefill, n):
             cache.append(k[t : t + 1], v[t : t + 1])  # continues at t
-            got.append(cache.attend(q[t : t + 1]))
+            got.append(cache.attend(q[t : t + 1], out_dtype=torch.float32))
+        assert cache.attend(q[-1:]).dtype == dtype  # the cache's dtype by default
     torch.testing.assert_close(torch.cat(got), expect, rtol=0, atol=1e-6)
     assert torch.equal(cache.positions, torch.arange(n))
     assert cache.keys.dtype == dtype and cache.keys.shape == (n, KV_HEADS, HEAD_DIM)

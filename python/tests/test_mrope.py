@@ -551,12 +551,12 @@ def test_from_hf_config_and_text_positions_are_1d_rope():
     assert rot.rope.inv_freq == rope.inv_freq
     q, k = torch.randn(2, 5, 28, 128), torch.randn(2, 5, 4, 128)
     text = torch.tensor([[0, 1, 2, 3, 4], [9, 10, 11, 12, 13]])
-    one_d = pt.apply_rope(q, k, text, rope)
+    one_d = pt.apply_rope(rope, text, q, k)
     for position_ids in (text, text[None].expand(3, 2, 5)):
         q_rot, k_rot = rot(q, k, position_ids)
         assert torch.equal(q_rot, one_d[0]) and torch.equal(k_rot, one_d[1])
     q_rot, _ = rot(q, k)  # None: 0 .. T - 1
-    assert torch.equal(q_rot, pt.apply_rope(q, k, torch.arange(5), rope)[0])
+    assert torch.equal(q_rot, pt.apply_rope(rope, torch.arange(5), q, k)[0])
 
 
 def test_hf_layout_transposed_tensors_keep_their_strides():
@@ -853,7 +853,7 @@ def test_rope_index_feeds_the_rotation_of_the_same_config():
     q1 = torch.randn(b, 1, 28, 128)
     q1_rot, _ = rot(q1, q1[:, :, :4], step)
     one_d = posenc.rope_from_hf_config(path)
-    assert torch.equal(q1_rot, pt.apply_rope(q1, q1[:, :, :4], (t + deltas), one_d)[0])
+    assert torch.equal(q1_rot, pt.apply_rope(one_d, (t + deltas), q1, q1[:, :, :4])[0])
 
 
 def test_rope_index_rules_and_repr():

@@ -1,0 +1,169 @@
+"""The definitions behind posenc.torch, written in plain PyTorch operations.
+
+posenc.torch runs the C++ kernels on CPU tensors. Everywhere else (CUDA and
+other devices, meta tensors, FakeTensor and other tensor subclasses) it runs
+these functions instead: the same definitions, differentiable by autograd, on
+any device where PyTorch runs. The tests compare them with the kernels on the
+CPU to float rounding, which is what makes them trustworthy where the kernels
+cannot run.
+
+Precision follows the kernels: angles are formed in float64 from int64
+positions and float64 inverse frequencies; cos and sin are rounded once to
+the compute type (float32, or float64 for float64 tensors); bfloat16 and
+float16 inputs are rotated in float32 and rounded once. Attention scores,
+softmax and the weighted sum are float32 (float64 for float64 inputs).
+
+Shapes are posenc's: [..., tokens, heads, head_dim]; positions [tokens] or
+[..., tokens].
+"""
+
+import math
+
+import torch
+
+from posenc import _core
+
+
+def _compute_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _float64_device(device):
+    """Where float64 angles can be formed: the tensor's device, or the CPU
+    for devices without float64 (Apple's MPS)."""
+    return torch.device("cpu") if device.type == "mps" else device
+
+
+def cos_sin(rope, positions, dtype=torch.float32, device=None):
+    """(cos, sin) [..., tokens, rotary_dim / 2] of a posenc.Rope at int64
+    positions, attention_factor included: cos(pos * inv_freq[i]) * factor
+    formed in float64, rounded once to dtype."""
+    device = positions.device if device is None else device
+    where = _float64_device(device)
+    inv_freq = torch.tensor(rope.inv_freq, dtype=torch.float64, device=where)
+    angles = positions.to(where, torch.float64)[..., None] * inv_freq
+    factor = rope.attention_factor
+    cos = (torch.cos(angles) * factor).to(device, dtype)
+    sin = (torch.sin(angles) * factor).to(device, dtype)
+    return cos, sin
+
+
+def hf_cos_sin(rope, positions, dtype=torch.float32):
+    """Hugging Face's (cos, sin) [..., tokens, rotary_dim]: each pair's value
+    on both of its features, in the pair layout's order (half-split:
+    cat(f, f); interleaved: each repeated twice)."""
+    cos, sin = cos_sin(rope, positions, torch.float64)
+    if rope.layout == _core.RopeLayout.HALF_SPLIT:
+        cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+    else:
+        cos = torch.stack((cos, cos), -1).flatten(-2)
+        sin = torch.stack((sin, sin), -1).flatten(-2)
+    return cos.to(dtype), sin.to(dtype)
+
+
+def _pairs(rope, x):
+    """The two halves (x1, x2) of every rotary pair, and the features before
+    and after the rotated ones."""
+    begin = rope.rotary_offset
+    end = begin + rope.rotary_dim
+    rotated = x[..., begin:end]
+    if rope.layout == _core.RopeLayout.HALF_SPLIT:
+        half = rope.rotary_dim // 2
+        x1, x2 = rotated[..., :half], rotated[..., half:]
+    else:
+        x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
+    return x1, x2, x[..., :begin], x[..., end:]
+
+
+def _join(rope, y1, y2, before, after):
+    if rope.layout == _core.RopeLayout.HALF_SPLIT:
+        rotated = torch.cat((y1, y2), -1)
+    else:
+        rotated = torch.stack((y1, y2), -1).flatten(-2)
+    return torch.cat((before, rotated, after), -1)
+
+
+def rotate(rope, positions, x, inverse=False):
+    """x [..., tokens, heads, head_dim] turned pair by pair: y = a R(phi) x
+    (inverse: a R(-phi), the transpose)."""
+    compute = _compute_dtype(x.dtype)
+    cos, sin = cos_sin(rope, positions, compute, x.device)
+    cos, sin = cos[..., None, :], sin[..., None, :]  # over the heads
+    if inverse:
+        sin = -sin
+    x1, x2, before, after = _pairs(rope, x.to(compute))
+    y1 = x1 * cos - x2 * sin
+    y2 = x2 * cos + x1 * sin
+    return _join(rope, y1, y2, before, after).to(x.dtype)
+
+
+def alibi_bias(alibi, query_positions, key_positions, dtype):
+    """[..., heads, q_tokens, kv_tokens]: -slope[h] * (q - k), formed in
+    float64 and rounded once to dtype."""
+    device = query_positions.device
+    slopes = torch.tensor(_core.alibi_slopes(alibi), dtype=torch.float64, device=device)
+    distance = query_positions[..., :, None] - key_positions[..., None, :]
+    return (-slopes[:, None, None] * distance[..., None, :, :].to(torch.float64)).to(dtype)
+
+
+def _repeat_heads(x, group):
+    """[..., tokens, kv_heads, d] -> [..., tokens, kv_heads * group, d], each
+    kv head read by `group` consecutive query heads (expand: no data-dependent
+    size, so meta and fake tensors pass)."""
+    if group == 1:
+        return x
+    shape = x.shape[:-1] + (group, x.shape[-1])
+    return x.unsqueeze(-2).expand(shape).flatten(-3, -2)
+
+
+def visible(query_positions, key_positions, causal, window, key_mask=None):
+    """bool [..., 1, q_tokens, kv_tokens]: which keys each query sees, by the
+    positions (posenc/attention.h) and the key mask [..., kv_tokens]."""
+    distance = query_positions[..., :, None] - key_positions[..., None, :]
+    seen = torch.ones_like(distance, dtype=torch.bool)
+    if causal:
+        seen = seen & (distance >= 0)
+    if window:
+        seen = seen & (distance < window)
+    if key_mask is not None:
+        seen = seen & key_mask[..., None, :].to(torch.bool)
+    return seen[..., None, :, :]
+
+
+def attention(
+    q,
+    k,
+    v,
+    query_positions,
+    key_positions,
+    *,
+    causal=False,
+    alibi=None,
+    rope=None,
+    scale=None,
+    window=0,
+    key_mask=None,
+):
+    """[..., q_tokens, heads, value_dim], float32 (float64 for float64
+    inputs): posenc's attention (posenc/attention.h) composed of PyTorch
+    operations. A query that sees no key gets zeros."""
+    heads, kv_heads = q.shape[-2], k.shape[-2]
+    if rope is not None:
+        q = rotate(rope, query_positions, q)
+        k = rotate(rope, key_positions, k)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    group = heads // kv_heads
+    compute = _compute_dtype(q.dtype)
+    qf = q.to(compute).transpose(-2, -3)  # [..., heads, q_tokens, d]
+    kf = _repeat_heads(k.to(compute), group).transpose(-2, -3)
+    vf = _repeat_heads(v.to(compute), group).transpose(-2, -3)
+    scores = torch.matmul(qf, kf.transpose(-1, -2)) * scale
+    if alibi is not None:
+        scores = scores + alibi_bias(alibi, query_positions, key_positions, compute)
+    seen = visible(query_positions, key_positions, causal, window, key_mask)
+    scores = scores.masked_fill(~seen, float("-inf"))
+    # A row with no visible key would be 0/0; its weights are 0 instead.
+    any_seen = seen.any(-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(~any_seen, 0.0), -1) * any_seen
+    return torch.matmul(weights, vf).transpose(-2, -3)
