@@ -158,7 +158,7 @@ def _empty(function, shape, dtype, like=None):
     """A new tensor of shape (strided like `like` when given), refused before
     allocation past the cap posenc's numpy API holds its own results to."""
     shape = tuple(shape)
-    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    size = math.prod(shape) * _item_size(dtype)
     if size > _core.MAX_OUTPUT_BYTES:
         raise _error(
             function,
@@ -203,11 +203,23 @@ def _layout(layout):
     return _LAYOUTS[layout]
 
 
+_ITEM_SIZES = {}
+
+
+def _item_size(dtype):
+    size = _ITEM_SIZES.get(dtype)
+    if size is None:
+        size = _ITEM_SIZES[dtype] = torch.empty((), dtype=dtype).element_size()
+    return size
+
+
 def _numpy(tensor):
     """A numpy view of the tensor's memory; bfloat16 as its int16 bits."""
+    if tensor.requires_grad:
+        tensor = tensor.detach()
     if tensor.dtype == torch.bfloat16:
-        return tensor.detach().view(torch.int16).numpy()
-    return tensor.detach().numpy()
+        return tensor.view(torch.int16).numpy()
+    return tensor.numpy()
 
 
 # Tensors the C++ kernels can read in place: plain tensors with CPU storage.
@@ -218,11 +230,10 @@ _FORMATS = ("bshd", "bhsd")
 
 
 def _on_kernel(*tensors):
-    return all(
-        type(t) in _PLAIN_TENSORS and t.device.type == "cpu"
-        for t in tensors
-        if t is not None
-    )
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN_TENSORS or not t.is_cpu):
+            return False
+    return True
 
 
 def _records(*tensors):
@@ -757,9 +768,9 @@ def _stream_positions(function, mrope, q, positions, name, text_form):
     raise _error(function, f"{name}.shape", rule, shape)
 
 
-def apply_mrope(mrope, positions, q, k):
+def apply_mrope(mrope, positions, q, k=None):
     """Rotates q and k by multi-stream RoPE; differentiable. Returns (q_rot,
-    k_rot).
+    k_rot), or q_rot when k is None.
 
     mrope is a ``posenc.MRope`` (M-RoPE sections, a vision tower's 2-D RoPE).
     Shapes: q is [..., tokens, num_heads, head_dim], k [..., tokens,
@@ -782,11 +793,13 @@ def apply_mrope(mrope, positions, q, k):
 
 
 def _rotate_streams(mrope, positions, q, k):
-    """apply_mrope with positions already an int64 numpy view."""
+    """apply_mrope with positions already an int64 numpy view; k may be None
+    (q_rot alone is returned)."""
     _check_activations("mrope", "q", q)
-    _check_activations("mrope", "k", k)
-    if k.dtype != q.dtype:
-        raise _error("mrope", "k.dtype", f"equal q.dtype ({q.dtype})", k.dtype)
+    if k is not None:
+        _check_activations("mrope", "k", k)
+        if k.dtype != q.dtype:
+            raise _error("mrope", "k.dtype", f"equal q.dtype ({q.dtype})", k.dtype)
     return _ApplyRope.apply(
         q, k, positions, mrope, _core.RopeDirection.FORWARD
     )
@@ -883,7 +896,7 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
         """float64 [rotary_dim / 2]: the inverse frequencies."""
         return torch.tensor(self.mrope.rope.inv_freq, dtype=torch.float64)
 
-    def forward(self, q, k, position_ids=None):
+    def forward(self, q, k=None, position_ids=None):
         positions = _stream_positions(
             "mrope", self.mrope, q, position_ids, "position_ids", True
         )
@@ -1030,7 +1043,7 @@ class VisionRotaryEmbedding(torch.nn.Module):
         )
         return torch.from_numpy(index), torch.from_numpy(offsets)
 
-    def forward(self, q, k, positions):
+    def forward(self, q, k=None, positions=None):
         positions = _stream_positions(
             "mrope", self.mrope, q, positions, "positions", False
         )
@@ -1696,8 +1709,9 @@ def attention(
     )
     options = dict(causal=causal, alibi=alibi, rope=rotation, window=window)
 
-    def run(qs, ks, vs, qp, kp, key_mask=None):
-        """One attention over posenc-layout views -> float32 or q's dtype."""
+    def run(qs, ks, vs, qp, kp, key_mask=None, target=None):
+        """One attention over posenc-layout views -> float32 (into target, a
+        float32 view, when given) or, on PyTorch's path, q's compute type."""
         intervals = None
         if key_mask is not None and kernel:
             intervals = []
@@ -1708,11 +1722,9 @@ def attention(
                     break
                 intervals.append((index, interval))
         if kernel and (key_mask is None or intervals is not None):
-            result = _empty(
-                "attention",
-                qs.shape[:-1] + vs.shape[-1:],
-                torch.float32,
-            )
+            result = target
+            if result is None:
+                result = _empty("attention", qs.shape[:-1] + vs.shape[-1:], torch.float32)
             _kernel_attention(
                 qs, ks, vs, qp, kp, result,
                 dict(options, scale=0.0 if scale is None else scale), intervals,
@@ -1725,7 +1737,15 @@ def attention(
         )
 
     if cu_seqlens_q is None:
-        result = run(q_view, k_view, v_view, qpos, kpos, mask)
+        # A float32 out= of the right shape is the kernel's own output.
+        target = None
+        if out is not None and out.dtype == torch.float32 and _on_kernel(out):
+            view = _tokens_first("attention", "out", out, qkv_format)
+            if view.shape == q_view.shape[:-1] + v_view.shape[-1:] and view.stride(-1) == 1:
+                target = view
+        result = run(q_view, k_view, v_view, qpos, kpos, mask, target)
+        if target is not None and result is target:
+            return out
     else:
         result = _varlen_attention(
             q_view, k_view, v_view, qpos, kpos, cu_seqlens_q, cu_seqlens_k, run

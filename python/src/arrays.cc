@@ -67,13 +67,17 @@ std::span<const int64_t> IntList(const py::object& values, py::array_t<int64_t>&
   return {array.data(), static_cast<size_t>(array.size())};
 }
 
-void RequireOutputSize(std::span<const int64_t> shape, int64_t item_bytes,
-                       std::string_view function, std::string_view name, std::string_view dtype) {
-  if (std::any_of(shape.begin(), shape.end(), [](int64_t n) { return n <= 0; })) return;
+bool OutputFits(std::span<const int64_t> shape, int64_t item_bytes) {
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t n) { return n <= 0; })) return true;
   int64_t bytes = item_bytes;
   bool fits = true;
   for (int64_t n : shape) fits = fits && !__builtin_mul_overflow(bytes, n, &bytes);
-  Require(fits && bytes <= kMaxOutputBytes, function, name,
+  return fits && bytes <= kMaxOutputBytes;
+}
+
+void RequireOutputSize(std::span<const int64_t> shape, int64_t item_bytes,
+                       std::string_view function, std::string_view name, std::string_view dtype) {
+  Require(OutputFits(shape, item_bytes), function, name,
           "hold at most " + std::to_string(kMaxOutputBytes) +
               " bytes (16 GiB, the cap on arrays posenc allocates)",
           NpyShapeString(std::vector<int64_t>(shape.begin(), shape.end())) + " " +

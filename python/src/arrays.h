@@ -65,8 +65,10 @@ std::string ElementName() {
 template <typename T>
 void RequireDtype(const py::array& array, std::string_view function, std::string_view name,
                   bool writable = false) {
-  Require(HoldsElement<T>(array), function, name, "have dtype " + ElementName<T>(),
-          DtypeName(array));
+  // Names are Python calls (numpy's dtype.__str__): formed only for the message.
+  if (!HoldsElement<T>(array)) {
+    Require(false, function, name, "have dtype " + ElementName<T>(), DtypeName(array));
+  }
   Require(!writable || array.writeable(), function, name, "be writeable", "a read-only array");
 }
 
@@ -198,6 +200,10 @@ constexpr int64_t kMaxOutputBytes = int64_t{1} << 34;
 // Throws posenc::Error unless an array of `shape` and `item_bytes` per element fits under
 // kMaxOutputBytes (the product is checked for overflow). A negative size is left to the check
 // that names it. `dtype` is the element's name in the message.
+// Whether an array of this shape fits kMaxOutputBytes (RequireOutputSize's test, without the
+// message).
+bool OutputFits(std::span<const int64_t> shape, int64_t item_bytes);
+
 void RequireOutputSize(std::span<const int64_t> shape, int64_t item_bytes,
                        std::string_view function, std::string_view name, std::string_view dtype);
 

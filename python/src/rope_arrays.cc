@@ -12,8 +12,11 @@ py::object OutputLike(const py::object& out, const py::object& like, std::string
   if (!out.is_none()) return out;
   const py::array array = AsArray(like, function, name);
   // `like` may be a broadcast view of far more elements than its memory holds.
-  RequireOutputSize(ShapeOf(array), array.itemsize(), function, "out.shape", DtypeName(array));
-  return py::array(array.dtype(), ShapeOf(array));
+  const std::vector<int64_t> shape = ShapeOf(array);
+  if (!OutputFits(shape, array.itemsize())) {  // the dtype's name is a Python call: only to fail
+    RequireOutputSize(shape, array.itemsize(), function, "out.shape", DtypeName(array));
+  }
+  return py::array(array.dtype(), shape);
 }
 
 void RequireSameShape(const py::object& a, const py::object& b, std::string_view function,

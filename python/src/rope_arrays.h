@@ -23,9 +23,11 @@ auto DispatchElement(const py::object& x, bool bfloat16, std::string_view functi
     const auto array = py::reinterpret_borrow<py::array>(x);
     if (HoldsElement<double>(array)) return f(double{});
     if (HoldsElement<Float16>(array)) return f(Float16{});
-    Require(HoldsElement<float>(array), function, name,
-            "have dtype float32, float64 or float16 (or hold bfloat16 bits, with bfloat16=True)",
-            DtypeName(array));
+    if (!HoldsElement<float>(array)) {
+      Require(false, function, name,
+              "have dtype float32, float64 or float16 (or hold bfloat16 bits, with bfloat16=True)",
+              DtypeName(array));
+    }
   }
   return f(float{});  // the float path also reports an argument that is not an array
 }

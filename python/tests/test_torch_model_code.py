@@ -387,3 +387,15 @@ def test_torch_fx_traces_model_code():
     assert torch.equal(traced(q, k, v, positions), block(q, k, v, positions))
     code = traced.code
     assert "apply_rope" in code and "attention" in code
+
+
+def test_multimodal_modules_take_queries_alone():
+    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3])
+    q = torch.randn(1, 5, 2, 16)
+    position_ids = torch.randint(0, 50, (3, 1, 5))
+    q_rot, _ = rot(q, q.clone(), position_ids)
+    assert torch.equal(rot(q, position_ids=position_ids), q_rot)
+    vision = pt.VisionRotaryEmbedding("qwen2_vl", 8)
+    x = torch.randn(4, 1, 8)
+    grid = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 1]])
+    assert torch.equal(vision(x, positions=grid), vision(x, x.clone(), grid)[0])
