@@ -157,9 +157,9 @@ def _positions(function, positions, name="positions"):
 def _empty(function, shape, dtype, like=None):
     """A new tensor of shape (strided like `like` when given), refused before
     allocation past the cap posenc's numpy API holds its own results to."""
-    shape = tuple(shape)
-    size = math.prod(shape) * _item_size(dtype)
-    if size > _core.MAX_OUTPUT_BYTES:
+    count = like.numel() if like is not None else math.prod(shape)
+    if count * _item_size(dtype) > _core.MAX_OUTPUT_BYTES:
+        shape = tuple(shape)
         raise _error(
             function,
             "out.shape",
@@ -290,37 +290,29 @@ def _position_tensor(function, positions, name="positions"):
     return torch.from_numpy(_positions(function, positions, name))
 
 
-def _kernel_rotate(rotation, positions, tensors, direction):
-    """Rotated copies of one or two tensors, allocated like them (strides
-    preserved); rotation is a posenc.Rope (positions [..., tokens]) or a
-    posenc.MRope (position streams [streams, ..., tokens])."""
-    multi = isinstance(rotation, _core.MRope)
+def _kernel_rotate(rotation, positions, q, k, direction):
+    """Rotated copies of q (and k), allocated like them (strides preserved):
+    q_out, or (q_out, k_out). rotation is a posenc.Rope (positions [...,
+    tokens]) or a posenc.MRope (position streams [streams, ..., tokens]);
+    positions is an int64 numpy array."""
+    multi = type(rotation) is _core.MRope
     function = "mrope" if multi else "rope"
-    outs = tuple(_empty(function, t.shape, t.dtype, like=t) for t in tensors)
-    bfloat16 = tensors[0].dtype == torch.bfloat16
-    if len(tensors) == 2:
-        apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
-        apply_qk(
-            rotation,
-            positions,
-            _numpy(tensors[0]),
-            _numpy(tensors[1]),
-            direction=direction,
-            q_out=_numpy(outs[0]),
-            k_out=_numpy(outs[1]),
-            bfloat16=bfloat16,
-        )
-    else:
+    bfloat16 = q.dtype is torch.bfloat16
+    q_out = _empty(function, q.shape, q.dtype, like=q)
+    if k is None:
         apply_one = _core.apply_mrope if multi else _core.apply_rope
         apply_one(
-            rotation,
-            positions,
-            _numpy(tensors[0]),
-            direction=direction,
-            out=_numpy(outs[0]),
+            rotation, positions, _numpy(q), direction=direction, out=_numpy(q_out),
             bfloat16=bfloat16,
         )
-    return outs
+        return q_out
+    k_out = _empty(function, k.shape, k.dtype, like=k)
+    apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
+    apply_qk(
+        rotation, positions, _numpy(q), _numpy(k), direction=direction,
+        q_out=_numpy(q_out), k_out=_numpy(k_out), bfloat16=bfloat16,
+    )
+    return q_out, k_out
 
 
 _OPPOSITE = {
@@ -339,9 +331,7 @@ class _ApplyRope(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, positions, rotation, direction):
         ctx.rotation, ctx.positions, ctx.direction = rotation, positions, direction
-        tensors = (q,) if k is None else (q, k)
-        outs = _kernel_rotate(rotation, positions, tensors, direction)
-        return outs[0] if k is None else outs
+        return _kernel_rotate(rotation, positions, q, k, direction)
 
     @staticmethod
     def backward(ctx, grad_q, grad_k=None):
@@ -364,11 +354,12 @@ def _rotate_views(function, rotation, positions, views):
     if _on_kernel(*views, positions):
         array = positions.numpy() if isinstance(positions, torch.Tensor) else positions
         forward = _core.RopeDirection.FORWARD
+        q, k = views if len(views) == 2 else (views[0], None)
         if _records(*views):
-            q, k = views if len(views) == 2 else (views[0], None)
             outs = _ApplyRope.apply(q, k, array, rotation, forward)
-            return (outs,) if k is None else outs
-        return _kernel_rotate(rotation, array, views, forward)
+        else:
+            outs = _kernel_rotate(rotation, array, q, k, forward)
+        return (outs,) if k is None else outs
     if isinstance(rotation, _core.MRope):
         raise _error(
             function,
@@ -484,10 +475,29 @@ def apply_rope(rope, positions, q, k=None, *, qkv_format="bshd"):
     kernels in float32, float64, bfloat16 or float16; tensors elsewhere
     (CUDA, meta, FakeTensor) run the same definition in PyTorch operations.
     """
+    if _plain_rope_call(rope, positions, q, k, qkv_format):
+        return _kernel_rotate(rope, positions.numpy(), q, k, _core.RopeDirection.FORWARD)
     if _traced(q, k, positions):
         q_rot = _apply_rope_one(rope, positions, q, qkv_format)
         return q_rot if k is None else (q_rot, _apply_rope_one(rope, positions, k, qkv_format))
     return _rope_call("rope", rope, positions, q, k, qkv_format, False)
+
+
+def _plain_rope_call(rope, positions, q, k, qkv_format):
+    """Whether a call can go straight to the kernel: a posenc.Rope, posenc's
+    layout, int64 positions and q, k on the CPU, nothing for autograd to
+    record. The library validates the rest (shapes, positions) itself; this
+    test keeps a decode loop's call within microseconds of the kernel."""
+    return (
+        type(rope) is _core.Rope
+        and qkv_format == "bshd"
+        and _on_kernel(q, k, positions)
+        and type(positions) in _PLAIN_TENSORS
+        and positions.dtype is torch.int64
+        and q.dtype in _ROPE_DTYPES
+        and (k is None or k.dtype is q.dtype)
+        and not _records(q, k)
+    )
 
 
 def _traced(*values):
@@ -506,6 +516,11 @@ def apply_rope_(rope, positions, q, k=None, *, qkv_format="bshd"):
     their rotation and returned. Not differentiable: a tensor that requires
     grad while autograd records raises posenc.Error. Nothing is written
     unless every argument is valid."""
+    if _plain_rope_call(rope, positions, q, k, qkv_format):
+        arrays = [_numpy(q)] if k is None else [_numpy(q), _numpy(k)]
+        inplace = _core.apply_rope_inplace if k is None else _core.apply_rope_qk_inplace
+        inplace(rope, positions.numpy(), *arrays, bfloat16=q.dtype is torch.bfloat16)
+        return q if k is None else (q, k)
     return _rope_call("rope", rope, positions, q, k, qkv_format, True)
 
 
@@ -1441,6 +1456,31 @@ def _check_options(scale, window, alibi, rope, causal):
         raise _error("attention", "causal", "be a bool", type(causal).__name__)
 
 
+def _plain_attention_call(q, k, v, qpos, kpos, out, causal, alibi, rope, scale, window):
+    """Whether a call can go straight to the kernel: CPU float32 or bfloat16
+    q, k, v, explicit int64 positions, a float32 out= or none, plain option
+    values, nothing for autograd to record. The library validates the rest
+    (shapes, grouping, positions, window) itself; this test keeps a decode
+    step's call within microseconds of the kernel."""
+    return (
+        _on_kernel(q, k, v, qpos, kpos, out)
+        and type(qpos) in _PLAIN_TENSORS
+        and type(kpos) in _PLAIN_TENSORS
+        and qpos.dtype is torch.int64
+        and kpos.dtype is torch.int64
+        and (q.dtype is torch.float32 or q.dtype is torch.bfloat16)
+        and k.dtype is q.dtype
+        and v.dtype is q.dtype
+        and (out is None or out.dtype is torch.float32)
+        and type(causal) is bool
+        and type(window) is int
+        and (alibi is None or type(alibi) is _core.Alibi)
+        and (rope is None or type(rope) is _core.Rope)
+        and (scale is None or (type(scale) is float and 0.0 < scale < math.inf))
+        and not _records(q, k, v)
+    )
+
+
 def _default_positions(function, positions, name, tokens, shift):
     """positions as an int64 tensor, or shift + 0 .. tokens - 1."""
     if positions is None:
@@ -1625,6 +1665,22 @@ def attention(
     tensors, float16 and float64, and any call where autograd records a
     tensor that requires grad (the kernel has no backward yet).
     """
+    if _plain_attention_call(
+        q, k, v, query_positions, key_positions, out, causal, alibi, rope, scale, window
+    ) and (attention_mask is None and cu_seqlens_q is None and cu_seqlens_k is None) and (
+        qkv_format == "bshd" and out_dtype is None
+    ):
+        if out is None:
+            out = _empty("attention", q.shape[:-1] + v.shape[-1:], torch.float32)
+            finish = q.dtype  # float32 from the kernel, rounded once for bfloat16
+        else:
+            finish = None
+        _core.attention(
+            _numpy(q), _numpy(k), _numpy(v), query_positions.numpy(), key_positions.numpy(),
+            causal=causal, alibi=alibi, rope=rope, scale=scale or 0.0, window=window,
+            out=out.numpy(), bfloat16=q.dtype is torch.bfloat16,
+        )
+        return out if finish is None else out.to(finish)
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         _check_tensor("attention", name, tensor, _ANY_ATTENTION_DTYPES)
     if not (q.dtype == k.dtype == v.dtype):
