@@ -1,5 +1,5 @@
 set terminal pngcairo enhanced size 1000,550 font 'DejaVu Sans,11'
-set output 'docs/study/fine_tuning.png'
+set output 'fine_tuning.png'
 set encoding utf8
 set border lw 1 lc rgb '#555555'
 set grid lc rgb '#dddddd' lw 1
@@ -42,7 +42,7 @@ set key outside right
 plot $r10 using 1:2 with lines lw 2 dt 1 lc rgb '#1f77b4' title 'rope-pi-ft-s1', $r11 using 1:2 with lines lw 2 dt 1 lc rgb '#d62728' title 'rope-yarn-ft-s1', $r12 using 1:2 with lines lw 2 dt 2 lc rgb '#1f77b4' title 'rope-pi-ft-s2', $r13 using 1:2 with lines lw 2 dt 2 lc rgb '#d62728' title 'rope-yarn-ft-s2'
 unset output
 set terminal svg enhanced dynamic background rgb 'white' size 1000,550 font 'DejaVu Sans,11'
-set output 'docs/study/fine_tuning.svg'
+set output 'fine_tuning.svg'
 set encoding utf8
 set border lw 1 lc rgb '#555555'
 set grid lc rgb '#dddddd' lw 1

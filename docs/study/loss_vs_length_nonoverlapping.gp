@@ -1,5 +1,5 @@
-set terminal pngcairo enhanced size 1300,580 font 'DejaVu Sans,11'
-set output 'docs/study/loss_vs_length_nonoverlapping.png'
+set terminal pngcairo enhanced size 1900,600 font 'DejaVu Sans,11'
+set output 'loss_vs_length_nonoverlapping.png'
 set encoding utf8
 set border lw 1 lc rgb '#555555'
 set grid lc rgb '#dddddd' lw 1
@@ -12,16 +12,16 @@ set style line 5 lc rgb '#ff7f0e' lw 2.5
 set style line 6 lc rgb '#8c564b' lw 2.5
 set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')
 $a0 << EOD
-1 1.89258 1.87826 1.9069
-2 2.47391 2.45148 2.49633
-4 2.77442 2.7531 2.79575
-8 2.90888 2.88903 2.92874
-16 2.91037 2.90287 2.91788
+1 1.89134 1.87788 1.90481
+2 2.4779 2.45753 2.49826
+4 2.7812 2.76326 2.79914
+8 2.91582 2.89714 2.9345
+16 2.91712 2.91268 2.92156
 EOD
 $a1 << EOD
 1 1.63401 1.61691 1.65111
 2 2.5571 2.51531 2.59888
-4 2.999 2.98903 3.00897
+4 2.999 2.98902 3.00897
 8 3.21257 3.16323 3.26191
 16 3.28949 3.18967 3.3893
 EOD
@@ -47,17 +47,17 @@ $a4 << EOD
 16 2.40058 2.39882 2.40234
 EOD
 $a5 << EOD
-1 3.56066 3.51503 3.6063
+1 3.56067 3.51503 3.6063
 2 3.58039 3.53756 3.62323
 4 3.59283 3.55065 3.63502
 8 3.67547 3.6573 3.69363
-16 3.8979 3.76686 4.02894
+16 3.8979 3.76687 4.02894
 EOD
 $a6 << EOD
 1 1.52802 1.51297 1.54306
 2 1.52827 1.51287 1.54367
 4 1.92819 1.89051 1.96586
-8 2.7579 2.70414 2.81165
+8 2.7579 2.70414 2.81166
 16 3.38866 3.27288 3.50443
 EOD
 $a7 << EOD
@@ -78,8 +78,8 @@ $a9 << EOD
 1 1.60678 1.58108 1.63248
 2 1.59604 1.56892 1.62316
 4 1.59116 1.56283 1.6195
-8 2.24522 2.15908 2.33136
-16 2.98036 2.73159 3.22914
+8 2.24522 2.15907 2.33136
+16 2.98037 2.73159 3.22914
 EOD
 $a10 << EOD
 1 1.48831 1.47546 1.50117
@@ -88,7 +88,28 @@ $a10 << EOD
 8 2.00463 1.9987 2.01056
 16 2.85876 2.72676 2.99076
 EOD
-set multiplot layout 1,2 title 'Held-out loss against evaluation length (non-overlapping windows; trained at 128 characters, mean of seeds, bars: seed range)'
+$a11 << EOD
+1 1.48381 1.47003 1.49759
+2 1.4771 1.46263 1.49156
+4 1.47685 1.46483 1.48887
+8 1.48209 1.47133 1.49284
+16 1.49545 1.48391 1.50699
+EOD
+$a12 << EOD
+1 1.48381 1.47003 1.49759
+2 1.47472 1.4607 1.48874
+4 1.47035 1.45648 1.48421
+8 1.46866 1.45478 1.48253
+16 1.46792 1.45397 1.48186
+EOD
+$a13 << EOD
+1 1.48381 1.47003 1.49759
+2 1.51637 1.49722 1.53552
+4 1.55325 1.52351 1.583
+8 1.64358 1.60461 1.68255
+16 1.65738 1.61116 1.70359
+EOD
+set multiplot layout 1,3 title 'Held-out loss against evaluation length (non-overlapping windows; trained at 128 characters, mean of seeds, bars: seed range)'
 set xlabel 'evaluation length / training length'
 set ylabel 'nats per character'
 set logscale x 2
@@ -100,10 +121,13 @@ plot $a0 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#1f77b4' t
 set title 'RoPE stretched without and with fine-tuning'
 set offsets 0, 0, 1.6, 0
 plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a5 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#8c564b' title 'RoPE + PI x4 (zero-shot)', $a6 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#e377c2' title 'RoPE + NTK-aware x4 (zero-shot)', $a7 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#7f7f7f' title 'RoPE + dynamic NTK (zero-shot)', $a8 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#bcbd22' title 'RoPE + YaRN x4 (zero-shot)', $a9 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#17becf' title 'RoPE + PI x4, fine-tuned at 4x', $a10 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#000000' title 'RoPE + YaRN x4, fine-tuned at 4x'
+set title 'RoPE read through a cache (zero-shot)'
+set offsets 0, 0, 1, 0
+plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a11 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#006400' title 'RoPE + Self-Extend (zero-shot)', $a12 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#ff1493' title 'RoPE + sinks, cache positions (zero-shot)', $a13 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#00008b' title 'RoPE + sinks, text positions (zero-shot)'
 unset multiplot
 unset output
-set terminal svg enhanced dynamic background rgb 'white' size 1300,580 font 'DejaVu Sans,11'
-set output 'docs/study/loss_vs_length_nonoverlapping.svg'
+set terminal svg enhanced dynamic background rgb 'white' size 1900,600 font 'DejaVu Sans,11'
+set output 'loss_vs_length_nonoverlapping.svg'
 set encoding utf8
 set border lw 1 lc rgb '#555555'
 set grid lc rgb '#dddddd' lw 1
@@ -116,16 +140,16 @@ set style line 5 lc rgb '#ff7f0e' lw 2.5
 set style line 6 lc rgb '#8c564b' lw 2.5
 set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')
 $a0 << EOD
-1 1.89258 1.87826 1.9069
-2 2.47391 2.45148 2.49633
-4 2.77442 2.7531 2.79575
-8 2.90888 2.88903 2.92874
-16 2.91037 2.90287 2.91788
+1 1.89134 1.87788 1.90481
+2 2.4779 2.45753 2.49826
+4 2.7812 2.76326 2.79914
+8 2.91582 2.89714 2.9345
+16 2.91712 2.91268 2.92156
 EOD
 $a1 << EOD
 1 1.63401 1.61691 1.65111
 2 2.5571 2.51531 2.59888
-4 2.999 2.98903 3.00897
+4 2.999 2.98902 3.00897
 8 3.21257 3.16323 3.26191
 16 3.28949 3.18967 3.3893
 EOD
@@ -151,17 +175,17 @@ $a4 << EOD
 16 2.40058 2.39882 2.40234
 EOD
 $a5 << EOD
-1 3.56066 3.51503 3.6063
+1 3.56067 3.51503 3.6063
 2 3.58039 3.53756 3.62323
 4 3.59283 3.55065 3.63502
 8 3.67547 3.6573 3.69363
-16 3.8979 3.76686 4.02894
+16 3.8979 3.76687 4.02894
 EOD
 $a6 << EOD
 1 1.52802 1.51297 1.54306
 2 1.52827 1.51287 1.54367
 4 1.92819 1.89051 1.96586
-8 2.7579 2.70414 2.81165
+8 2.7579 2.70414 2.81166
 16 3.38866 3.27288 3.50443
 EOD
 $a7 << EOD
@@ -182,8 +206,8 @@ $a9 << EOD
 1 1.60678 1.58108 1.63248
 2 1.59604 1.56892 1.62316
 4 1.59116 1.56283 1.6195
-8 2.24522 2.15908 2.33136
-16 2.98036 2.73159 3.22914
+8 2.24522 2.15907 2.33136
+16 2.98037 2.73159 3.22914
 EOD
 $a10 << EOD
 1 1.48831 1.47546 1.50117
@@ -192,7 +216,28 @@ $a10 << EOD
 8 2.00463 1.9987 2.01056
 16 2.85876 2.72676 2.99076
 EOD
-set multiplot layout 1,2 title 'Held-out loss against evaluation length (non-overlapping windows; trained at 128 characters, mean of seeds, bars: seed range)'
+$a11 << EOD
+1 1.48381 1.47003 1.49759
+2 1.4771 1.46263 1.49156
+4 1.47685 1.46483 1.48887
+8 1.48209 1.47133 1.49284
+16 1.49545 1.48391 1.50699
+EOD
+$a12 << EOD
+1 1.48381 1.47003 1.49759
+2 1.47472 1.4607 1.48874
+4 1.47035 1.45648 1.48421
+8 1.46866 1.45478 1.48253
+16 1.46792 1.45397 1.48186
+EOD
+$a13 << EOD
+1 1.48381 1.47003 1.49759
+2 1.51637 1.49722 1.53552
+4 1.55325 1.52351 1.583
+8 1.64358 1.60461 1.68255
+16 1.65738 1.61116 1.70359
+EOD
+set multiplot layout 1,3 title 'Held-out loss against evaluation length (non-overlapping windows; trained at 128 characters, mean of seeds, bars: seed range)'
 set xlabel 'evaluation length / training length'
 set ylabel 'nats per character'
 set logscale x 2
@@ -204,5 +249,8 @@ plot $a0 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#1f77b4' t
 set title 'RoPE stretched without and with fine-tuning'
 set offsets 0, 0, 1.6, 0
 plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a5 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#8c564b' title 'RoPE + PI x4 (zero-shot)', $a6 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#e377c2' title 'RoPE + NTK-aware x4 (zero-shot)', $a7 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#7f7f7f' title 'RoPE + dynamic NTK (zero-shot)', $a8 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#bcbd22' title 'RoPE + YaRN x4 (zero-shot)', $a9 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#17becf' title 'RoPE + PI x4, fine-tuned at 4x', $a10 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#000000' title 'RoPE + YaRN x4, fine-tuned at 4x'
+set title 'RoPE read through a cache (zero-shot)'
+set offsets 0, 0, 1, 0
+plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a11 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#006400' title 'RoPE + Self-Extend (zero-shot)', $a12 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#ff1493' title 'RoPE + sinks, cache positions (zero-shot)', $a13 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#00008b' title 'RoPE + sinks, text positions (zero-shot)'
 unset multiplot
 unset output

@@ -1,5 +1,5 @@
-set terminal pngcairo enhanced size 1300,580 font 'DejaVu Sans,11'
-set output 'docs/study/loss_vs_length_sliding.png'
+set terminal pngcairo enhanced size 1900,600 font 'DejaVu Sans,11'
+set output 'loss_vs_length_sliding.png'
 set encoding utf8
 set border lw 1 lc rgb '#555555'
 set grid lc rgb '#dddddd' lw 1
@@ -12,11 +12,11 @@ set style line 5 lc rgb '#ff7f0e' lw 2.5
 set style line 6 lc rgb '#8c564b' lw 2.5
 set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')
 $a0 << EOD
-1 1.8914 1.87517 1.90762
-2 3.067 3.0557 3.0783
-4 3.08507 3.0831 3.08704
-8 3.10324 3.10208 3.1044
-16 3.07811 3.07425 3.08197
+1 1.89109 1.87645 1.90572
+2 3.07713 3.06979 3.08446
+4 3.09386 3.08821 3.09951
+8 3.112 3.1111 3.11289
+16 3.08725 3.08696 3.08753
 EOD
 $a1 << EOD
 1 1.61849 1.59864 1.63834
@@ -40,7 +40,7 @@ $a3 << EOD
 16 1.55643 1.54967 1.56318
 EOD
 $a4 << EOD
-1 2.26323 2.25905 2.26742
+1 2.26323 2.25905 2.26741
 2 2.33658 2.33047 2.34269
 4 2.39065 2.38878 2.39252
 8 2.41575 2.41226 2.41925
@@ -48,7 +48,7 @@ $a4 << EOD
 EOD
 $a5 << EOD
 1 3.60513 3.56132 3.64894
-2 3.60283 3.56153 3.64413
+2 3.60283 3.56154 3.64413
 4 3.60653 3.56138 3.65168
 8 3.81311 3.80874 3.81747
 16 4.12685 3.8918 4.3619
@@ -57,21 +57,21 @@ $a6 << EOD
 1 1.52665 1.51246 1.54083
 2 1.53478 1.52038 1.54918
 4 2.58013 2.56851 2.59175
-8 3.66809 3.57058 3.7656
+8 3.66809 3.57058 3.76561
 16 3.99654 3.82557 4.16751
 EOD
 $a7 << EOD
 1 1.46626 1.45218 1.48035
-2 1.76992 1.73384 1.806
+2 1.76992 1.73384 1.80601
 4 2.58013 2.56851 2.59175
 8 3.688 3.4768 3.8992
 16 3.85487 3.64261 4.06713
 EOD
 $a8 << EOD
 1 1.70867 1.7083 1.70904
-2 1.71742 1.7151 1.71974
+2 1.71742 1.7151 1.71973
 4 1.72126 1.7187 1.72382
-8 3.22836 3.16125 3.29547
+8 3.22836 3.16126 3.29547
 16 3.81531 3.65978 3.97083
 EOD
 $a9 << EOD
@@ -86,9 +86,30 @@ $a10 << EOD
 2 1.46973 1.45615 1.48331
 4 1.47022 1.45618 1.48426
 8 2.99004 2.97258 3.00751
-16 3.73861 3.53591 3.9413
+16 3.73861 3.53591 3.94131
 EOD
-set multiplot layout 1,2 title 'Held-out loss against evaluation length (sliding window, last quarter scored; trained at 128 characters, mean of seeds, bars: seed range)'
+$a11 << EOD
+1 1.46626 1.45218 1.48035
+2 1.47109 1.45703 1.48515
+4 1.48099 1.46955 1.49244
+8 1.4948 1.48503 1.50457
+16 1.52194 1.51411 1.52976
+EOD
+$a12 << EOD
+1 1.46626 1.45218 1.48035
+2 1.46723 1.4531 1.48136
+4 1.46725 1.45337 1.48113
+8 1.4675 1.45352 1.48149
+16 1.46719 1.45306 1.48132
+EOD
+$a13 << EOD
+1 1.46626 1.45218 1.48035
+2 1.55615 1.52152 1.59078
+4 1.48946 1.47947 1.49945
+8 1.71857 1.67336 1.76377
+16 1.73453 1.67415 1.79491
+EOD
+set multiplot layout 1,3 title 'Held-out loss against evaluation length (sliding window, last quarter scored; trained at 128 characters, mean of seeds, bars: seed range)'
 set xlabel 'evaluation length / training length'
 set ylabel 'nats per character'
 set logscale x 2
@@ -100,10 +121,13 @@ plot $a0 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#1f77b4' t
 set title 'RoPE stretched without and with fine-tuning'
 set offsets 0, 0, 1.6, 0
 plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a5 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#8c564b' title 'RoPE + PI x4 (zero-shot)', $a6 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#e377c2' title 'RoPE + NTK-aware x4 (zero-shot)', $a7 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#7f7f7f' title 'RoPE + dynamic NTK (zero-shot)', $a8 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#bcbd22' title 'RoPE + YaRN x4 (zero-shot)', $a9 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#17becf' title 'RoPE + PI x4, fine-tuned at 4x', $a10 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#000000' title 'RoPE + YaRN x4, fine-tuned at 4x'
+set title 'RoPE read through a cache (zero-shot)'
+set offsets 0, 0, 1, 0
+plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a11 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#006400' title 'RoPE + Self-Extend (zero-shot)', $a12 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#ff1493' title 'RoPE + sinks, cache positions (zero-shot)', $a13 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#00008b' title 'RoPE + sinks, text positions (zero-shot)'
 unset multiplot
 unset output
-set terminal svg enhanced dynamic background rgb 'white' size 1300,580 font 'DejaVu Sans,11'
-set output 'docs/study/loss_vs_length_sliding.svg'
+set terminal svg enhanced dynamic background rgb 'white' size 1900,600 font 'DejaVu Sans,11'
+set output 'loss_vs_length_sliding.svg'
 set encoding utf8
 set border lw 1 lc rgb '#555555'
 set grid lc rgb '#dddddd' lw 1
@@ -116,11 +140,11 @@ set style line 5 lc rgb '#ff7f0e' lw 2.5
 set style line 6 lc rgb '#8c564b' lw 2.5
 set palette defined (0 '#2166ac', 0.5 '#f7f7f7', 1 '#b2182b')
 $a0 << EOD
-1 1.8914 1.87517 1.90762
-2 3.067 3.0557 3.0783
-4 3.08507 3.0831 3.08704
-8 3.10324 3.10208 3.1044
-16 3.07811 3.07425 3.08197
+1 1.89109 1.87645 1.90572
+2 3.07713 3.06979 3.08446
+4 3.09386 3.08821 3.09951
+8 3.112 3.1111 3.11289
+16 3.08725 3.08696 3.08753
 EOD
 $a1 << EOD
 1 1.61849 1.59864 1.63834
@@ -144,7 +168,7 @@ $a3 << EOD
 16 1.55643 1.54967 1.56318
 EOD
 $a4 << EOD
-1 2.26323 2.25905 2.26742
+1 2.26323 2.25905 2.26741
 2 2.33658 2.33047 2.34269
 4 2.39065 2.38878 2.39252
 8 2.41575 2.41226 2.41925
@@ -152,7 +176,7 @@ $a4 << EOD
 EOD
 $a5 << EOD
 1 3.60513 3.56132 3.64894
-2 3.60283 3.56153 3.64413
+2 3.60283 3.56154 3.64413
 4 3.60653 3.56138 3.65168
 8 3.81311 3.80874 3.81747
 16 4.12685 3.8918 4.3619
@@ -161,21 +185,21 @@ $a6 << EOD
 1 1.52665 1.51246 1.54083
 2 1.53478 1.52038 1.54918
 4 2.58013 2.56851 2.59175
-8 3.66809 3.57058 3.7656
+8 3.66809 3.57058 3.76561
 16 3.99654 3.82557 4.16751
 EOD
 $a7 << EOD
 1 1.46626 1.45218 1.48035
-2 1.76992 1.73384 1.806
+2 1.76992 1.73384 1.80601
 4 2.58013 2.56851 2.59175
 8 3.688 3.4768 3.8992
 16 3.85487 3.64261 4.06713
 EOD
 $a8 << EOD
 1 1.70867 1.7083 1.70904
-2 1.71742 1.7151 1.71974
+2 1.71742 1.7151 1.71973
 4 1.72126 1.7187 1.72382
-8 3.22836 3.16125 3.29547
+8 3.22836 3.16126 3.29547
 16 3.81531 3.65978 3.97083
 EOD
 $a9 << EOD
@@ -190,9 +214,30 @@ $a10 << EOD
 2 1.46973 1.45615 1.48331
 4 1.47022 1.45618 1.48426
 8 2.99004 2.97258 3.00751
-16 3.73861 3.53591 3.9413
+16 3.73861 3.53591 3.94131
 EOD
-set multiplot layout 1,2 title 'Held-out loss against evaluation length (sliding window, last quarter scored; trained at 128 characters, mean of seeds, bars: seed range)'
+$a11 << EOD
+1 1.46626 1.45218 1.48035
+2 1.47109 1.45703 1.48515
+4 1.48099 1.46955 1.49244
+8 1.4948 1.48503 1.50457
+16 1.52194 1.51411 1.52976
+EOD
+$a12 << EOD
+1 1.46626 1.45218 1.48035
+2 1.46723 1.4531 1.48136
+4 1.46725 1.45337 1.48113
+8 1.4675 1.45352 1.48149
+16 1.46719 1.45306 1.48132
+EOD
+$a13 << EOD
+1 1.46626 1.45218 1.48035
+2 1.55615 1.52152 1.59078
+4 1.48946 1.47947 1.49945
+8 1.71857 1.67336 1.76377
+16 1.73453 1.67415 1.79491
+EOD
+set multiplot layout 1,3 title 'Held-out loss against evaluation length (sliding window, last quarter scored; trained at 128 characters, mean of seeds, bars: seed range)'
 set xlabel 'evaluation length / training length'
 set ylabel 'nats per character'
 set logscale x 2
@@ -204,5 +249,8 @@ plot $a0 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#1f77b4' t
 set title 'RoPE stretched without and with fine-tuning'
 set offsets 0, 0, 1.6, 0
 plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a5 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#8c564b' title 'RoPE + PI x4 (zero-shot)', $a6 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#e377c2' title 'RoPE + NTK-aware x4 (zero-shot)', $a7 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#7f7f7f' title 'RoPE + dynamic NTK (zero-shot)', $a8 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#bcbd22' title 'RoPE + YaRN x4 (zero-shot)', $a9 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#17becf' title 'RoPE + PI x4, fine-tuned at 4x', $a10 using 1:2:3:4 with yerrorlines lw 2 dt 2 pt 7 ps 0.6 lc rgb '#000000' title 'RoPE + YaRN x4, fine-tuned at 4x'
+set title 'RoPE read through a cache (zero-shot)'
+set offsets 0, 0, 1, 0
+plot $a2 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#2ca02c' title 'RoPE', $a11 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#006400' title 'RoPE + Self-Extend (zero-shot)', $a12 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#ff1493' title 'RoPE + sinks, cache positions (zero-shot)', $a13 using 1:2:3:4 with yerrorlines lw 2 dt 1 pt 7 ps 0.6 lc rgb '#00008b' title 'RoPE + sinks, text positions (zero-shot)'
 unset multiplot
 unset output
