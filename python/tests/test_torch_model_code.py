@@ -399,3 +399,57 @@ def test_multimodal_modules_take_queries_alone():
     x = torch.randn(4, 1, 8)
     grid = torch.tensor([[0, 0, 1, 1], [0, 1, 0, 1]])
     assert torch.equal(vision(x, positions=grid), vision(x, x.clone(), grid)[0])
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda q: pt.attention(q, q, q, attention_mask=torch.ones(2, 5)),
+            "[attention] attention_mask must be bool or integer 0/1 (Hugging Face's padding "
+            "mask, not an additive float mask), got float32",
+        ),
+        (
+            lambda q: pt.attention(q, q, q, attention_mask=torch.ones(2, 4, dtype=torch.bool)),
+            "[attention] attention_mask.shape must be (*batch, kv_tokens) = (2, 5), got (2, 4)",
+        ),
+        (
+            lambda q: pt.attention(q[0], q[0], q[0], cu_seqlens_q=torch.tensor([0, 2.0, 5])),
+            "[attention] cu_seqlens_q must be a 1-D int32 or int64 tensor [segments + 1], "
+            "got (3,) float32",
+        ),
+        (
+            lambda q: pt.attention(
+                q[0], q[0], q[0], cu_seqlens_q=torch.tensor([0, 5]),
+                cu_seqlens_k=torch.tensor([0, 2, 5]),
+            ),
+            "[attention] cu_seqlens_k must hold as many segments as cu_seqlens_q (1), got 2",
+        ),
+        (
+            lambda q: pt.attention(q[0], q[0], q[0], cu_seqlens_k=torch.tensor([0, 5])),
+            "[attention] cu_seqlens_k must come with cu_seqlens_q, got alone",
+        ),
+        (
+            lambda q: pt.attention(q, q, q, out=torch.empty(2, 5, 2)),
+            "[attention] out.shape must be (2, 5, 2, 8), got (2, 5, 2)",
+        ),
+        (
+            lambda q: pt.attention(q, q, q, causal=1),
+            "[attention] causal must be a bool, got int",
+        ),
+        (
+            lambda q: pt.apply_rope(posenc.Rope.default(8), [0, 1, 2, 3, 4], q, qkv_format="thd"),
+            "[rope] qkv_format must be 'bshd' ([..., tokens, heads, head_dim], posenc's) or "
+            "'bhsd' ([..., heads, tokens, head_dim], Hugging Face's), got 'thd'",
+        ),
+        (
+            lambda q: pt.RotaryEmbedding(8)(q, positions=torch.arange(5.0)),
+            "[rope] positions must have dtype int64, got float32",
+        ),
+    ],
+)
+def test_bad_arguments_name_themselves(call, message):
+    q = torch.randn(2, 5, 2, 8)
+    with pytest.raises(posenc.Error) as error:
+        call(q)
+    assert str(error.value) == message
