@@ -238,9 +238,11 @@ def _on_kernel(*tensors):
 
 def _records(*tensors):
     """Whether autograd would record an operation on these tensors."""
-    return torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in tensors
-    )
+    if torch.is_grad_enabled():
+        for t in tensors:
+            if t is not None and t.requires_grad:
+                return True
+    return False
 
 
 def _head_view(tensor):
@@ -298,6 +300,18 @@ def _kernel_rotate(rotation, positions, q, k, direction):
     multi = type(rotation) is _core.MRope
     function = "mrope" if multi else "rope"
     bfloat16 = q.dtype is torch.bfloat16
+    if q.is_contiguous() and (k is None or k.is_contiguous()):
+        # The binding allocates contiguous results itself (within its cap), one conversion
+        # fewer per tensor than handing it tensors to write into.
+        if k is None:
+            apply_one = _core.apply_mrope if multi else _core.apply_rope
+            out = apply_one(rotation, positions, _numpy(q), direction=direction, bfloat16=bfloat16)
+            return _tensor_of(out, bfloat16)
+        apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
+        q_out, k_out = apply_qk(
+            rotation, positions, _numpy(q), _numpy(k), direction=direction, bfloat16=bfloat16
+        )
+        return _tensor_of(q_out, bfloat16), _tensor_of(k_out, bfloat16)
     q_out = _empty(function, q.shape, q.dtype, like=q)
     if k is None:
         apply_one = _core.apply_mrope if multi else _core.apply_rope
@@ -313,6 +327,13 @@ def _kernel_rotate(rotation, positions, q, k, direction):
         q_out=_numpy(q_out), k_out=_numpy(k_out), bfloat16=bfloat16,
     )
     return q_out, k_out
+
+
+def _tensor_of(array, bfloat16):
+    """The tensor sharing a result array's memory (bfloat16 from its int16
+    bits)."""
+    tensor = torch.from_numpy(array)
+    return tensor.view(torch.bfloat16) if bfloat16 else tensor
 
 
 _OPPOSITE = {
@@ -1670,17 +1691,16 @@ def attention(
     ) and (attention_mask is None and cu_seqlens_q is None and cu_seqlens_k is None) and (
         qkv_format == "bshd" and out_dtype is None
     ):
-        if out is None:
-            out = _empty("attention", q.shape[:-1] + v.shape[-1:], torch.float32)
-            finish = q.dtype  # float32 from the kernel, rounded once for bfloat16
-        else:
-            finish = None
-        _core.attention(
+        result = _core.attention(
             _numpy(q), _numpy(k), _numpy(v), query_positions.numpy(), key_positions.numpy(),
             causal=causal, alibi=alibi, rope=rope, scale=scale or 0.0, window=window,
-            out=out.numpy(), bfloat16=q.dtype is torch.bfloat16,
+            out=None if out is None else out.numpy(), bfloat16=q.dtype is torch.bfloat16,
         )
-        return out if finish is None else out.to(finish)
+        if out is not None:
+            return out
+        # float32 from the kernel (allocated by the binding), rounded once for bfloat16.
+        result = torch.from_numpy(result)
+        return result if q.dtype is torch.float32 else result.to(q.dtype)
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         _check_tensor("attention", name, tensor, _ANY_ATTENTION_DTYPES)
     if not (q.dtype == k.dtype == v.dtype):
