@@ -1502,13 +1502,6 @@ def _plain_attention_call(q, k, v, qpos, kpos, out, causal, alibi, rope, scale, 
     )
 
 
-def _default_positions(function, positions, name, tokens, shift):
-    """positions as an int64 tensor, or shift + 0 .. tokens - 1."""
-    if positions is None:
-        return torch.arange(shift, shift + tokens, dtype=torch.int64)
-    return _position_tensor(function, positions, name)
-
-
 def _padding_positions(mask, q_tokens):
     """Hugging Face's position_ids of a padded batch: each kept token's
     index among the kept ones of its row (left padding starts at 0); the
@@ -1587,13 +1580,9 @@ def _varlen_bounds(function, cu_seqlens, name, total):
     return bounds
 
 
-def _varlen_attention(q, k, v, query_positions, key_positions, cu_seqlens_q,
-                      cu_seqlens_k, run):
-    """Packed sequences: q [total_q, heads, d], k and v [total_k, kv_heads,
-    d]; segment s holds tokens cu_seqlens[s] .. cu_seqlens[s + 1]. Each
-    segment is attended on its own (run(q, k, v, qpos, kpos) -> out), with
-    its own positions (default: keys from 0, queries aligned to the end of
-    the segment's keys)."""
+def _segments(q, k, v, cu_seqlens_q, cu_seqlens_k):
+    """Packed sequences: [(q_begin, q_end, k_begin, k_end)] of each segment
+    of q [total_q, heads, d] and k, v [total_k, kv_heads, d]."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 3:
             raise _error(
@@ -1615,21 +1604,74 @@ def _varlen_attention(q, k, v, query_positions, key_positions, cu_seqlens_q,
             f"hold as many segments as cu_seqlens_q ({len(q_bounds) - 1})",
             len(k_bounds) - 1,
         )
-    outs = []
-    for s in range(len(q_bounds) - 1):
-        qa, qb, ka, kb = q_bounds[s], q_bounds[s + 1], k_bounds[s], k_bounds[s + 1]
-        qpos = (
-            torch.arange(kb - ka - (qb - qa), kb - ka, dtype=torch.int64)
-            if query_positions is None
-            else query_positions[qa:qb]
+    return list(zip(q_bounds, q_bounds[1:], k_bounds, k_bounds[1:]))
+
+
+def _aligned_positions(q_tokens, kv_tokens):
+    """Default positions: keys 0 .. kv_tokens - 1, queries the last q_tokens
+    of them (a decode step's query after its keys)."""
+    shift = max(kv_tokens - q_tokens, 0)
+    return (
+        torch.arange(shift, shift + q_tokens, dtype=torch.int64),
+        torch.arange(kv_tokens, dtype=torch.int64),
+    )
+
+
+def _attention_positions(query_positions, key_positions, q_tokens, kv_tokens, mask, segments):
+    """(query, key) positions as int64 tensors: the given ones, else the
+    defaults of the call's form (aligned, padded batch, or per segment)."""
+    if mask is not None:
+        defaults = _padding_positions(mask, min(q_tokens, kv_tokens))
+    elif segments is not None:
+        per_segment = [_aligned_positions(qb - qa, kb - ka) for qa, qb, ka, kb in segments]
+        defaults = tuple(torch.cat([p[i] for p in per_segment]) for i in (0, 1))
+    else:
+        defaults = _aligned_positions(q_tokens, kv_tokens)
+    given = (
+        (query_positions, "query_positions"),
+        (key_positions, "key_positions"),
+    )
+    return tuple(
+        default if p is None else _position_tensor("attention", p, name)
+        for default, (p, name) in zip(defaults, given)
+    )
+
+
+def _key_intervals(key_mask):
+    """[(batch index, (begin, end))]: the kept keys of each mask row, or None
+    when some row's kept keys are not one interval."""
+    intervals = []
+    for index in np.ndindex(*key_mask.shape[:-1]):
+        interval = _key_interval(key_mask[index])
+        if interval is None:
+            return None
+        intervals.append((index, interval))
+    return intervals
+
+
+def _attend(qs, ks, vs, qp, kp, key_mask, target, kernel, options):
+    """One attention over posenc-layout views: the kernel -> float32 (into
+    target, a float32 view, when given), else the PyTorch definition -> its
+    compute type. A key mask whose kept keys are one interval per row runs
+    the kernel on that interval; any other runs the definition."""
+    intervals = None
+    if kernel and key_mask is not None:
+        intervals = _key_intervals(key_mask)
+        kernel = intervals is not None
+    if kernel:
+        result = target
+        if result is None:
+            result = _empty("attention", qs.shape[:-1] + vs.shape[-1:], torch.float32)
+        scale = options["scale"]
+        _kernel_attention(
+            qs, ks, vs, qp, kp, result, dict(options, scale=scale or 0.0), intervals
         )
-        kpos = (
-            torch.arange(kb - ka, dtype=torch.int64)
-            if key_positions is None
-            else key_positions[ka:kb]
-        )
-        outs.append(run(q[qa:qb], k[ka:kb], v[ka:kb], qpos, kpos))
-    return torch.cat(outs, 0)
+        return result
+    device = qs.device
+    return _reference.attention(
+        qs, ks, vs, qp.to(device), kp.to(device),
+        key_mask=None if key_mask is None else key_mask.to(device), **options,
+    )
 
 
 def attention(
@@ -1735,7 +1777,6 @@ def attention(
     mask = None
     if attention_mask is not None:
         mask = _position_mask(attention_mask, k_view)
-        qpos_default, kpos_default = _padding_positions(mask, min(q_tokens, kv_tokens))
         if q_tokens > kv_tokens:
             raise _error(
                 "attention",
@@ -1743,89 +1784,37 @@ def attention(
                 f"have at most kv_tokens ({kv_tokens}) tokens with attention_mask",
                 q_tokens,
             )
-    if cu_seqlens_q is None:
-        if mask is None:
-            qpos = _default_positions(
-                "attention", query_positions, "query_positions", q_tokens,
-                max(kv_tokens - q_tokens, 0),
-            )
-            kpos = _default_positions(
-                "attention", key_positions, "key_positions", kv_tokens, 0
-            )
-        else:
-            qpos = (
-                qpos_default
-                if query_positions is None
-                else _position_tensor("attention", query_positions, "query_positions")
-            )
-            kpos = (
-                kpos_default
-                if key_positions is None
-                else _position_tensor("attention", key_positions, "key_positions")
-            )
-    else:
-        qpos = None if query_positions is None else _position_tensor(
-            "attention", query_positions, "query_positions"
-        )
-        kpos = None if key_positions is None else _position_tensor(
-            "attention", key_positions, "key_positions"
-        )
-    rotation = None
-    if rope is not None:
-        known = [p for p in (qpos, kpos) if p is not None and p.numel()]
-        reach = torch.cat([p.flatten().cpu() for p in known]) if known else qpos
-        rotation = (
-            rope if isinstance(rope, _core.Rope)
-            else rope.rope_at(torch.zeros(0, dtype=torch.int64) if reach is None else reach)
-        )
+    segments = None
+    if cu_seqlens_q is not None:
+        segments = _segments(q_view, k_view, v_view, cu_seqlens_q, cu_seqlens_k)
+    qpos, kpos = _attention_positions(
+        query_positions, key_positions, q_tokens, kv_tokens, mask, segments
+    )
+    if rope is not None and not isinstance(rope, _core.Rope):
+        # A RotaryEmbedding's length rule reads every position of the call.
+        rope = rope.rope_at(torch.cat((qpos.flatten().cpu(), kpos.flatten().cpu())))
     kernel = (
         q.dtype in _ATTENTION_DTYPES
         and _on_kernel(q, k, v, qpos, kpos, mask, out)
         and not _records(q, k, v)
     )
-    options = dict(causal=causal, alibi=alibi, rope=rotation, window=window)
-
-    def run(qs, ks, vs, qp, kp, key_mask=None, target=None):
-        """One attention over posenc-layout views -> float32 (into target, a
-        float32 view, when given) or, on PyTorch's path, q's compute type."""
-        intervals = None
-        if key_mask is not None and kernel:
-            intervals = []
-            for index in np.ndindex(*key_mask.shape[:-1]):
-                interval = _key_interval(key_mask[index])
-                if interval is None:  # kept keys not one interval: PyTorch's path
-                    intervals = None
-                    break
-                intervals.append((index, interval))
-        if kernel and (key_mask is None or intervals is not None):
-            result = target
-            if result is None:
-                result = _empty("attention", qs.shape[:-1] + vs.shape[-1:], torch.float32)
-            _kernel_attention(
-                qs, ks, vs, qp, kp, result,
-                dict(options, scale=0.0 if scale is None else scale), intervals,
-            )
-            return result
-        device = qs.device
-        return _reference.attention(
-            qs, ks, vs, qp.to(device), kp.to(device), scale=scale,
-            key_mask=None if key_mask is None else key_mask.to(device), **options,
-        )
-
-    if cu_seqlens_q is None:
+    options = dict(causal=causal, alibi=alibi, rope=rope, window=window, scale=scale)
+    if segments is not None:
+        result = torch.cat([
+            _attend(q_view[qa:qb], k_view[ka:kb], v_view[ka:kb], qpos[qa:qb], kpos[ka:kb],
+                    None, None, kernel, options)
+            for qa, qb, ka, kb in segments
+        ])
+    else:
         # A float32 out= of the right shape is the kernel's own output.
         target = None
         if out is not None and out.dtype == torch.float32 and _on_kernel(out):
             view = _tokens_first("attention", "out", out, qkv_format)
             if view.shape == q_view.shape[:-1] + v_view.shape[-1:] and view.stride(-1) == 1:
                 target = view
-        result = run(q_view, k_view, v_view, qpos, kpos, mask, target)
+        result = _attend(q_view, k_view, v_view, qpos, kpos, mask, target, kernel, options)
         if target is not None and result is target:
             return out
-    else:
-        result = _varlen_attention(
-            q_view, k_view, v_view, qpos, kpos, cu_seqlens_q, cu_seqlens_k, run
-        )
     if qkv_format == "bhsd":
         result = result.transpose(-2, -3)
     if out is not None:

@@ -453,3 +453,15 @@ def test_bad_arguments_name_themselves(call, message):
     with pytest.raises(posenc.Error) as error:
         call(q)
     assert str(error.value) == message
+
+
+def test_packed_decode_steps_align_queries_after_their_keys():
+    """cu_seqlens_k apart from cu_seqlens_q: each segment's queries are the
+    last of its keys by default, as a separate call places them."""
+    q = torch.randn(3, 4, 16)
+    k, v = torch.randn(7, 2, 16), torch.randn(7, 2, 16)
+    cu_q, cu_k = torch.tensor([0, 1, 3]), torch.tensor([0, 3, 7])
+    rope = posenc.Rope.default(16)
+    out = pt.attention(q, k, v, causal=True, rope=rope, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    assert torch.equal(out[0:1], pt.attention(q[0:1], k[0:3], v[0:3], causal=True, rope=rope))
+    assert torch.equal(out[1:3], pt.attention(q[1:3], k[3:7], v[3:7], causal=True, rope=rope))
