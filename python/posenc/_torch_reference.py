@@ -34,14 +34,27 @@ def _float64_device(device):
     return torch.device("cpu") if device.type == "mps" else device
 
 
-def cos_sin(rope, positions, dtype=torch.float32, device=None):
-    """(cos, sin) [..., tokens, rotary_dim / 2] of a posenc.Rope at int64
-    positions, attention_factor included: cos(pos * inv_freq[i]) * factor
-    formed in float64, rounded once to dtype."""
+def _rope_of(rotation):
+    """The posenc.Rope of a rotation: itself, or a posenc.MRope's."""
+    return rotation.rope if isinstance(rotation, _core.MRope) else rotation
+
+
+def cos_sin(rotation, positions, dtype=torch.float32, device=None):
+    """(cos, sin) [..., tokens, rotary_dim / 2] at int64 positions,
+    attention_factor included: cos(pos * inv_freq[i]) * factor formed in
+    float64, rounded once to dtype. rotation is a posenc.Rope (positions
+    [..., tokens]) or a posenc.MRope (positions [streams, ..., tokens]: pair
+    i reads stream pair_stream[i])."""
     device = positions.device if device is None else device
     where = _float64_device(device)
+    rope = _rope_of(rotation)
     inv_freq = torch.tensor(rope.inv_freq, dtype=torch.float64, device=where)
-    angles = positions.to(where, torch.float64)[..., None] * inv_freq
+    positions = positions.to(where, torch.float64)
+    if isinstance(rotation, _core.MRope):
+        streams = torch.tensor(rotation.pair_stream, dtype=torch.int64, device=where)
+        angles = positions.index_select(0, streams).movedim(0, -1) * inv_freq
+    else:
+        angles = positions[..., None] * inv_freq
     factor = rope.attention_factor
     cos = (torch.cos(angles) * factor).to(device, dtype)
     sin = (torch.sin(angles) * factor).to(device, dtype)
@@ -83,11 +96,13 @@ def _join(rope, y1, y2, before, after):
     return torch.cat((before, rotated, after), -1)
 
 
-def rotate(rope, positions, x, inverse=False):
+def rotate(rotation, positions, x, inverse=False):
     """x [..., tokens, heads, head_dim] turned pair by pair: y = a R(phi) x
-    (inverse: a R(-phi), the transpose)."""
+    (inverse: a R(-phi), the transpose); rotation and positions as in
+    cos_sin."""
     compute = _compute_dtype(x.dtype)
-    cos, sin = cos_sin(rope, positions, compute, x.device)
+    cos, sin = cos_sin(rotation, positions, compute, x.device)
+    rope = _rope_of(rotation)
     cos, sin = cos[..., None, :], sin[..., None, :]  # over the heads
     if inverse:
         sin = -sin

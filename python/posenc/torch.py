@@ -381,13 +381,6 @@ def _rotate_views(function, rotation, positions, views):
         else:
             outs = _kernel_rotate(rotation, array, q, k, forward)
         return (outs,) if k is None else outs
-    if isinstance(rotation, _core.MRope):
-        raise _error(
-            function,
-            "q",
-            "be a plain CPU tensor (multi-stream RoPE has no pure-PyTorch path yet)",
-            f"{type(views[0]).__name__} on {views[0].device}",
-        )
     positions = positions.to(views[0].device)
     return tuple(_reference.rotate(rotation, positions, v) for v in views)
 
@@ -767,32 +760,27 @@ def _check_number(function, name, value):
         ) from None
 
 
-def _stream_positions(function, mrope, q, positions, name, text_form):
-    """positions as the int64 numpy view apply_mrope_qk reads, for q [*batch,
-    tokens, heads, head_dim]: [streams, *batch, tokens]. With text_form
+def _stream_positions(function, mrope, q, positions, name, text_form, qkv_format="bshd"):
+    """positions as the int64 tensor [streams, *batch, tokens] the rotation
+    reads, for q [*batch, tokens, heads, head_dim] (or bhsd). With text_form
     (Hugging Face's position_ids), [*batch, tokens] is every stream's and None
-    means 0 .. tokens - 1 in every stream (broadcast views, no copy); without
+    means 0 .. tokens - 1 in every stream (expanded views, no copy); without
     it, [streams, tokens] is shared by the batch."""
-    _check_activations(function, "q", q)
-    if q.dim() < 3:
-        raise _error(
-            function,
-            "q.shape",
-            "be [..., tokens, heads, head_dim]",
-            tuple(q.shape),
-        )
-    batch, tokens = tuple(q.shape[:-3]), q.shape[-3]
+    _check_tensor(function, "q", q)
+    view = _tokens_first(function, "q", q, _qkv_format(function, qkv_format))
+    batch, tokens = tuple(view.shape[:-3]), view.shape[-3]
     full = (mrope.num_streams,) + batch + (tokens,)
     if positions is None and text_form:
-        return np.broadcast_to(np.arange(tokens, dtype=np.int64), full)
-    array = _positions(function, positions, name)
-    shape = tuple(array.shape)
+        return torch.arange(tokens, dtype=torch.int64).expand(full)
+    positions = _position_tensor(function, positions, name)
+    _check_positions_device(function, positions, q, name)
+    shape = tuple(positions.shape)
     if shape == full:
-        return array
+        return positions
     if text_form and shape == batch + (tokens,):
-        return np.broadcast_to(array, full)
+        return positions.expand(full)
     if not text_form and shape == full[:1] + full[-1:]:
-        return array
+        return positions
     rule = f"be (streams, *batch, tokens) = {full}"
     if text_form:
         rule += (
@@ -804,19 +792,19 @@ def _stream_positions(function, mrope, q, positions, name, text_form):
     raise _error(function, f"{name}.shape", rule, shape)
 
 
-def apply_mrope(mrope, positions, q, k=None):
+def apply_mrope(mrope, positions, q, k=None, *, qkv_format="bshd"):
     """Rotates q and k by multi-stream RoPE; differentiable. Returns (q_rot,
     k_rot), or q_rot when k is None.
 
     mrope is a ``posenc.MRope`` (M-RoPE sections, a vision tower's 2-D RoPE).
-    Shapes: q is [..., tokens, num_heads, head_dim], k [..., tokens,
-    num_kv_heads, head_dim] (posenc's layout: Hugging Face's [batch, heads,
-    seq, dim] passes as ``x.transpose(1, 2)`` without a copy); positions is
-    int64 [streams, ..., tokens] (Hugging Face's position_ids [3, batch, seq])
-    or [streams, tokens] (shared by the batch), read where it lies (any
-    strides, no copy). Pair i turns by the position of stream
-    mrope.pair_stream[i]. Backward: the transpose, by the same kernel. q and k
-    are CPU float32, float64, bfloat16 or float16 tensors of one dtype.
+    Shapes as in ``apply_rope``: qkv_format "bshd" (q [..., tokens,
+    num_heads, head_dim], k [..., tokens, num_kv_heads, head_dim]) or "bhsd"
+    (Hugging Face's, no copy); positions is int64 [streams, ..., tokens]
+    (Hugging Face's position_ids [3, batch, seq]) or [streams, tokens]
+    (shared by the batch), read where it lies (any strides, no copy). Pair i
+    turns by the position of stream mrope.pair_stream[i]. Backward: the
+    transpose, by the same kernel. Plain CPU tensors (float32, float64,
+    bfloat16, float16) run the kernels; others the PyTorch definition.
     """
     _check_instance(
         "mrope",
@@ -825,20 +813,25 @@ def apply_mrope(mrope, positions, q, k=None):
         _core.MRope,
         "a posenc.MRope (of a MultimodalRotaryEmbedding: its .mrope)",
     )
-    return _rotate_streams(mrope, _positions("mrope", positions), q, k)
+    positions = _position_tensor("mrope", positions)
+    _check_positions_device("mrope", positions, q)
+    return _rotate_streams(mrope, positions, q, k, qkv_format)
 
 
-def _rotate_streams(mrope, positions, q, k):
-    """apply_mrope with positions already an int64 numpy view; k may be None
+def _rotate_streams(mrope, positions, q, k, qkv_format="bshd"):
+    """apply_mrope with positions already an int64 tensor; k may be None
     (q_rot alone is returned)."""
-    _check_activations("mrope", "q", q)
-    if k is not None:
-        _check_activations("mrope", "k", k)
-        if k.dtype != q.dtype:
-            raise _error("mrope", "k.dtype", f"equal q.dtype ({q.dtype})", k.dtype)
-    return _ApplyRope.apply(
-        q, k, positions, mrope, _core.RopeDirection.FORWARD
+    _check_pair("mrope", q, k)
+    qkv_format = _qkv_format("mrope", qkv_format)
+    views = tuple(
+        _tokens_first("mrope", name, t, qkv_format)
+        for name, t in (("q", q), ("k", k))
+        if t is not None
     )
+    outs = _rotate_views("mrope", mrope, positions, views)
+    if qkv_format == "bhsd":
+        outs = tuple(o.transpose(-2, -3) for o in outs)
+    return outs[0] if k is None else outs
 
 
 class MultimodalRotaryEmbedding(torch.nn.Module):
@@ -852,14 +845,12 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
     mrope_section and base (plain RoPE frequencies), from a ready
     ``posenc.Rope`` and mrope_section, or from a ``posenc.MRope``.
 
-    q is [batch, tokens, heads, head_dim] and k [batch, tokens, kv_heads,
-    head_dim] (posenc's layout; any leading batch dims; Hugging Face's
-    [batch, heads, seq, dim] is ``x.transpose(1, 2)``, no copy), CPU float32,
-    bfloat16, float16 or float64. position_ids is Hugging Face's int64 [3,
+    Shapes as in ``apply_rope``, in qkv_format "bshd" or "bhsd" (Hugging
+    Face's), said here or per call. position_ids is Hugging Face's int64 [3,
     batch, tokens] (``get_rope_index``), or [batch, tokens] for text (the same
     position in each stream: then M-RoPE is 1-D RoPE exactly), or None for 0
-    .. tokens - 1. Autograd: the backward pass is the inverse rotation. The
-    module has no parameters.
+    .. tokens - 1 when qkv_format says where the tokens are. Autograd: the
+    backward pass is the inverse rotation. The module has no parameters.
     """
 
     def __init__(
@@ -871,8 +862,12 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
         interleaved=False,
         rope=None,
         mrope=None,
+        qkv_format=None,
     ):
         super().__init__()
+        self.qkv_format = (
+            None if qkv_format is None else _qkv_format("mrope", qkv_format)
+        )
         if mrope is None:
             if mrope_section is None:
                 raise _error(
@@ -903,7 +898,7 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
         self.mrope = mrope
 
     @classmethod
-    def from_hf_config(cls, config, layer=None, **kwargs):
+    def from_hf_config(cls, config, layer=None, *, qkv_format=None, **kwargs):
         """The M-RoPE of a Hugging Face Qwen2-VL, Qwen2.5-VL or Qwen3-VL
         config (a dict, its JSON text or a config.json path):
         ``posenc.mrope_from_hf_config`` (the language model's RoPE with its
@@ -920,7 +915,7 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
                 "Qwen2-VL, Qwen2.5-VL, Qwen3-VL)",
                 f"{model.model_type} ({model.scheme}, no mrope_section)",
             )
-        return cls(mrope=mrope)
+        return cls(mrope=mrope, qkv_format=qkv_format)
 
     @property
     def rope(self):
@@ -932,14 +927,27 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
         """float64 [rotary_dim / 2]: the inverse frequencies."""
         return torch.tensor(self.mrope.rope.inv_freq, dtype=torch.float64)
 
-    def forward(self, q, k=None, position_ids=None):
+    def forward(self, q, k=None, position_ids=None, *, qkv_format=None):
+        qkv_format = qkv_format or self.qkv_format
+        if position_ids is None and qkv_format is None:
+            raise _error(
+                "mrope",
+                "position_ids",
+                "be given unless qkv_format says where the tokens are ('bshd' "
+                "or 'bhsd', here or to MultimodalRotaryEmbedding)",
+                None,
+            )
+        qkv_format = qkv_format or "bshd"
         positions = _stream_positions(
-            "mrope", self.mrope, q, position_ids, "position_ids", True
+            "mrope", self.mrope, q, position_ids, "position_ids", True, qkv_format
         )
-        return _rotate_streams(self.mrope, positions, q, k)
+        return _rotate_streams(self.mrope, positions, q, k, qkv_format)
 
     def extra_repr(self):
-        return repr(self.mrope)
+        text = repr(self.mrope)
+        if self.qkv_format is not None:
+            text += f", qkv_format={self.qkv_format!r}"
+        return text
 
 
 _VISION_KINDS = {

@@ -555,7 +555,7 @@ def test_from_hf_config_and_text_positions_are_1d_rope():
     for position_ids in (text, text[None].expand(3, 2, 5)):
         q_rot, k_rot = rot(q, k, position_ids)
         assert torch.equal(q_rot, one_d[0]) and torch.equal(k_rot, one_d[1])
-    q_rot, _ = rot(q, k)  # None: 0 .. T - 1
+    q_rot, _ = rot(q, k, qkv_format="bshd")  # None: 0 .. T - 1 (where the layout says)
     assert torch.equal(q_rot, pt.apply_rope(rope, torch.arange(5), q, k)[0])
 
 
@@ -641,7 +641,7 @@ def q8(*shape, dtype=torch.float32):
     return torch.zeros(*shape, dtype=dtype)
 
 
-ROT = pt.MultimodalRotaryEmbedding(8, [1, 2, 1])
+ROT = pt.MultimodalRotaryEmbedding(8, [1, 2, 1], qkv_format="bshd")
 VIS = pt.VisionRotaryEmbedding("qwen2_vl", 8)
 TORCH_ERRORS = {
     "position_ids [2, B, T]": (
@@ -669,7 +669,7 @@ TORCH_ERRORS = {
     ),
     "k dtype": (
         lambda: ROT(q8(1, 3, 1, 8), q8(1, 3, 1, 8, dtype=torch.float64)),
-        "[mrope] k.dtype must equal q.dtype (torch.float32), got torch.float64",
+        "[mrope] k.dtype must equal q.dtype (float32), got float64",
     ),
     "int q": (
         lambda: ROT(torch.zeros(1, 3, 1, 8, dtype=torch.int32), q8(1, 3, 1, 8)),

@@ -465,3 +465,20 @@ def test_packed_decode_steps_align_queries_after_their_keys():
     out = pt.attention(q, k, v, causal=True, rope=rope, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
     assert torch.equal(out[0:1], pt.attention(q[0:1], k[0:3], v[0:3], causal=True, rope=rope))
     assert torch.equal(out[1:3], pt.attention(q[1:3], k[3:7], v[3:7], causal=True, rope=rope))
+
+
+def test_multimodal_rope_on_hugging_face_layout_and_elsewhere():
+    """M-RoPE on bhsd equals bshd; the PyTorch definition (what runs off the
+    CPU kernels) equals the kernel; position_ids are never guessed."""
+    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3], 500.0)
+    q = torch.randn(2, 6, 4, 16, dtype=torch.float64)
+    position_ids = torch.randint(0, 10_000, (3, 2, 6))
+    want = rot(q, position_ids=position_ids)
+    hf = rot(q.transpose(1, 2), position_ids=position_ids, qkv_format="bhsd")
+    assert torch.equal(hf.transpose(1, 2), want)
+    mine = reference.rotate(rot.mrope, position_ids, q)
+    torch.testing.assert_close(mine, want, rtol=0, atol=1e-12)
+    meta = rot(q.to("meta"), position_ids=position_ids.to("meta"))
+    assert meta.is_meta and meta.shape == q.shape
+    with pytest.raises(posenc.Error, match=r"^\[mrope\] position_ids must be given unless"):
+        rot(q)
