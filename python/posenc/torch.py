@@ -1,12 +1,15 @@
-"""posenc.torch: posenc for PyTorch CPU tensors, thin over the C++ library.
+"""posenc.torch: posenc for PyTorch tensors, thin over the C++ library.
 
-Tensors are handed to the library as numpy views of their own memory (no copies
-where the layout allows); results are written into tensors allocated here.
-Supported: CPU tensors in float32, bfloat16 and float16 (the library's kernels:
-float32 arithmetic, one rounding to the storage type) and float64 (a
-double-precision twin of the reference, which makes
-``torch.autograd.gradcheck`` meaningful). Anything else, including a CUDA
-tensor, raises ``posenc.Error`` (a ``ValueError``).
+Plain CPU tensors are handed to the library as numpy views of their own memory
+(no copies where the layout allows): float32, bfloat16 and float16 (the
+library's kernels: float32 arithmetic, one rounding to the storage type) and
+float64 (a double-precision twin of the reference, which makes
+``torch.autograd.gradcheck`` meaningful). RoPE, M-RoPE and attention also run
+on any other tensor (CUDA, meta, FakeTensor) through the same definitions in
+PyTorch operations (posenc._torch_reference; docs/PYTHON.md says which path
+runs where). A bad argument raises ``posenc.Error`` (a ``ValueError``).
+Activations are posenc's [..., tokens, heads, head_dim] ("bshd") or, where
+``qkv_format="bhsd"`` says so, Hugging Face's [..., heads, tokens, head_dim].
 
 Modules and functions: ``RotaryEmbedding`` (``from_hf_config(config,
 layer=i)`` for a model's layer i; a NoPE layer is an error),
@@ -26,7 +29,7 @@ Example::
     import torch
     import posenc.torch as pt
 
-    rope = pt.RotaryEmbedding(head_dim=64)
+    rope = pt.RotaryEmbedding(head_dim=64, qkv_format="bshd")
     # [batch, tokens, heads, head_dim]
     q = torch.randn(2, 16, 8, 64, requires_grad=True)
     k = torch.randn(2, 16, 2, 64, requires_grad=True)   # fewer kv heads (GQA)
