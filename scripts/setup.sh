@@ -22,6 +22,8 @@ packages=(
   libtorch-dev                 # libtorch (C++): trains the models of the study (study/)
   libopenblas0-pthread         # OpenBLAS behind libtorch (the reference BLAS is several times slower)
   bible-kjv bible-kjv-text     # the study's text: the King James Bible and the `bible` reader
+  libcpp-httplib-dev pkgconf   # posenc serve: the HTTP server (found through pkg-config)
+  libjs-chart.js               # posenc serve: the charts of the explorer page
 )
 
 missing=()

@@ -11,5 +11,6 @@ void AddAlibiCommand(CLI::App& app);
 void AddInspectCommand(CLI::App& app);
 void AddRopeCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
+void AddServeCommand(CLI::App& app);
 
 }  // namespace posenc::cli

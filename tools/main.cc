@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   posenc::cli::AddInspectCommand(app);
   posenc::cli::AddRopeCommand(app);
   posenc::cli::AddBenchCommand(app);
+  posenc::cli::AddServeCommand(app);
   int status = 0;
   try {
     app.parse(argc, argv);

@@ -1,0 +1,199 @@
+"""posenc serve, started on a free port: its API against the lesson's numbers and the formulas,
+its rules for bad requests, a load of 8 concurrent clients, and a clean stop on Ctrl-C."""
+
+import json
+import math
+import os
+import re
+import select
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+POSENC = os.environ.get("POSENC_CLI", "build/tools/posenc")
+
+
+@pytest.fixture(scope="module")
+def server():
+    process = subprocess.Popen(
+        [POSENC, "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], 30)
+        assert ready, "posenc serve printed no URL within 30 s"
+        line = process.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert url, f"no URL in {line!r}"
+        yield url.group(0)
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        out, err = process.communicate(timeout=20)
+        assert process.returncode == 0, err
+        assert "posenc serve: stopped" in out
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def get(url, path):
+    """(status, parsed JSON body) of a GET."""
+    try:
+        with urllib.request.urlopen(url + path, timeout=20) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_waves_are_the_lesson_formula(server):
+    status, data = get(server, "api/waves?d=16&base=10000&position=7&columns=0,3")
+    assert status == 200 and data["d"] == 16
+    for pair in data["pairs"]:
+        i = pair["pair"]
+        w = 10000.0 ** (-2 * i / 16)
+        assert pair["wavelength"] == pytest.approx(2 * math.pi / w, rel=1e-12)
+        angle = math.atan2(math.sin(7 * w), math.cos(7 * w))
+        assert pair["angle"] == pytest.approx(angle, abs=1e-12)
+    assert data["positions"][0] == 7 and data["positions"][-1] == 107
+    column0, column3 = data["curves"]
+    for p, a, b in zip(data["positions"], column0["values"], column3["values"]):
+        assert a == pytest.approx(math.sin(p), abs=1e-12)  # PE(p, 0) = sin(p)
+        assert b == pytest.approx(math.cos(p * 10000.0 ** (-2 / 16)), abs=1e-12)
+
+
+def test_similarity_puts_the_neighbours_of_20_first(server):
+    status, data = get(server, "api/similarity")
+    assert status == 200 and (data["positions"], data["d"], data["query"]) == (64, 32, 20)
+    top = data["most_similar"]
+    assert top[0] == 20 and set(top[1:3]) == {19, 21} and set(top[3:5]) == {18, 22}
+    assert data["dots"][20] == pytest.approx(16.0, rel=1e-12)  # 16 pairs of sin^2 + cos^2
+    assert data["dots"][19] == pytest.approx(data["dots"][21], abs=1e-12)
+    assert len(data["table"]) == 64 and len(data["table"][0]) == 32
+    assert data["table"][1][0] == pytest.approx(math.sin(1.0), abs=1e-7)
+
+
+def test_rope_scores_depend_only_on_the_distance(server):
+    status, data = get(server, "api/rope?position=5&pair=0")
+    assert status == 200
+    scores = [p["score"] for p in data["pairs"]]  # (5, 2), (105, 102), (1005, 1002)
+    assert [(p["m"], p["n"]) for p in data["pairs"]] == [(5, 2), (105, 102), (1005, 1002)]
+    assert max(scores) - min(scores) < 1e-9
+    at_three = data["scores"][data["distances"].index(3)]
+    assert at_three == pytest.approx(scores[0], abs=1e-9)
+    assert data["theta"] == 1.0  # pair 0 turns one radian per position
+    assert data["arrow"]["angle"] == pytest.approx(5 - 2 * math.pi, abs=1e-12)
+
+
+def test_alibi_slopes_follow_the_paper(server):
+    status, data = get(server, "api/alibi?heads=8&tokens=4")
+    assert status == 200
+    assert data["slopes"] == [2.0**-k for k in range(1, 9)]
+    bias = data["bias"][0]
+    assert bias[3] == [-1.5, -1.0, -0.5, 0.0] and bias[0][1:] == [None, None, None]
+    _, twelve = get(server, "api/alibi?heads=12")
+    # Not a power of two: the 8-head slopes, then every other one of the 16-head series.
+    assert twelve["slopes"] == pytest.approx(
+        [2.0**-k for k in range(1, 9)] + [2.0 ** -(k - 0.5) for k in range(1, 5)], rel=1e-15
+    )
+
+
+BAD = {
+    "odd d": ("api/waves?d=7", "[serve] d must be even (sin and cos pairs), got 7"),
+    "text d": ("api/waves?d=abc", "[serve] d must be an integer in [2, 1024], got 'abc'"),
+    "position past the slider": (
+        "api/waves?position=100001",
+        "[serve] position must be an integer in [0, 100000], got '100001'",
+    ),
+    "negative position": (
+        "api/rope?position=-1",
+        "[serve] position must be an integer in [0, 1000000], got '-1'",
+    ),
+    "infinite base": ("api/waves?base=inf", "[serve] base must be a number in [1.0001, 1e+09], got 'inf'"),
+    "empty list item": (
+        "api/waves?columns=1,,3",
+        "[serve] columns must be an integer in [0, 63], got ''",
+    ),
+    "too many columns": (
+        "api/waves?columns=0,1,2,3,4,5,6,7,8",
+        "[serve] columns must hold at most 8 values, got '0,1,2,3,4,5,6,7,8'",
+    ),
+    "unknown parameter": (
+        "api/alibi?head=3",
+        "[serve] query must name only parameters of this endpoint, got 'head'",
+    ),
+    "repeated parameter": (
+        "api/alibi?heads=3&heads=4",
+        "[serve] query must name each parameter once, got 'heads' twice",
+    ),
+    "zero heads": ("api/alibi?heads=0", "[serve] heads must be an integer in [1, 128], got '0'"),
+    "m and n apart": (
+        "api/rope?m=1,2&n=1",
+        "[serve] n must hold as many positions as m (2), got 1",
+    ),
+    "unknown endpoint": (
+        "api/stretch",
+        "[serve] endpoint must be one of waves, similarity, rope, alibi, got stretch",
+    ),
+    "control characters are not echoed": (
+        "api/waves?d=%1b%5b31m",
+        "[serve] d must be an integer in [2, 1024], got '?[31m'",
+    ),
+}
+
+
+@pytest.mark.parametrize("path, message", BAD.values(), ids=BAD.keys())
+def test_bad_requests_are_400_with_the_message(server, path, message):
+    assert get(server, path) == (400, {"error": message})
+
+
+def test_paths_outside_the_api_are_404_and_no_file_is_read(server):
+    for path in ("../../etc/passwd", "%2e%2e/%2e%2e/etc/passwd", "api/", "static/chart.js"):
+        status, body = get(server, path)
+        assert status == 404 and "path must be" in body["error"]
+
+
+def test_a_large_body_is_refused_and_the_server_goes_on(server):
+    request = urllib.request.Request(server + "api/waves", data=b"x" * (2 << 20), method="POST")
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(request, timeout=20)
+    assert error.value.code == 413
+    assert get(server, "api/alibi?heads=2")[0] == 200
+
+
+def test_the_page_and_chart_js_are_served(server):
+    with urllib.request.urlopen(server, timeout=20) as response:
+        page = response.read().decode()
+    assert "posenc explorer" in page and 'src="/chart.js"' in page
+    # Nothing outside the server: no absolute URL anywhere in the page.
+    assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]", page, re.IGNORECASE)
+    with urllib.request.urlopen(server + "chart.js", timeout=20) as response:
+        assert b"Chart" in response.read()
+
+
+def test_eight_concurrent_clients(server):
+    paths = ["api/waves?position=%d" % i for i in range(25)] + ["api/alibi?heads=16"] * 25
+    latencies, failures = [], []
+    lock = threading.Lock()
+
+    def client(k):
+        for path in paths[k::8] * 4:
+            start = time.perf_counter()
+            status, _ = get(server, path)
+            with lock:
+                latencies.append(time.perf_counter() - start)
+                if status != 200:
+                    failures.append((path, status))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures and len(latencies) == 200
+    latencies.sort()
+    print(f"\n200 requests from 8 clients: p50 {latencies[100] * 1e3:.1f} ms, "
+          f"p99 {latencies[197] * 1e3:.1f} ms")

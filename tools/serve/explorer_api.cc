@@ -1,0 +1,275 @@
+#include "serve/explorer_api.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "posenc/alibi.h"
+#include "posenc/error.h"
+#include "posenc/heads.h"
+#include "posenc/rope.h"
+#include "posenc/sinusoidal.h"
+
+namespace posenc::serve {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kFn = "serve";
+
+// The query parameters of one request, read by name and type; Finish() refuses the ones no
+// endpoint reads, so that a misspelt control is an error rather than a silent default.
+class Params {
+ public:
+  explicit Params(const Query& query) : query_(query) {}
+
+  int64_t Int(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) {
+    const std::string* text = Take(name);
+    if (text == nullptr) return fallback;
+    return ParseInt(name, *text, lo, hi);
+  }
+
+  double Real(const std::string& name, double fallback, double lo, double hi) {
+    const std::string* text = Take(name);
+    if (text == nullptr) return fallback;
+    double value = 0.0;
+    const auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), value);
+    const bool ok = error == std::errc() && end == text->data() + text->size() &&
+                    std::isfinite(value) && value >= lo && value <= hi;
+    Require(ok, kFn, name, Range("a number", lo, hi), Quoted(*text));
+    return value;
+  }
+
+  // A comma-separated list of integers in [lo, hi], at most `most` of them.
+  std::vector<int64_t> IntList(const std::string& name, std::vector<int64_t> fallback,
+                               int64_t lo, int64_t hi, size_t most) {
+    const std::string* text = Take(name);
+    if (text == nullptr) return fallback;
+    std::vector<int64_t> values;
+    size_t begin = 0;
+    while (begin <= text->size()) {
+      const size_t end = std::min(text->find(',', begin), text->size());
+      values.push_back(ParseInt(name, text->substr(begin, end - begin), lo, hi));
+      Require(values.size() <= most, kFn, name, "hold at most " + std::to_string(most) + " values",
+              Quoted(*text));
+      begin = end + 1;
+    }
+    return values;
+  }
+
+  void Finish() const {
+    for (const auto& [name, value] : query_) {
+      Require(read_.count(name) > 0, kFn, "query", "name only parameters of this endpoint",
+              Quoted(name));
+    }
+  }
+
+ private:
+  const std::string* Take(const std::string& name) {
+    read_.insert(name);
+    const auto found = query_.find(name);
+    return found == query_.end() ? nullptr : &found->second;
+  }
+
+  static std::string Quoted(std::string_view text) {
+    constexpr size_t kShown = 40;  // a long value is cut in the message, never echoed whole
+    std::string shown(text.substr(0, kShown));
+    for (char& c : shown) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    }
+    return "'" + shown + (text.size() > kShown ? "...'" : "'");
+  }
+
+  template <typename T>
+  static std::string Range(std::string_view what, T lo, T hi) {
+    std::ostringstream out;
+    out << "be " << what << " in [" << lo << ", " << hi << "]";
+    return out.str();
+  }
+
+  static int64_t ParseInt(const std::string& name, std::string_view text, int64_t lo,
+                          int64_t hi) {
+    int64_t value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    const bool ok = !text.empty() && error == std::errc() && end == text.data() + text.size() &&
+                    value >= lo && value <= hi;
+    Require(ok, kFn, name, Range("an integer", lo, hi), Quoted(text));
+    return value;
+  }
+
+  const Query& query_;
+  std::set<std::string> read_;
+};
+
+// Waves ("Try it now"): each pair of a d-wide sinusoidal table is a clock hand turning at
+// base^(-2i/d) radians per position; the page shows the hands at one position and the waves of a
+// few columns across positions.
+json Waves(Params& p) {
+  const Sinusoidal spec{.dim = p.Int("d", 64, 2, 1024), .base = p.Real("base", 10000.0, 1.0001, 1e9)};
+  Require(spec.dim % 2 == 0, kFn, "d", "be even (sin and cos pairs)", spec.dim);
+  const int64_t position = p.Int("position", 0, 0, 100000);
+  const int64_t span = p.Int("span", 100, 1, 100000);
+  const int64_t samples = p.Int("samples", 201, 2, 1001);
+  const std::vector<int64_t> columns =
+      p.IntList("columns", {0, 2, 4, 6}, 0, spec.dim - 1, 8);
+  p.Finish();
+  json pairs = json::array();
+  for (int64_t i = 0; i < spec.dim / 2; ++i) {
+    const double frequency = spec.Frequency(2 * i);
+    const CosSin hand = RopeAngle(position, frequency);
+    pairs.push_back({{"pair", i},
+                     {"frequency", frequency},
+                     {"wavelength", spec.Wavelength(2 * i)},
+                     {"angle", std::atan2(hand.sin, hand.cos)},
+                     {"sin", hand.sin},
+                     {"cos", hand.cos}});
+  }
+  // Integer positions from `position` over `span`, at most `samples` of them.
+  const int64_t step = std::max<int64_t>(1, (span + samples - 2) / (samples - 1));
+  std::vector<int64_t> xs;
+  for (int64_t x = position; x <= position + span; x += step) xs.push_back(x);
+  json curves = json::array();
+  for (const int64_t column : columns) {
+    std::vector<double> values;
+    for (const int64_t x : xs) values.push_back(SinusoidalValue(spec, x, column));
+    curves.push_back({{"column", column}, {"values", values}});
+  }
+  return {{"d", spec.dim},         {"base", spec.base}, {"position", position},
+          {"pairs", pairs},        {"positions", xs},   {"curves", curves}};
+}
+
+// Similarity: the table itself and the dot product of one position's row with every row, which
+// depends only on the distance (the lesson's 64 x 32 example: 20's neighbours come first).
+json Similarity(Params& p) {
+  const int64_t tokens = p.Int("positions", 64, 2, 512);
+  const Sinusoidal spec{.dim = p.Int("d", 32, 2, 256), .base = p.Real("base", 10000.0, 1.0001, 1e9)};
+  Require(spec.dim % 2 == 0, kFn, "d", "be even (sin and cos pairs)", spec.dim);
+  const int64_t query = p.Int("query", 20, 0, tokens - 1);
+  p.Finish();
+  std::vector<float> table(static_cast<size_t>(tokens * spec.dim));
+  FillSinusoidalTable(spec, tokens, table);
+  json rows = json::array();
+  for (int64_t t = 0; t < tokens; ++t) {
+    rows.push_back(std::vector<float>(table.begin() + t * spec.dim,
+                                      table.begin() + (t + 1) * spec.dim));
+  }
+  std::vector<double> dots(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < spec.dim; ++j) {
+      dots[t] += SinusoidalValue(spec, query, j) * SinusoidalValue(spec, t, j);
+    }
+  }
+  std::vector<int64_t> order(static_cast<size_t>(tokens));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return dots[a] > dots[b]; });
+  order.resize(std::min<size_t>(order.size(), 10));
+  return {{"positions", tokens}, {"d", spec.dim}, {"query", query},
+          {"table", rows},       {"dots", dots},  {"most_similar", order}};
+}
+
+// RoPE: one pair's 2-D arrow turned by position x theta, and the score of a fixed q and k
+// against their distance: it depends only on m - n, so (5, 2), (105, 102) and (1005, 1002) score
+// alike.
+json RopeScores(Params& p) {
+  const int64_t d = p.Int("d", 64, 2, 1024);
+  const double base = p.Real("base", 10000.0, 1.0001, 1e9);
+  Require(d % 2 == 0, kFn, "d", "be even (pairs of features)", d);
+  const int64_t position = p.Int("position", 5, 0, 1000000);
+  const int64_t pair = p.Int("pair", 0, 0, d / 2 - 1);
+  const int64_t reach = p.Int("distance", 32, 1, 1024);
+  const std::vector<int64_t> m = p.IntList("m", {5, 105, 1005}, 0, 1000000, 16);
+  const std::vector<int64_t> n = p.IntList("n", {2, 102, 1002}, 0, 1000000, 16);
+  p.Finish();
+  Require(m.size() == n.size(), kFn, "n", "hold as many positions as m (" +
+          std::to_string(m.size()) + ")", n.size());
+  const Rope rope = Rope::Default(d, base);
+  const CosSin arrow = RopeAngle(position, rope.inv_freq[pair]);
+  // A fixed q and k (the same for every request), so that only positions move the score.
+  std::vector<double> q(d), k(d);
+  for (int64_t j = 0; j < d; ++j) {
+    q[j] = std::cos(0.37 * j + 0.1);
+    k[j] = std::sin(0.61 * j + 0.4);
+  }
+  const auto score = [&](int64_t qm, int64_t kn) {
+    std::vector<double> qr(q), kr(k);
+    const int64_t qpos[] = {qm}, kpos[] = {kn};
+    ApplyRope(rope, qpos, Heads<double>::Dense(qr.data(), 1, 1, d));
+    ApplyRope(rope, kpos, Heads<double>::Dense(kr.data(), 1, 1, d));
+    return std::inner_product(qr.begin(), qr.end(), kr.begin(), 0.0);
+  };
+  std::vector<int64_t> distances;
+  std::vector<double> scores;
+  const int64_t anchor = reach;  // keys at `anchor`, queries at anchor + distance >= 0
+  for (int64_t delta = -reach; delta <= reach; ++delta) {
+    distances.push_back(delta);
+    scores.push_back(score(anchor + delta, anchor));
+  }
+  json pairs = json::array();
+  for (size_t i = 0; i < m.size(); ++i) {
+    pairs.push_back({{"m", m[i]}, {"n", n[i]}, {"score", score(m[i], n[i])}});
+  }
+  return {{"d", d},
+          {"base", base},
+          {"position", position},
+          {"pair", pair},
+          {"theta", rope.inv_freq[pair]},
+          {"arrow", {{"angle", std::atan2(arrow.sin, arrow.cos)}, {"x", arrow.cos}, {"y", arrow.sin}}},
+          {"distances", distances},
+          {"scores", scores},
+          {"pairs", pairs}};
+}
+
+// ALiBi: the slopes of a head count and each head's causal bias -slope (i - j).
+json AlibiPanel(Params& p) {
+  const Alibi alibi{.num_heads = p.Int("heads", 8, 1, 128),
+                    .max_bias = p.Real("max_bias", 8.0, 0.01, 126.0)};
+  const int64_t tokens = p.Int("tokens", 12, 1, 64);
+  p.Finish();
+  const std::vector<double> slopes = AlibiSlopes(alibi);
+  json biases = json::array();
+  for (const double slope : slopes) {
+    json rows = json::array();
+    for (int64_t i = 0; i < tokens; ++i) {
+      json row = json::array();
+      for (int64_t j = 0; j < tokens; ++j) {
+        // Causal: key j <= i. "+ 0.0" shows the diagonal as 0, not -0.
+        row.push_back(j <= i ? json(AlibiBias(slope, i, j) + 0.0) : json(nullptr));
+      }
+      rows.push_back(row);
+    }
+    biases.push_back(rows);
+  }
+  return {{"heads", alibi.num_heads}, {"max_bias", alibi.max_bias}, {"tokens", tokens},
+          {"slopes", slopes},         {"bias", biases}};
+}
+
+using Handler = json (*)(Params&);
+
+const std::map<std::string, Handler>& Handlers() {
+  static const std::map<std::string, Handler> handlers{
+      {"waves", &Waves}, {"similarity", &Similarity}, {"rope", &RopeScores}, {"alibi", &AlibiPanel}};
+  return handlers;
+}
+
+}  // namespace
+
+const std::vector<std::string>& Endpoints() {
+  static const std::vector<std::string> names{"waves", "similarity", "rope", "alibi"};
+  return names;
+}
+
+nlohmann::json Answer(const std::string& endpoint, const Query& query) {
+  const auto found = Handlers().find(endpoint);
+  Require(found != Handlers().end(), kFn, "endpoint",
+          "be one of waves, similarity, rope, alibi", endpoint.substr(0, 40));
+  Params params(query);
+  return found->second(params);
+}
+
+}  // namespace posenc::serve

@@ -1,0 +1,25 @@
+// The JSON API of `posenc serve`: every number the explorer page draws, computed by the posenc
+// library. Each endpoint is a pure function of its query parameters, so that it is tested without
+// a server; the HTTP layer (serve_command.cc) only routes, caps sizes and turns errors into 400s.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace posenc::serve {
+
+// Query parameters by name (one value each; the HTTP layer refuses repeated names).
+using Query = std::map<std::string, std::string>;
+
+// The endpoints, in the order the page's panels use them: "waves", "similarity", "rope",
+// "alibi".
+const std::vector<std::string>& Endpoints();
+
+// Answers GET /api/<endpoint>?<query>. Throws posenc::Error naming the parameter, the rule and
+// the value for bad input (an unknown parameter included), and for an unknown endpoint.
+nlohmann::json Answer(const std::string& endpoint, const Query& query);
+
+}  // namespace posenc::serve
