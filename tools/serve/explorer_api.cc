@@ -46,8 +46,8 @@ class Params {
   }
 
   // A comma-separated list of integers in [lo, hi], at most `most` of them.
-  std::vector<int64_t> IntList(const std::string& name, std::vector<int64_t> fallback,
-                               int64_t lo, int64_t hi, size_t most) {
+  std::vector<int64_t> IntList(const std::string& name, std::vector<int64_t> fallback, int64_t lo,
+                               int64_t hi, size_t most) {
     const std::string* text = Take(name);
     if (text == nullptr) return fallback;
     std::vector<int64_t> values;
@@ -92,8 +92,7 @@ class Params {
     return out.str();
   }
 
-  static int64_t ParseInt(const std::string& name, std::string_view text, int64_t lo,
-                          int64_t hi) {
+  static int64_t ParseInt(const std::string& name, std::string_view text, int64_t lo, int64_t hi) {
     int64_t value = 0;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
     const bool ok = !text.empty() && error == std::errc() && end == text.data() + text.size() &&
@@ -110,13 +109,13 @@ class Params {
 // base^(-2i/d) radians per position; the page shows the hands at one position and the waves of a
 // few columns across positions.
 json Waves(Params& p) {
-  const Sinusoidal spec{.dim = p.Int("d", 64, 2, 1024), .base = p.Real("base", 10000.0, 1.0001, 1e9)};
+  const Sinusoidal spec{.dim = p.Int("d", 64, 2, 1024),
+                        .base = p.Real("base", 10000.0, 1.0001, 1e9)};
   Require(spec.dim % 2 == 0, kFn, "d", "be even (sin and cos pairs)", spec.dim);
   const int64_t position = p.Int("position", 0, 0, 100000);
   const int64_t span = p.Int("span", 100, 1, 100000);
   const int64_t samples = p.Int("samples", 201, 2, 1001);
-  const std::vector<int64_t> columns =
-      p.IntList("columns", {0, 2, 4, 6}, 0, spec.dim - 1, 8);
+  const std::vector<int64_t> columns = p.IntList("columns", {0, 2, 4, 6}, 0, spec.dim - 1, 8);
   p.Finish();
   json pairs = json::array();
   for (int64_t i = 0; i < spec.dim / 2; ++i) {
@@ -139,15 +138,16 @@ json Waves(Params& p) {
     for (const int64_t x : xs) values.push_back(SinusoidalValue(spec, x, column));
     curves.push_back({{"column", column}, {"values", values}});
   }
-  return {{"d", spec.dim},         {"base", spec.base}, {"position", position},
-          {"pairs", pairs},        {"positions", xs},   {"curves", curves}};
+  return {{"d", spec.dim},  {"base", spec.base}, {"position", position},
+          {"pairs", pairs}, {"positions", xs},   {"curves", curves}};
 }
 
 // Similarity: the table itself and the dot product of one position's row with every row, which
 // depends only on the distance (the lesson's 64 x 32 example: 20's neighbours come first).
 json Similarity(Params& p) {
   const int64_t tokens = p.Int("positions", 64, 2, 512);
-  const Sinusoidal spec{.dim = p.Int("d", 32, 2, 256), .base = p.Real("base", 10000.0, 1.0001, 1e9)};
+  const Sinusoidal spec{.dim = p.Int("d", 32, 2, 256),
+                        .base = p.Real("base", 10000.0, 1.0001, 1e9)};
   Require(spec.dim % 2 == 0, kFn, "d", "be even (sin and cos pairs)", spec.dim);
   const int64_t query = p.Int("query", 20, 0, tokens - 1);
   p.Finish();
@@ -155,8 +155,8 @@ json Similarity(Params& p) {
   FillSinusoidalTable(spec, tokens, table);
   json rows = json::array();
   for (int64_t t = 0; t < tokens; ++t) {
-    rows.push_back(std::vector<float>(table.begin() + t * spec.dim,
-                                      table.begin() + (t + 1) * spec.dim));
+    rows.push_back(
+        std::vector<float>(table.begin() + t * spec.dim, table.begin() + (t + 1) * spec.dim));
   }
   std::vector<double> dots(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) {
@@ -186,8 +186,8 @@ json RopeScores(Params& p) {
   const std::vector<int64_t> m = p.IntList("m", {5, 105, 1005}, 0, 1000000, 16);
   const std::vector<int64_t> n = p.IntList("n", {2, 102, 1002}, 0, 1000000, 16);
   p.Finish();
-  Require(m.size() == n.size(), kFn, "n", "hold as many positions as m (" +
-          std::to_string(m.size()) + ")", n.size());
+  Require(m.size() == n.size(), kFn, "n",
+          "hold as many positions as m (" + std::to_string(m.size()) + ")", n.size());
   const Rope rope = Rope::Default(d, base);
   const CosSin arrow = RopeAngle(position, rope.inv_freq[pair]);
   // A fixed q and k (the same for every request), so that only positions move the score.
@@ -214,15 +214,16 @@ json RopeScores(Params& p) {
   for (size_t i = 0; i < m.size(); ++i) {
     pairs.push_back({{"m", m[i]}, {"n", n[i]}, {"score", score(m[i], n[i])}});
   }
-  return {{"d", d},
-          {"base", base},
-          {"position", position},
-          {"pair", pair},
-          {"theta", rope.inv_freq[pair]},
-          {"arrow", {{"angle", std::atan2(arrow.sin, arrow.cos)}, {"x", arrow.cos}, {"y", arrow.sin}}},
-          {"distances", distances},
-          {"scores", scores},
-          {"pairs", pairs}};
+  return {
+      {"d", d},
+      {"base", base},
+      {"position", position},
+      {"pair", pair},
+      {"theta", rope.inv_freq[pair]},
+      {"arrow", {{"angle", std::atan2(arrow.sin, arrow.cos)}, {"x", arrow.cos}, {"y", arrow.sin}}},
+      {"distances", distances},
+      {"scores", scores},
+      {"pairs", pairs}};
 }
 
 // ALiBi: the slopes of a head count and each head's causal bias -slope (i - j).
@@ -245,15 +246,20 @@ json AlibiPanel(Params& p) {
     }
     biases.push_back(rows);
   }
-  return {{"heads", alibi.num_heads}, {"max_bias", alibi.max_bias}, {"tokens", tokens},
-          {"slopes", slopes},         {"bias", biases}};
+  return {{"heads", alibi.num_heads},
+          {"max_bias", alibi.max_bias},
+          {"tokens", tokens},
+          {"slopes", slopes},
+          {"bias", biases}};
 }
 
 using Handler = json (*)(Params&);
 
 const std::map<std::string, Handler>& Handlers() {
-  static const std::map<std::string, Handler> handlers{
-      {"waves", &Waves}, {"similarity", &Similarity}, {"rope", &RopeScores}, {"alibi", &AlibiPanel}};
+  static const std::map<std::string, Handler> handlers{{"waves", &Waves},
+                                                       {"similarity", &Similarity},
+                                                       {"rope", &RopeScores},
+                                                       {"alibi", &AlibiPanel}};
   return handlers;
 }
 
@@ -266,8 +272,8 @@ const std::vector<std::string>& Endpoints() {
 
 nlohmann::json Answer(const std::string& endpoint, const Query& query) {
   const auto found = Handlers().find(endpoint);
-  Require(found != Handlers().end(), kFn, "endpoint",
-          "be one of waves, similarity, rope, alibi", endpoint.substr(0, 40));
+  Require(found != Handlers().end(), kFn, "endpoint", "be one of waves, similarity, rope, alibi",
+          endpoint.substr(0, 40));
   Params params(query);
   return found->second(params);
 }

@@ -2,19 +2,17 @@
 // this machine. Routes: / (the page, embedded in the binary), /chart.js (Debian's Chart.js, read
 // once at start), /api/<endpoint> (serve/explorer_api.h). Nothing is read from a path a request
 // names.
+#include <httplib.h>
 #include <pthread.h>
 
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
-
-#include <httplib.h>
-
-#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "posenc/error.h"
@@ -55,8 +53,9 @@ void AnswerApi(const httplib::Request& req, httplib::Response& res) {
   serve::Query query;
   for (const auto& [name, value] : req.params) {
     if (!query.emplace(name, value).second) {
-      SendJson(res, 400, {{"error", "[serve] query must name each parameter once, got '" +
-                                        name.substr(0, 40) + "' twice"}});
+      SendJson(res, 400,
+               {{"error", "[serve] query must name each parameter once, got '" +
+                              name.substr(0, 40) + "' twice"}});
       return;
     }
   }
@@ -109,17 +108,18 @@ void Serve(const std::string& host, int port) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // inherited by the server's threads
 
-  const int bound = port == 0 ? server.bind_to_any_port(host) : server.bind_to_port(host, port)
-                                                                    ? port
-                                                                    : -1;
+  const int bound = port == 0                         ? server.bind_to_any_port(host)
+                    : server.bind_to_port(host, port) ? port
+                                                      : -1;
   Require(bound > 0, "serve", "port", "be free to listen on at " + host, port);
   std::thread stopper([&server, &stop_signals] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
     server.stop();
   });
-  std::cout << "posenc serve: http://" << (host.find(':') != std::string::npos ? "[" + host + "]" : host)
-            << ":" << bound << "/  (Ctrl-C stops)" << std::endl;
+  std::cout << "posenc serve: http://"
+            << (host.find(':') != std::string::npos ? "[" + host + "]" : host) << ":" << bound
+            << "/  (Ctrl-C stops)" << std::endl;
   server.listen_after_bind();
   // listen_after_bind also returns when the socket fails; wake the stopper either way.
   pthread_kill(stopper.native_handle(), SIGTERM);
