@@ -21,61 +21,12 @@
 #include "posenc/model_report.h"
 #include "posenc/positions.h"
 #include "printable.h"
+#include "rope_report.h"
 
 namespace posenc::cli {
 namespace {
 
 using Json = nlohmann::json;
-
-// How scaling treated a pair, from ratio = original inv_freq / scaled inv_freq.
-enum class PairClass { kExtrapolated, kBlended, kInterpolated, kUnrotated };
-
-const char* Name(PairClass c) {
-  switch (c) {
-    case PairClass::kExtrapolated: return "extrapolated";
-    case PairClass::kBlended: return "blended";
-    case PairClass::kInterpolated: return "interpolated";
-    case PairClass::kUnrotated: return "unrotated";
-  }
-  return "";
-}
-
-struct PairRow {
-  double inv_freq, original_inv_freq, wavelength, original_wavelength, ratio;
-  PairClass treatment;
-};
-
-double Wavelength(double inv_freq) {
-  return inv_freq > 0 ? 2.0 * std::numbers::pi / inv_freq
-                      : std::numeric_limits<double>::infinity();
-}
-
-// Extrapolated: the frequency is kept, so angles past the original context are new to the pair.
-// Interpolated: divided by the largest factor the rule applies to any pair (s for linear, YaRN,
-// Llama 3; the bracket for dynamic NTK), so positions are squeezed into the trained range.
-// Blended: in between. The tolerance absorbs float32 rounding in reference precision.
-std::vector<PairRow> ClassifyPairs(const RopeFrequencies& scaled, const RopeFrequencies& plain) {
-  constexpr double kTolerance = 1e-6;
-  std::vector<PairRow> rows(scaled.inv_freq.size());
-  double largest = 1.0;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const double w = scaled.inv_freq[i], w0 = i < plain.inv_freq.size() ? plain.inv_freq[i] : 0;
-    rows[i] = {w, w0, Wavelength(w), Wavelength(w0), w > 0 ? w0 / w : 0.0,
-               PairClass::kUnrotated};
-    if (w > 0) largest = std::max(largest, rows[i].ratio);
-  }
-  for (PairRow& row : rows) {
-    if (row.inv_freq == 0) continue;
-    if (std::abs(row.ratio - 1.0) <= kTolerance) {
-      row.treatment = PairClass::kExtrapolated;
-    } else if (row.ratio >= largest * (1 - kTolerance)) {
-      row.treatment = PairClass::kInterpolated;
-    } else {
-      row.treatment = PairClass::kBlended;
-    }
-  }
-  return rows;
-}
 
 // "0-28" style ranges of the pairs in one class.
 std::string Ranges(const std::vector<PairRow>& rows, PairClass c) {
@@ -86,19 +37,10 @@ std::string Ranges(const std::vector<PairRow>& rows, PairClass c) {
     size_t end = i;
     while (end + 1 < rows.size() && rows[end + 1].treatment == c) ++end;
     count += end - i + 1;
-    out += (out.empty() ? "" : ", ") + std::to_string(i) +
-           (end > i ? "-" + std::to_string(end) : "");
+    out +=
+        (out.empty() ? "" : ", ") + std::to_string(i) + (end > i ? "-" + std::to_string(end) : "");
   }
   return std::to_string(count) + (out.empty() ? "" : " (pairs " + out + ")");
-}
-
-// The context the scaled model was trained on: L0 when the rule has one, else M.
-std::optional<int64_t> OriginalContext(const RopeScheme& scheme, const RopeLayerScheme& layer) {
-  if (std::holds_alternative<DynamicNtkScaling>(layer.scaling)) {
-    return std::get<DynamicNtkScaling>(layer.scaling).max_positions;
-  }
-  return scheme.original_max_position_embeddings ? scheme.original_max_position_embeddings
-                                                 : scheme.max_position_embeddings;
 }
 
 void RenderChart(const std::filesystem::path& path, const std::vector<PairRow>& rows,
@@ -132,97 +74,6 @@ void RenderChart(const std::filesystem::path& path, const std::vector<PairRow>& 
                 .data = {{"wavelengths", data}},
                 .script = script},
                dir);
-}
-
-struct RopeReport {
-  Json json;
-  std::vector<PairRow> rows;
-  std::vector<std::string> vision_lines;  // the vision tower's 2-D RoPE in words, if any
-};
-
-RopeReport InspectRope(const ModelPositions& model, const ModelRopeOptions& options,
-                       const std::string& chart) {
-  const RopeScheme& scheme = std::get<RopeScheme>(model.scheme);
-  const RopeLayerScheme& layer = options.Layer(model);
-  const RopeFrequencyOptions frequency_options = options.Frequencies();
-  const RopeFrequencies scaled = ComputeRopeFrequencies(layer, frequency_options);
-  const RopeFrequencies plain =
-      ComputeRopeFrequencies(layer.rope_theta, layer.rotary_dim, NoScaling{},
-                             {.precision = frequency_options.precision});
-  const std::vector<PairRow> rows = ClassifyPairs(scaled, plain);
-  const std::optional<int64_t> context = OriginalContext(scheme, layer);
-
-  // The model-wide keys first (layers, notes, mrope_section, ...); the chosen layer's below.
-  Json out = Json::parse(ModelPositionsJson(model));
-  const std::optional<int64_t> index = options.LayerIndex();
-  out["layer"] = index ? Json(*index) : Json(nullptr);
-  out["rotary_offset"] = layer.rotary_offset;
-  out.update(Json{{"scheme", "rope"},
-              {"model_type", scheme.model_type},
-              {"rope_type", RopeTypeName(layer.scaling)},
-              {"layer_type", layer.layer_type},
-              {"parameters_key", layer.parameters_key},
-              {"head_dim", layer.head_dim},
-              {"rotary_dim", layer.rotary_dim},
-              {"rope_theta", layer.rope_theta},
-              {"layout", std::string(RopeLayoutName(scheme.layout))},
-              {"num_attention_heads", scheme.num_attention_heads},
-              {"num_key_value_heads", scheme.num_key_value_heads},
-              {"precision", options.precision},
-              {"seq_len", options.seq_len ? Json(*options.seq_len) : Json(nullptr)},
-              {"original_context", context ? Json(*context) : Json(nullptr)},
-              {"max_position_embeddings", scheme.max_position_embeddings
-                                              ? Json(*scheme.max_position_embeddings)
-                                              : Json(nullptr)},
-              {"inv_freq", scaled.inv_freq},
-              {"attention_factor", scaled.attention_factor}});
-  Json layers = Json::array();
-  for (const RopeLayerScheme& l : scheme.layers) layers.push_back(l.layer_type);
-  out["layer_types"] = layers;
-  Json wavelength = Json::array(), original = Json::array(), treatment = Json::array();
-  for (const PairRow& row : rows) {
-    wavelength.push_back(std::isfinite(row.wavelength) ? Json(row.wavelength) : Json(nullptr));
-    original.push_back(std::isfinite(row.original_wavelength) ? Json(row.original_wavelength)
-                                                              : Json(nullptr));
-    treatment.push_back(Name(row.treatment));
-  }
-  out["wavelength"] = wavelength;
-  out["original_wavelength"] = original;
-  out["pair_class"] = treatment;
-  if (scheme.softmax_scale_multiplier) {
-    out["softmax_scale_multiplier"] = *scheme.softmax_scale_multiplier;
-  }
-  if (scheme.softmax_scale) out["softmax_scale"] = *scheme.softmax_scale;
-  if (!options.positions.empty()) {
-    // A printed cos and sin pair takes at most 64 bytes ("  pair  12  cos ...  sin ...").
-    options.limit.Check("inspect", "--positions x rotary pairs",
-                        static_cast<double>(options.positions.size()) * scaled.inv_freq.size(),
-                        64);
-    Json cos = Json::array(), sin = Json::array();
-    for (const int64_t pos : options.positions) {
-      ValidatePosition("inspect", "--positions", pos);
-      Json c = Json::array(), s = Json::array();
-      for (const double w : scaled.inv_freq) {
-        const CosSin angle = RopeAngle(pos, w);
-        c.push_back(angle.cos);
-        s.push_back(angle.sin);
-      }
-      cos.push_back(c);
-      sin.push_back(s);
-    }
-    out["positions"] = options.positions;
-    out["cos"] = cos;
-    out["sin"] = sin;
-  }
-  if (!chart.empty()) {
-    RenderChart(chart, rows, context,
-                scheme.model_type + " " + std::string(RopeTypeName(layer.scaling)) +
-                    ": wavelength per pair");
-    out["chart"] = chart;
-  }
-  std::vector<std::string> vision_lines;
-  if (scheme.vision) vision_lines = VisionRopeSummary(*scheme.vision);
-  return {std::move(out), rows, std::move(vision_lines)};
 }
 
 std::string Number(const Json& value) {
@@ -383,7 +234,11 @@ void AddInspectCommand(CLI::App& app) {
     const ModelPositions model = LoadModelPositions(options->model.config);
     Json out;
     if (std::holds_alternative<RopeScheme>(model.scheme)) {
-      RopeReport report = InspectRope(model, options->model, options->chart.value_or(""));
+      RopeReport report = InspectRope(model, options->model);
+      if (options->chart) {
+        RenderChart(*options->chart, report.rows, report.original_context, report.title);
+        report.json["chart"] = *options->chart;
+      }
       if (!options->json) {
         PrintRope(report.json, report.rows, report.vision_lines);
         PrintLayers(model);
