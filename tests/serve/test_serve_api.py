@@ -1,9 +1,11 @@
 """posenc serve, started on a free port: its API against the lesson's numbers and the formulas,
 its rules for bad requests, a load of 8 concurrent clients, and a clean stop on Ctrl-C."""
 
+import collections
 import json
 import math
 import os
+import pathlib
 import re
 import select
 import signal
@@ -16,6 +18,7 @@ import urllib.request
 import pytest
 
 POSENC = os.environ.get("POSENC_CLI", "build/tools/posenc")
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +43,51 @@ def server():
             process.wait()
 
 
-def get(url, path):
-    """(status, parsed JSON body) of a GET."""
+def get(url, path, body=None, content_type="application/json"):
+    """(status, parsed JSON body) of a GET, or of a POST when body is given."""
+    request = urllib.request.Request(url + path)
+    if body is not None:
+        request = urllib.request.Request(
+            url + path, data=body, method="POST", headers={"Content-Type": content_type}
+        )
     try:
-        with urllib.request.urlopen(url + path, timeout=20) as response:
+        with urllib.request.urlopen(request, timeout=20) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+def test_stretching_a_bundled_llama_3_1(server):
+    """As posenc inspect reports it: pairs 0-28 kept, 29-34 blended, 35-63 divided by 8."""
+    status, data = get(server, "api/stretch?config=llama3.1-8b")
+    assert status == 200 and data["rope_type"] == "llama3" and data["source"] == "llama3.1-8b"
+    classes = data["pair_class"]
+    assert classes == ["extrapolated"] * 29 + ["blended"] * 6 + ["interpolated"] * 29
+    for before, after, kind in zip(data["original_wavelength"], data["wavelength"], classes):
+        if kind == "interpolated":
+            assert after == pytest.approx(8 * before, rel=1e-6)
+    assert "llama3.1-8b" in data["bundled"]
+
+
+def test_stretching_an_uploaded_config_matches_the_reference(server):
+    golden = json.loads((ROOT / "tests/golden/hf_rope/phi3_128k_longrope__seq4096.json").read_text())
+    body = (ROOT / "tests/configs/phi3-128k-longrope.json").read_bytes()
+    status, data = get(server, "api/stretch", body)
+    assert status == 200 and data["source"] == "uploaded" and data["rope_type"] == "longrope"
+    assert data["attention_factor"] == pytest.approx(golden["attention_factor"], rel=1e-12)
+    assert data["inv_freq"] == pytest.approx(golden["inv_freq_hf_f32"], rel=0, abs=0)
+
+
+def test_stretching_a_synthetic_model(server):
+    status, data = get(server, "api/stretch?rope_type=linear&factor=4&original=2048&head_dim=64")
+    assert status == 200 and data["rope_type"] == "linear"
+    assert collections.Counter(data["pair_class"]) == {"interpolated": 32}
+    for before, after in zip(data["original_wavelength"], data["wavelength"]):
+        assert after == pytest.approx(4 * before, rel=1e-6)
+    status, yarn = get(server, "api/stretch?rope_type=yarn&factor=4&original=4096")
+    assert yarn["attention_factor"] == pytest.approx(0.1 * math.log(4) + 1, rel=1e-12)
+    status, bloom = get(server, "api/stretch", (ROOT / "tests/configs/bloom.json").read_bytes())
+    assert status == 200 and bloom["scheme"] == "alibi" and "pair_class" not in bloom
 
 
 def test_waves_are_the_lesson_formula(server):
@@ -135,8 +176,19 @@ BAD = {
         "[serve] n must hold as many positions as m (2), got 1",
     ),
     "unknown endpoint": (
-        "api/stretch",
-        "[serve] endpoint must be one of waves, similarity, rope, alibi, got stretch",
+        "api/stretching",
+        "[serve] endpoint must be one of waves, similarity, rope, stretch, alibi, got stretching",
+    ),
+    "unknown bundled config": (
+        "api/stretch?config=../../etc/passwd",
+        "[serve] config must be a bundled config (llama2-7b, llama3.1-8b, "
+        "qwen2.5-7b-instruct-yarn, phi3-128k-longrope, nomic-embed-text-v1.5-dynamic, "
+        "deepseek-v3, gpt-neox-20b, llama4-scout-17b-16e, smollm3-3b-base, "
+        "qwen2_5_vl-qwen2.5-vl-7b-instruct), got '../../etc/passwd'",
+    ),
+    "unknown rope type": (
+        "api/stretch?rope_type=longrope",
+        "[serve] rope_type must be one of default, linear, dynamic, yarn, llama3, got 'longrope'",
     ),
     "control characters are not echoed": (
         "api/waves?d=%1b%5b31m",
@@ -150,6 +202,35 @@ def test_bad_requests_are_400_with_the_message(server, path, message):
     assert get(server, path) == (400, {"error": message})
 
 
+BAD_BODIES = {
+    "malformed JSON": (
+        "api/stretch", b'{"model_type": "llama", "rope_scaling": 5', "application/json",
+        400, "[hf_config] config must be valid JSON, got [json.exception.parse_error.101] "
+        "parse error at line 1, column 42: syntax error while parsing object - unexpected end "
+        "of input; expected '}'",
+    ),
+    "a form instead of JSON": (
+        "api/stretch", b"rope_type=yarn", "application/x-www-form-urlencoded",
+        415, "[serve] body must be sent as application/json (a config.json)",
+    ),
+    "a body where none is read": (
+        "api/waves", b"{}", "application/json",
+        400, "[serve] body must be empty (only stretch reads one: a config.json), got 2 bytes",
+    ),
+    "two sources": (
+        "api/stretch?config=llama2-7b", b"{}", "application/json",
+        400, "[serve] config must come from one place: the body, config= or rope_type=, "
+        "got more than one",
+    ),
+}
+
+
+@pytest.mark.parametrize("path, body, kind, status, message", BAD_BODIES.values(),
+                         ids=BAD_BODIES.keys())
+def test_bad_bodies_are_refused_with_the_message(server, path, body, kind, status, message):
+    assert get(server, path, body, kind) == (status, {"error": message})
+
+
 def test_paths_outside_the_api_are_404_and_no_file_is_read(server):
     for path in ("../../etc/passwd", "%2e%2e/%2e%2e/etc/passwd", "api/", "static/chart.js"):
         status, body = get(server, path)
@@ -157,7 +238,10 @@ def test_paths_outside_the_api_are_404_and_no_file_is_read(server):
 
 
 def test_a_large_body_is_refused_and_the_server_goes_on(server):
-    request = urllib.request.Request(server + "api/waves", data=b"x" * (2 << 20), method="POST")
+    request = urllib.request.Request(
+        server + "api/stretch", data=b"x" * (2 << 20), method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as error:
         urllib.request.urlopen(request, timeout=20)
     assert error.value.code == 413

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -12,8 +13,12 @@
 #include "posenc/alibi.h"
 #include "posenc/error.h"
 #include "posenc/heads.h"
+#include "posenc/model_positions.h"
+#include "posenc/model_report.h"
 #include "posenc/rope.h"
 #include "posenc/sinusoidal.h"
+#include "rope_report.h"
+#include "serve/embedded_files.h"
 
 namespace posenc::serve {
 namespace {
@@ -21,6 +26,16 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kFn = "serve";
+
+// A value as error messages show it: quoted, cut, control characters replaced.
+std::string Quoted(std::string_view text) {
+  constexpr size_t kShown = 40;  // a long value is cut in the message, never echoed whole
+  std::string shown(text.substr(0, kShown));
+  for (char& c : shown) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return "'" + shown + (text.size() > kShown ? "...'" : "'");
+}
 
 // The query parameters of one request, read by name and type; Finish() refuses the ones no
 // endpoint reads, so that a misspelt control is an error rather than a silent default.
@@ -62,6 +77,28 @@ class Params {
     return values;
   }
 
+  // A value from a fixed set of words.
+  std::string Word(const std::string& name, const std::string& fallback,
+                   const std::vector<std::string>& words) {
+    const std::string* text = Take(name);
+    if (text == nullptr) return fallback;
+    std::string rule = "be one of";
+    for (const std::string& w : words) rule += (w == words.front() ? " " : ", ") + w;
+    Require(std::find(words.begin(), words.end(), *text) != words.end(), kFn, name, rule,
+            Quoted(*text));
+    return *text;
+  }
+
+  // Free text (a layer type or index), at most 64 characters.
+  std::optional<std::string> Text(const std::string& name) {
+    const std::string* text = Take(name);
+    if (text == nullptr) return std::nullopt;
+    Require(text->size() <= 64, kFn, name, "be at most 64 characters", Quoted(*text));
+    return *text;
+  }
+
+  bool Has(const std::string& name) const { return query_.count(name) > 0; }
+
   void Finish() const {
     for (const auto& [name, value] : query_) {
       Require(read_.count(name) > 0, kFn, "query", "name only parameters of this endpoint",
@@ -74,15 +111,6 @@ class Params {
     read_.insert(name);
     const auto found = query_.find(name);
     return found == query_.end() ? nullptr : &found->second;
-  }
-
-  static std::string Quoted(std::string_view text) {
-    constexpr size_t kShown = 40;  // a long value is cut in the message, never echoed whole
-    std::string shown(text.substr(0, kShown));
-    for (char& c : shown) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    }
-    return "'" + shown + (text.size() > kShown ? "...'" : "'");
   }
 
   template <typename T>
@@ -226,6 +254,93 @@ json RopeScores(Params& p) {
       {"pairs", pairs}};
 }
 
+// The bundled configs' names ("llama3.1-8b", ...), from the embedded files.
+std::vector<std::string> BundledConfigs() {
+  std::vector<std::string> names;
+  for (const EmbeddedFile& file : EmbeddedFiles()) {
+    constexpr std::string_view kPrefix = "configs/", kSuffix = ".json";
+    if (file.name.starts_with(kPrefix)) {
+      names.emplace_back(
+          file.name.substr(kPrefix.size(), file.name.size() - kPrefix.size() - kSuffix.size()));
+    }
+  }
+  return names;
+}
+
+// A Llama-shaped config whose only scaling is the rule and factor asked for: what the panel's
+// sliders stretch.
+std::string SyntheticConfig(Params& p) {
+  const std::string rule =
+      p.Word("rope_type", "yarn", {"default", "linear", "dynamic", "yarn", "llama3"});
+  const double factor = p.Real("factor", 4.0, 1.0, 64.0);
+  const int64_t original = p.Int("original", 4096, 128, 1 << 20);
+  const int64_t head_dim = p.Int("head_dim", 128, 8, 256);
+  Require(head_dim % 2 == 0, kFn, "head_dim", "be even (pairs of features)", head_dim);
+  const double base = p.Real("base", 500000.0, 1.0001, 1e9);
+  json config{{"model_type", "llama"},    {"hidden_size", head_dim * 8},
+              {"num_attention_heads", 8}, {"head_dim", head_dim},
+              {"rope_theta", base},       {"max_position_embeddings", original}};
+  if (rule != "default") {
+    json scaling{{"rope_type", rule}, {"factor", factor}};
+    if (rule == "yarn" || rule == "llama3") {
+      scaling["original_max_position_embeddings"] = original;
+      config["max_position_embeddings"] = static_cast<int64_t>(std::llround(original * factor));
+    }
+    if (rule == "llama3") {
+      scaling["low_freq_factor"] = 1.0;
+      scaling["high_freq_factor"] = 4.0;
+    }
+    config["rope_scaling"] = scaling;
+  }
+  return config.dump();
+}
+
+// Stretching: what a config's rope type does to each pair (kept, blended or interpolated), the
+// attention factor and the layers, as `posenc inspect` tells it. The config is the request's
+// body (uploaded or pasted), a bundled one (`config`), or a synthetic Llama (`rope_type`,
+// `factor`, `original`, `head_dim`, `base`).
+json Stretch(Params& p, std::string_view body) {
+  const std::optional<std::string> bundled = p.Text("config");
+  const std::optional<std::string> layer = p.Text("layer");
+  const int64_t seq_len = p.Int("seq_len", 0, 0, int64_t{1} << 40);
+  std::string text;
+  std::string source;
+  if (!body.empty()) {
+    Require(!bundled && !p.Has("rope_type"), kFn, "config",
+            "come from one place: the body, config= or rope_type=", "more than one");
+    text = std::string(body);
+    source = "uploaded";
+  } else if (bundled) {
+    const std::vector<std::string> names = BundledConfigs();
+    std::string known;
+    for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
+    Require(std::find(names.begin(), names.end(), *bundled) != names.end(), kFn, "config",
+            "be a bundled config (" + known + ")", Quoted(*bundled));
+    text = std::string(Embedded("configs/" + *bundled + ".json"));
+    source = *bundled;
+  } else {
+    text = SyntheticConfig(p);
+    source = "synthetic";
+  }
+  p.Finish();
+  const ModelPositions model = DescribeModel(text);
+  json out;
+  if (!std::holds_alternative<RopeScheme>(model.scheme)) {
+    out = json::parse(ModelPositionsJson(model));
+  } else {
+    cli::ModelRopeOptions options;
+    options.layer = layer.value_or("");
+    if (seq_len > 0) options.seq_len = seq_len;
+    cli::RopeReport report = cli::InspectRope(model, options);
+    out = std::move(report.json);
+    out["vision"] = report.vision_lines;
+  }
+  out["source"] = source;
+  out["summary"] = LayerSummary(model);
+  out["bundled"] = BundledConfigs();
+  return out;
+}
+
 // ALiBi: the slopes of a head count and each head's causal bias -slope (i - j).
 json AlibiPanel(Params& p) {
   const Alibi alibi{.num_heads = p.Int("heads", 8, 1, 128),
@@ -266,16 +381,27 @@ const std::map<std::string, Handler>& Handlers() {
 }  // namespace
 
 const std::vector<std::string>& Endpoints() {
-  static const std::vector<std::string> names{"waves", "similarity", "rope", "alibi"};
+  static const std::vector<std::string> names{"waves", "similarity", "rope", "stretch", "alibi"};
   return names;
 }
 
-nlohmann::json Answer(const std::string& endpoint, const Query& query) {
-  const auto found = Handlers().find(endpoint);
-  Require(found != Handlers().end(), kFn, "endpoint", "be one of waves, similarity, rope, alibi",
-          endpoint.substr(0, 40));
+nlohmann::json Answer(const std::string& endpoint, const Query& query, std::string_view body) {
   Params params(query);
+  if (endpoint == "stretch") return Stretch(params, body);
+  const auto found = Handlers().find(endpoint);
+  Require(found != Handlers().end(), kFn, "endpoint",
+          "be one of waves, similarity, rope, stretch, alibi", endpoint.substr(0, 40));
+  Require(body.empty(), kFn, "body", "be empty (only stretch reads one: a config.json)",
+          std::to_string(body.size()) + " bytes");
   return found->second(params);
+}
+
+std::string_view Embedded(std::string_view name) {
+  for (const EmbeddedFile& file : EmbeddedFiles()) {
+    if (file.name == name) return file.bytes;
+  }
+  Require(false, kFn, "name", "be an embedded file", Quoted(name));
+  return {};
 }
 
 }  // namespace posenc::serve

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace posenc::serve {
@@ -14,11 +15,16 @@ namespace posenc::serve {
 using Query = std::map<std::string, std::string>;
 
 // The endpoints, in the order the page's panels use them: "waves", "similarity", "rope",
-// "alibi".
+// "stretch", "alibi".
 const std::vector<std::string>& Endpoints();
 
-// Answers GET /api/<endpoint>?<query>. Throws posenc::Error naming the parameter, the rule and
-// the value for bad input (an unknown parameter included), and for an unknown endpoint.
-nlohmann::json Answer(const std::string& endpoint, const Query& query);
+// Answers /api/<endpoint>?<query> with the request's body (empty for a GET; only "stretch" reads
+// one: a config.json). Throws posenc::Error naming the parameter, the rule and the value for bad
+// input (an unknown parameter and a body where none is read included), and for an unknown
+// endpoint.
+nlohmann::json Answer(const std::string& endpoint, const Query& query, std::string_view body = {});
+
+// The embedded file of that name (serve/embedded_files.h); throws posenc::Error when none is.
+std::string_view Embedded(std::string_view name);
 
 }  // namespace posenc::serve

@@ -17,7 +17,6 @@
 #include "commands.h"
 #include "posenc/error.h"
 #include "serve/explorer_api.h"
-#include "serve/explorer_page.h"
 
 namespace posenc::cli {
 namespace {
@@ -50,6 +49,13 @@ void SendJson(httplib::Response& res, int status, const json& body) {
 }
 
 void AnswerApi(const httplib::Request& req, httplib::Response& res) {
+  // A form-encoded body would be mixed into the query parameters: bodies are JSON only.
+  if (req.method == "POST" &&
+      !req.get_header_value("Content-Type").starts_with("application/json")) {
+    SendJson(res, 415,
+             {{"error", "[serve] body must be sent as application/json (a config.json)"}});
+    return;
+  }
   serve::Query query;
   for (const auto& [name, value] : req.params) {
     if (!query.emplace(name, value).second) {
@@ -60,7 +66,7 @@ void AnswerApi(const httplib::Request& req, httplib::Response& res) {
     }
   }
   try {
-    SendJson(res, 200, serve::Answer(req.matches[1], query));
+    SendJson(res, 200, serve::Answer(req.matches[1], query, req.body));
   } catch (const Error& e) {
     SendJson(res, 400, {{"error", e.what()}});
   }
@@ -73,13 +79,14 @@ void Serve(const std::string& host, int port) {
   httplib::Server server;
   server.set_payload_max_length(kMaxBodyBytes);
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    const std::string_view page = serve::ExplorerPage();
+    const std::string_view page = serve::Embedded("explorer.html");
     res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
   });
   server.Get("/chart.js", [&chart_js](const httplib::Request&, httplib::Response& res) {
     res.set_content(chart_js, "text/javascript");
   });
   server.Get(R"(/api/([a-z_]+))", AnswerApi);
+  server.Post(R"(/api/([a-z_]+))", AnswerApi);  // a config.json to stretch, at most 1 MiB
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 413) {
       SendJson(res, 413, {{"error", "[serve] request body must be at most 1 MiB"}});
