@@ -24,6 +24,7 @@ packages=(
   bible-kjv bible-kjv-text     # the study's text: the King James Bible and the `bible` reader
   libcpp-httplib-dev pkgconf   # posenc serve: the HTTP server (found through pkg-config)
   libjs-chart.js               # posenc serve: the charts of the explorer page
+  chromium chromium-driver python3-selenium  # the explorer's test in a real (headless) browser
 )
 
 missing=()

@@ -4,12 +4,8 @@ its rules for bad requests, a load of 8 concurrent clients, and a clean stop on 
 import collections
 import json
 import math
-import os
 import pathlib
 import re
-import select
-import signal
-import subprocess
 import threading
 import time
 import urllib.error
@@ -17,30 +13,7 @@ import urllib.request
 
 import pytest
 
-POSENC = os.environ.get("POSENC_CLI", "build/tools/posenc")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def server():
-    process = subprocess.Popen(
-        [POSENC, "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        ready, _, _ = select.select([process.stdout], [], [], 30)
-        assert ready, "posenc serve printed no URL within 30 s"
-        line = process.stdout.readline()
-        url = re.search(r"http://127\.0\.0\.1:\d+/", line)
-        assert url, f"no URL in {line!r}"
-        yield url.group(0)
-        process.send_signal(signal.SIGINT)  # Ctrl-C
-        out, err = process.communicate(timeout=20)
-        assert process.returncode == 0, err
-        assert "posenc serve: stopped" in out
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def get(url, path, body=None, content_type="application/json"):
