@@ -20,10 +20,7 @@ void AddDemoCommand(CLI::App& app) {
   demo->add_flag("--json", options->json, "Print the numbers as one JSON object instead of text");
   demo->callback([options] {
     using namespace posenc::demo;
-    const std::vector<Section> sections = {
-        OrderBlindness(), SeatNumbers(),     LearnedTableLimit(), SinusoidalTable(),
-        SinusoidalWaves(), ShiftAsRotation(), RotaryEmbedding(),   AlibiBiases(),
-        Stretching(),      MethodsSideBySide(), MultimodalRope()};
+    const std::vector<Section> sections = LessonSections();
     const std::filesystem::path dir = options->out;
     std::filesystem::create_directories(dir);
     for (const Section& section : sections) {

@@ -115,6 +115,30 @@ def test_alibi_slopes_follow_the_paper(server):
     )
 
 
+def test_order_blindness_of_a_sentence(server):
+    status, data = get(server, "api/order?tokens=the,cat,sat,on,the,mat&order=3,0,4,1,5,2")
+    assert status == 200
+    assert data["shuffled_tokens"] == ["on", "the", "the", "cat", "mat", "sat"]
+    blind = {r["scheme"]: r["order_blind"] for r in data["schemes"]}
+    assert blind == {"no positions": True, "causal mask": False, "sinusoidal": False,
+                     "learned": False, "RoPE": False, "ALiBi": False}
+    plain = data["schemes"][0]
+    for t, i in enumerate(data["order"]):  # without positions the outputs only move
+        assert plain["shuffled"][t] == pytest.approx(plain["attention"][i], abs=1e-6)
+    # The same word has the same vector: "the" at 0 and 4 reads the same attention.
+    assert plain["attention"][0] == pytest.approx(plain["attention"][4], abs=1e-6)
+    _, reverse = get(server, "api/order?tokens=a,b,c")
+    assert reverse["order"] == [2, 1, 0]
+
+
+def test_quick_checks_are_the_lesson_claims(server):
+    status, data = get(server, "api/checks")
+    assert status == 200
+    claims = [c for s in data["sections"] for c in s["claims"]]
+    assert len(claims) == 31 and all(c["holds"] for c in claims)
+    assert [s["id"] for s in data["sections"]] == list("abcdefghijk")
+
+
 BAD = {
     "odd d": ("api/waves?d=7", "[serve] d must be even (sin and cos pairs), got 7"),
     "text d": ("api/waves?d=abc", "[serve] d must be an integer in [2, 1024], got 'abc'"),
@@ -150,7 +174,8 @@ BAD = {
     ),
     "unknown endpoint": (
         "api/stretching",
-        "[serve] endpoint must be one of waves, similarity, rope, stretch, alibi, got stretching",
+        "[serve] endpoint must be one of waves, similarity, order, rope, stretch, alibi, checks, "
+        "got stretching",
     ),
     "unknown bundled config": (
         "api/stretch?config=../../etc/passwd",
@@ -162,6 +187,15 @@ BAD = {
     "unknown rope type": (
         "api/stretch?rope_type=longrope",
         "[serve] rope_type must be one of default, linear, dynamic, yarn, llama3, got 'longrope'",
+    ),
+    "a shuffle that is not one": (
+        "api/order?tokens=a,b&order=0,0",
+        "[order] permutation must hold each of 0 .. tokens - 1 once, got a repeated or missing "
+        "index",
+    ),
+    "not words": (
+        "api/order?tokens=a;b",
+        "[serve] tokens must be words of 1 to 16 letters, comma-separated, got 'a;b'",
     ),
     "control characters are not echoed": (
         "api/waves?d=%1b%5b31m",

@@ -98,6 +98,22 @@ def test_the_explorer_in_a_browser(server, browser):
     )
     wait_for(browser, "document.getElementById('waves-error').textContent === ''")
 
+    # Order: a new sentence and a shuffle; only "no positions" is blind to it.
+    sentence = browser.find_element(By.ID, "order-tokens")
+    sentence.clear()
+    sentence.send_keys("a dog bites the man")
+    wait_for(browser, "window.posenc.answers.order.tokens.length === 5")
+    browser.find_element(By.ID, "order-shuffle").click()
+    rows = wait_for(browser, "document.querySelectorAll('#order-table tr').length === 7 && "
+                    "[...document.querySelectorAll('#order-table tr')].map(r => r.innerText)")
+    assert "yes" in rows[1] and all("no: outputs change" in r for r in rows[2:])
+
+    # Quick checks: a guess, then the library's answer.
+    first = browser.find_element(By.CSS_SELECTOR, "#checks-list .check button")
+    first.click()
+    revealed = browser.find_element(By.CSS_SELECTOR, "#checks-list .check .reveal").text
+    assert revealed.startswith("right: it holds") and "no positions" in revealed
+
     browser.save_screenshot(str(SCREENSHOT))
     # The 400 the bad base drew is logged by Chromium as a failed resource; anything else is a
     # JavaScript error.

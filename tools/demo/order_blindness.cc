@@ -4,9 +4,11 @@
 #include <cmath>
 #include <optional>
 
+#include "demo/order_experiment.h"
 #include "demo/section.h"
 #include "posenc/alibi.h"
 #include "posenc/attention.h"
+#include "posenc/error.h"
 #include "posenc/learned.h"
 #include "posenc/positions.h"
 #include "posenc/rope.h"
@@ -15,52 +17,75 @@
 namespace posenc::demo {
 namespace {
 
-constexpr int64_t kTokens = 5;
-constexpr int64_t kWidth = 8;
-constexpr int64_t kPermutation[kTokens] = {3, 0, 4, 1, 2};
-
 // How positions enter one single-head attention layer.
 enum class Scheme { kNone, kCausalMask, kSinusoidal, kLearned, kRope, kAlibi };
 
+struct Variant {
+  Scheme scheme;
+  const char* name;
+};
+constexpr Variant kVariants[] = {{Scheme::kNone, "no positions"},
+                                 {Scheme::kCausalMask, "causal mask"},
+                                 {Scheme::kSinusoidal, "sinusoidal"},
+                                 {Scheme::kLearned, "learned"},
+                                 {Scheme::kRope, "RoPE"},
+                                 {Scheme::kAlibi, "ALiBi"}};
+
 struct Layer {
-  std::vector<float> w_q, w_k, w_v;  // [kWidth, kWidth]
-  LearnedPositions learned = LearnedPositions::Random(kTokens, kWidth, 7, 0.5);
+  std::vector<float> w_q, w_k, w_v;  // [kOrderWidth, kOrderWidth]
+  LearnedPositions learned = LearnedPositions::Random(kOrderMaxTokens, kOrderWidth, 7, 0.5);
 };
 
+// The fixed layer every run uses: W_q and W_k scaled by 1 / sqrt(width).
+const Layer& FixedLayer() {
+  static const Layer layer = [] {
+    Layer l{RandomNormal(kOrderWidth, kOrderWidth, 11), RandomNormal(kOrderWidth, kOrderWidth, 12),
+            RandomNormal(kOrderWidth, kOrderWidth, 13)};
+    for (float& w : l.w_q) w /= std::sqrt(float(kOrderWidth));
+    for (float& w : l.w_k) w /= std::sqrt(float(kOrderWidth));
+    return l;
+  }();
+  return layer;
+}
+
 std::vector<float> Project(const std::vector<float>& x, const std::vector<float>& w) {
-  std::vector<float> y(kTokens * kWidth, 0.0f);
-  for (int64_t t = 0; t < kTokens; ++t)
-    for (int64_t j = 0; j < kWidth; ++j)
-      for (int64_t i = 0; i < kWidth; ++i) y[t * kWidth + j] += x[t * kWidth + i] * w[i * kWidth + j];
+  const int64_t tokens = static_cast<int64_t>(x.size()) / kOrderWidth;
+  std::vector<float> y(x.size(), 0.0f);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < kOrderWidth; ++j)
+      for (int64_t i = 0; i < kOrderWidth; ++i)
+        y[t * kOrderWidth + j] += x[t * kOrderWidth + i] * w[i * kOrderWidth + j];
   return y;
 }
 
-// attention(x) for tokens sitting at positions 0 .. 4, whatever their content.
+// attention(x) for tokens sitting at positions 0 .. n - 1, whatever their content.
 std::vector<float> Attend(const Layer& layer, std::vector<float> x, Scheme scheme) {
-  const auto positions = PositionRange(0, kTokens);
-  std::vector<float> table(kTokens * kWidth, 0.0f);
-  if (scheme == Scheme::kSinusoidal) FillSinusoidalTable(Sinusoidal{kWidth}, kTokens, table);
+  const int64_t tokens = static_cast<int64_t>(x.size()) / kOrderWidth;
+  const auto positions = PositionRange(0, tokens);
+  std::vector<float> table(x.size(), 0.0f);
+  if (scheme == Scheme::kSinusoidal) FillSinusoidalTable(Sinusoidal{kOrderWidth}, tokens, table);
   if (scheme == Scheme::kLearned) layer.learned.Lookup(positions, table);
   for (size_t i = 0; i < x.size(); ++i) x[i] += table[i];
 
   const auto q = Project(x, layer.w_q), k = Project(x, layer.w_k), v = Project(x, layer.w_v);
   AttentionOptions options;
   options.causal = scheme == Scheme::kCausalMask;
-  if (scheme == Scheme::kRope) options.rope = Rope::Default(kWidth);
+  if (scheme == Scheme::kRope) options.rope = Rope::Default(kOrderWidth);
   if (scheme == Scheme::kAlibi) options.alibi = Alibi{.num_heads = 1};
-  std::vector<float> out(kTokens * kWidth);
-  auto view = [](const std::vector<float>& a) {
-    return Heads<const float>::Dense(a.data(), kTokens, 1, kWidth);
+  std::vector<float> out(x.size());
+  auto view = [tokens](const std::vector<float>& a) {
+    return Heads<const float>::Dense(a.data(), tokens, 1, kOrderWidth);
   };
   Attention(options, view(q), view(k), view(v), positions, positions,
-            Heads<float>::Dense(out.data(), kTokens, 1, kWidth));
+            Heads<float>::Dense(out.data(), tokens, 1, kOrderWidth));
   return out;
 }
 
-std::vector<float> Shuffle(const std::vector<float>& rows) {
+std::vector<float> Shuffle(std::span<const float> rows, std::span<const int64_t> permutation) {
   std::vector<float> shuffled(rows.size());
-  for (int64_t t = 0; t < kTokens; ++t) {
-    std::copy_n(rows.begin() + kPermutation[t] * kWidth, kWidth, shuffled.begin() + t * kWidth);
+  for (size_t t = 0; t < permutation.size(); ++t) {
+    std::copy_n(rows.begin() + permutation[t] * kOrderWidth, kOrderWidth,
+                shuffled.begin() + t * kOrderWidth);
   }
   return shuffled;
 }
@@ -73,43 +98,57 @@ double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
+std::vector<OrderResult> CompareOrders(std::span<const float> x,
+                                       std::span<const int64_t> permutation) {
+  const int64_t tokens = static_cast<int64_t>(permutation.size());
+  Require(tokens >= 1 && tokens <= kOrderMaxTokens, "order", "tokens",
+          "be between 1 and " + std::to_string(kOrderMaxTokens), tokens);
+  Require(static_cast<int64_t>(x.size()) == tokens * kOrderWidth, "order", "x.size()",
+          "be tokens x " + std::to_string(kOrderWidth), x.size());
+  std::vector<int64_t> sorted(permutation.begin(), permutation.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t t = 0; t < tokens; ++t) {
+    Require(sorted[t] == t, "order", "permutation", "hold each of 0 .. tokens - 1 once",
+            "a repeated or missing index");
+  }
+  const std::vector<float> rows(x.begin(), x.end());
+  std::vector<OrderResult> results;
+  for (const Variant& variant : kVariants) {
+    OrderResult r{.scheme = variant.name,
+                  .attention = Attend(FixedLayer(), rows, variant.scheme),
+                  .shuffled = Attend(FixedLayer(), Shuffle(rows, permutation), variant.scheme)};
+    r.max_abs_diff = MaxAbsDiff(r.shuffled, Shuffle(r.attention, permutation));
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
 Section OrderBlindness() {
   Section s{.id = "a", .title = "Attention ignores order"};
-  Layer layer{RandomNormal(kWidth, kWidth, 11), RandomNormal(kWidth, kWidth, 12),
-              RandomNormal(kWidth, kWidth, 13)};
-  for (float& w : layer.w_q) w /= std::sqrt(float(kWidth));
-  for (float& w : layer.w_k) w /= std::sqrt(float(kWidth));
-  const auto x = RandomNormal(kTokens, kWidth, 10);
+  constexpr int64_t kTokens = 5;
+  const std::vector<int64_t> permutation = {3, 0, 4, 1, 2};
+  const auto x = RandomNormal(kTokens, kOrderWidth, 10);
 
   s.lines.push_back("5 random tokens of width 8, random W_q, W_k, W_v, one head.");
   s.lines.push_back("Shuffle the tokens by [3, 0, 4, 1, 2]; positions 0..4 stay where they are.");
   s.lines.push_back("max |attention(shuffled x) - shuffled attention(x)|:");
 
-  struct Variant { Scheme scheme; const char* name; };
-  const Variant variants[] = {{Scheme::kNone, "no positions"},
-                              {Scheme::kCausalMask, "causal mask"},
-                              {Scheme::kSinusoidal, "sinusoidal"},
-                              {Scheme::kLearned, "learned"},
-                              {Scheme::kRope, "RoPE"},
-                              {Scheme::kAlibi, "ALiBi"}};
   std::string bars;
-  for (const Variant& variant : variants) {
-    const double diff =
-        MaxAbsDiff(Attend(layer, Shuffle(x), variant.scheme), Shuffle(Attend(layer, x, variant.scheme)));
-    const bool equivariant = diff < 1e-6;
-    s.lines.push_back(Format("  %-13s %.3g  -> %s", variant.name, diff,
-                             equivariant ? "same up to the shuffle (True)"
-                                         : "order matters (False)"));
-    s.numbers["max_abs_diff"][variant.name] = diff;
-    if (variant.scheme == Scheme::kNone) {
-      s.checks.push_back({"attention of the shuffled input equals the shuffled output (True)",
-                          equivariant});
-    } else if (variant.scheme == Scheme::kCausalMask) {
+  for (const OrderResult& r : CompareOrders(x, permutation)) {
+    const bool equivariant = r.max_abs_diff < 1e-6;
+    s.lines.push_back(
+        Format("  %-13s %.3g  -> %s", r.scheme.c_str(), r.max_abs_diff,
+               equivariant ? "same up to the shuffle (True)" : "order matters (False)"));
+    s.numbers["max_abs_diff"][r.scheme] = r.max_abs_diff;
+    if (r.scheme == "no positions") {
+      s.checks.push_back(
+          {"attention of the shuffled input equals the shuffled output (True)", equivariant});
+    } else if (r.scheme == "causal mask") {
       s.checks.push_back({"a causal mask leaks order: the equality breaks", !equivariant});
     } else {
-      s.checks.push_back({std::string(variant.name) + " breaks the symmetry", !equivariant});
+      s.checks.push_back({r.scheme + " breaks the symmetry", !equivariant});
     }
-    bars += Format("\"%s\" %.6g\n", variant.name, diff);
+    bars += Format("\"%s\" %.6g\n", r.scheme.c_str(), r.max_abs_diff);
   }
   s.numbers["permutation"] = {3, 0, 4, 1, 2};
   s.figures.push_back(

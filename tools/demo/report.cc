@@ -41,6 +41,12 @@ std::string FormatVector(std::span<const float> values, int digits) {
   return FormatAny(values, digits);
 }
 
+std::vector<Section> LessonSections() {
+  return {OrderBlindness(),   SeatNumbers(),       LearnedTableLimit(), SinusoidalTable(),
+          SinusoidalWaves(),  ShiftAsRotation(),   RotaryEmbedding(),   AlibiBiases(),
+          Stretching(),       MethodsSideBySide(), MultimodalRope()};
+}
+
 std::pair<int, int> CountChecks(const std::vector<Section>& sections) {
   int holding = 0, total = 0;
   for (const Section& section : sections) {

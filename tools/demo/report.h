@@ -11,6 +11,10 @@
 
 namespace posenc::demo {
 
+// Every experiment of the lesson, in its order (a, b, ...): what `posenc demo` reports and the
+// explorer's Quick checks panel reveals.
+std::vector<Section> LessonSections();
+
 std::string TextReport(const std::vector<Section>& sections);
 nlohmann::json JsonReport(const std::vector<Section>& sections);
 void WriteHtmlReport(const std::vector<Section>& sections, const std::filesystem::path& path);

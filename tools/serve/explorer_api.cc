@@ -1,6 +1,7 @@
 #include "serve/explorer_api.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "demo/order_experiment.h"
+#include "demo/report.h"
 #include "posenc/alibi.h"
 #include "posenc/error.h"
 #include "posenc/heads.h"
@@ -341,6 +344,100 @@ json Stretch(Params& p, std::string_view body) {
   return out;
 }
 
+// The words of a sentence: letters and apostrophes, 1 to 16 of them, comma-separated.
+std::vector<std::string> Words(Params& p) {
+  const std::optional<std::string> text = p.Text("tokens");
+  const std::string list = text.value_or("the,cat,sat,on,the,mat");
+  std::vector<std::string> words;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::string word = list.substr(begin, end - begin);
+    const bool ok =
+        !word.empty() && word.size() <= 16 && std::all_of(word.begin(), word.end(), [](char c) {
+          return std::isalpha(static_cast<unsigned char>(c)) || c == '\'';
+        });
+    Require(ok, kFn, "tokens", "be words of 1 to 16 letters, comma-separated", Quoted(word));
+    words.push_back(word);
+    begin = end + 1;
+  }
+  Require(static_cast<int64_t>(words.size()) <= demo::kOrderMaxTokens, kFn, "tokens",
+          "hold at most " + std::to_string(demo::kOrderMaxTokens) + " words", words.size());
+  return words;
+}
+
+// A word's vector: the same word gets the same vector wherever it stands (FNV-1a of its
+// lowercase letters seeds the demo's normal numbers).
+std::vector<float> WordVector(const std::string& word) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const char c : word) {
+    hash = (hash ^ static_cast<unsigned char>(std::tolower(static_cast<unsigned char>(c)))) *
+           1099511628211ull;
+  }
+  return demo::RandomNormal(1, demo::kOrderWidth, hash);
+}
+
+// Order: a sentence and a shuffle of it through one attention layer, with positions entering
+// by each scheme. Without positions the outputs only move with their tokens; with any scheme
+// (or a causal mask) they change.
+json Order(Params& p) {
+  const std::vector<std::string> words = Words(p);
+  const int64_t n = static_cast<int64_t>(words.size());
+  std::vector<int64_t> reversed(n);
+  std::iota(reversed.rbegin(), reversed.rend(), 0);
+  const std::vector<int64_t> permutation = p.IntList("order", reversed, 0, n - 1, n);
+  p.Finish();
+  Require(static_cast<int64_t>(permutation.size()) == n, kFn, "order",
+          "hold one index per token (" + std::to_string(n) + ")", permutation.size());
+  std::vector<float> x;
+  for (const std::string& word : words) {
+    const std::vector<float> v = WordVector(word);
+    x.insert(x.end(), v.begin(), v.end());
+  }
+  const auto rows = [](const std::vector<float>& flat) {
+    json out = json::array();
+    for (size_t t = 0; t < flat.size(); t += demo::kOrderWidth) {
+      out.push_back(std::vector<float>(flat.begin() + t, flat.begin() + t + demo::kOrderWidth));
+    }
+    return out;
+  };
+  json schemes = json::array();
+  for (const demo::OrderResult& r : demo::CompareOrders(x, permutation)) {
+    schemes.push_back({{"scheme", r.scheme},
+                       {"max_abs_diff", r.max_abs_diff},
+                       {"order_blind", r.max_abs_diff < 1e-6},
+                       {"attention", rows(r.attention)},
+                       {"shuffled", rows(r.shuffled)}});
+  }
+  std::vector<std::string> shuffled;
+  for (const int64_t i : permutation) shuffled.push_back(words[i]);
+  return {{"tokens", words},
+          {"order", permutation},
+          {"shuffled_tokens", shuffled},
+          {"schemes", schemes}};
+}
+
+// Quick checks: every claim of the lesson with what posenc measured, for the page to ask first
+// and reveal after. The experiments are deterministic, so they run once per server.
+json Checks(Params& p) {
+  p.Finish();
+  static const json answer = [] {
+    json sections = json::array();
+    for (const demo::Section& section : demo::LessonSections()) {
+      json claims = json::array();
+      for (const demo::Check& check : section.checks) {
+        claims.push_back({{"claim", check.claim}, {"holds", check.holds}});
+      }
+      sections.push_back({{"id", section.id},
+                          {"title", section.title},
+                          {"claims", claims},
+                          {"lines", section.lines}});
+    }
+    return json{{"sections", sections}};
+  }();
+  return answer;
+}
+
 // ALiBi: the slopes of a head count and each head's causal bias -slope (i - j).
 json AlibiPanel(Params& p) {
   const Alibi alibi{.num_heads = p.Int("heads", 8, 1, 128),
@@ -371,17 +468,17 @@ json AlibiPanel(Params& p) {
 using Handler = json (*)(Params&);
 
 const std::map<std::string, Handler>& Handlers() {
-  static const std::map<std::string, Handler> handlers{{"waves", &Waves},
-                                                       {"similarity", &Similarity},
-                                                       {"rope", &RopeScores},
-                                                       {"alibi", &AlibiPanel}};
+  static const std::map<std::string, Handler> handlers{
+      {"waves", &Waves},      {"similarity", &Similarity}, {"rope", &RopeScores},
+      {"alibi", &AlibiPanel}, {"order", &Order},           {"checks", &Checks}};
   return handlers;
 }
 
 }  // namespace
 
 const std::vector<std::string>& Endpoints() {
-  static const std::vector<std::string> names{"waves", "similarity", "rope", "stretch", "alibi"};
+  static const std::vector<std::string> names{"waves",   "similarity", "order", "rope",
+                                              "stretch", "alibi",      "checks"};
   return names;
 }
 
@@ -390,7 +487,8 @@ nlohmann::json Answer(const std::string& endpoint, const Query& query, std::stri
   if (endpoint == "stretch") return Stretch(params, body);
   const auto found = Handlers().find(endpoint);
   Require(found != Handlers().end(), kFn, "endpoint",
-          "be one of waves, similarity, rope, stretch, alibi", endpoint.substr(0, 40));
+          "be one of waves, similarity, order, rope, stretch, alibi, checks",
+          endpoint.substr(0, 40));
   Require(body.empty(), kFn, "body", "be empty (only stretch reads one: a config.json)",
           std::to_string(body.size()) + " bytes");
   return found->second(params);

@@ -14,8 +14,8 @@ namespace posenc::serve {
 // Query parameters by name (one value each; the HTTP layer refuses repeated names).
 using Query = std::map<std::string, std::string>;
 
-// The endpoints, in the order the page's panels use them: "waves", "similarity", "rope",
-// "stretch", "alibi".
+// The endpoints, in the order the page's panels use them: "waves", "similarity", "order",
+// "rope", "stretch", "alibi", "checks".
 const std::vector<std::string>& Endpoints();
 
 // Answers /api/<endpoint>?<query> with the request's body (empty for a GET; only "stretch" reads
