@@ -102,6 +102,25 @@ def test_rope_scores_depend_only_on_the_distance(server):
     assert data["arrow"]["angle"] == pytest.approx(5 - 2 * math.pi, abs=1e-12)
 
 
+def test_the_rope_arrow_turns_by_position_times_theta(server):
+    for start, position, pair in ((0.5, 5, 0), (-2.0, 300, 3), (3.0, 1000, 31)):
+        _, data = get(server, f"api/rope?start={start}&position={position}&pair={pair}")
+        turn = start + position * 10000.0 ** (-2 * pair / 64)
+        assert data["arrow"]["x"] == pytest.approx(math.cos(turn), abs=1e-9)
+        assert data["arrow"]["y"] == pytest.approx(math.sin(turn), abs=1e-9)
+        assert data["start"]["angle"] == start
+
+
+def test_dynamic_ntk_is_shown_stretched(server):
+    _, data = get(server, "api/stretch?rope_type=dynamic&factor=4&original=4096&head_dim=64")
+    assert data["seq_len"] == 16384 and data["rope_type"] == "dynamic"
+    # theta' = theta (s L / M - (s - 1))^(d / (d - 2)) with L = s M: every pair slows but one.
+    scale = (4 * 4 - 3) ** (64 / 62)
+    assert data["wavelength"][1] == pytest.approx(data["original_wavelength"][1] * scale ** (2 / 64),
+                                                  rel=1e-5)
+    assert data["pair_class"][0] == "extrapolated"
+
+
 def test_alibi_slopes_follow_the_paper(server):
     status, data = get(server, "api/alibi?heads=8&tokens=4")
     assert status == 200
@@ -288,3 +307,25 @@ def test_eight_concurrent_clients(server):
     latencies.sort()
     print(f"\n200 requests from 8 clients: p50 {latencies[100] * 1e3:.1f} ms, "
           f"p99 {latencies[197] * 1e3:.1f} ms")
+
+
+def test_random_queries_never_break_the_server(server):
+    """300 queries of random names and values (bytes percent-encoded) on every endpoint: each
+    answer is 200 or a 4xx with a JSON error, and the server goes on."""
+    import random
+    import urllib.parse
+
+    rng = random.Random(20261201)
+    names = ["d", "base", "position", "columns", "span", "samples", "positions", "query", "pair",
+             "start", "m", "n", "distance", "heads", "tokens", "order", "max_bias", "config",
+             "rope_type", "factor", "original", "head_dim", "seq_len", "layer", "x" * 50]
+    alphabet = [chr(c) for c in range(256)] + ["1", "-", ",", ".", "e", "9"] * 20
+    endpoints = ["waves", "similarity", "order", "rope", "stretch", "alibi", "checks"]
+    for _ in range(300):
+        query = urllib.parse.urlencode([
+            (rng.choice(names), "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24))))
+            for _ in range(rng.randint(0, 3))
+        ])
+        status, body = get(server, f"api/{rng.choice(endpoints)}?{query}")
+        assert status == 200 or (400 <= status < 500 and body["error"].startswith("[")), body
+    assert get(server, "api/alibi")[0] == 200

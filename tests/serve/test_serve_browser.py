@@ -114,6 +114,29 @@ def test_the_explorer_in_a_browser(server, browser):
     revealed = browser.find_element(By.CSS_SELECTOR, "#checks-list .check .reveal").text
     assert revealed.startswith("right: it holds") and "no positions" in revealed
 
+    # Every control, moved to its ends and middle (every option of each list): the panels
+    # redraw from the library with no error.
+    controls = browser.execute_script(
+        "return [...document.querySelectorAll('input[type=range], select')].map(e => e.id);"
+    )
+    assert len(controls) == 11
+    for control in controls:
+        settings = browser.execute_script(
+            "const e = document.getElementById(arguments[0]);"
+            "if (e.tagName === 'SELECT') return [...e.options].map(o => o.value);"
+            "const lo = Number(e.min), hi = Number(e.max);"
+            "return [lo, hi, Math.round((lo + hi) / 2)].map(String);", control)
+        for setting in settings:
+            browser.execute_script(
+                "const e = document.getElementById(arguments[0]); e.value = arguments[1];"
+                "e.dispatchEvent(new Event(e.tagName === 'SELECT' ? 'change' : 'input'));"
+                "e.dispatchEvent(new Event('input'));", control, setting)
+            wait_for(browser, "window.posenc.pending === 0")
+            errors = browser.execute_script(
+                "return [...document.querySelectorAll('.error')].map(e => e.textContent)"
+                ".filter(t => t);")
+            assert errors == [], (control, setting, errors)
+
     browser.save_screenshot(str(SCREENSHOT))
     # The 400 the bad base drew is logged by Chromium as a failed resource; anything else is a
     # JavaScript error.

@@ -216,11 +216,20 @@ json RopeScores(Params& p) {
   const int64_t reach = p.Int("distance", 32, 1, 1024);
   const std::vector<int64_t> m = p.IntList("m", {5, 105, 1005}, 0, 1000000, 16);
   const std::vector<int64_t> n = p.IntList("n", {2, 102, 1002}, 0, 1000000, 16);
+  // The arrow: pair `pair` of a vector pointing at `start` radians, turned by RoPE at `position`
+  // (the library's rotation of a head whose other pairs are zero).
+  const double start = p.Real("start", 0.0, -4.0, 4.0);
   p.Finish();
   Require(m.size() == n.size(), kFn, "n",
           "hold as many positions as m (" + std::to_string(m.size()) + ")", n.size());
   const Rope rope = Rope::Default(d, base);
-  const CosSin arrow = RopeAngle(position, rope.inv_freq[pair]);
+  std::vector<double> hand(d, 0.0);
+  hand[pair] = std::cos(start);  // half-split: pair i is features (i, i + d/2)
+  hand[pair + d / 2] = std::sin(start);
+  const int64_t hand_pos[] = {position};
+  ApplyRope(rope, hand_pos, Heads<double>::Dense(hand.data(), 1, 1, d));
+  const double arrow_x = hand[pair], arrow_y = hand[pair + d / 2];
+
   // A fixed q and k (the same for every request), so that only positions move the score.
   std::vector<double> q(d), k(d);
   for (int64_t j = 0; j < d; ++j) {
@@ -245,16 +254,16 @@ json RopeScores(Params& p) {
   for (size_t i = 0; i < m.size(); ++i) {
     pairs.push_back({{"m", m[i]}, {"n", n[i]}, {"score", score(m[i], n[i])}});
   }
-  return {
-      {"d", d},
-      {"base", base},
-      {"position", position},
-      {"pair", pair},
-      {"theta", rope.inv_freq[pair]},
-      {"arrow", {{"angle", std::atan2(arrow.sin, arrow.cos)}, {"x", arrow.cos}, {"y", arrow.sin}}},
-      {"distances", distances},
-      {"scores", scores},
-      {"pairs", pairs}};
+  return {{"d", d},
+          {"base", base},
+          {"position", position},
+          {"pair", pair},
+          {"theta", rope.inv_freq[pair]},
+          {"start", {{"angle", start}, {"x", std::cos(start)}, {"y", std::sin(start)}}},
+          {"arrow", {{"angle", std::atan2(arrow_y, arrow_x)}, {"x", arrow_x}, {"y", arrow_y}}},
+          {"distances", distances},
+          {"scores", scores},
+          {"pairs", pairs}};
 }
 
 // The bundled configs' names ("llama3.1-8b", ...), from the embedded files.
@@ -272,7 +281,12 @@ std::vector<std::string> BundledConfigs() {
 
 // A Llama-shaped config whose only scaling is the rule and factor asked for: what the panel's
 // sliders stretch.
-std::string SyntheticConfig(Params& p) {
+struct Synthetic {
+  std::string config;                // config.json text
+  std::optional<int64_t> stretched;  // dynamic NTK: the length to show it at (factor x original)
+};
+
+Synthetic SyntheticConfig(Params& p) {
   const std::string rule =
       p.Word("rope_type", "yarn", {"default", "linear", "dynamic", "yarn", "llama3"});
   const double factor = p.Real("factor", 4.0, 1.0, 64.0);
@@ -295,7 +309,9 @@ std::string SyntheticConfig(Params& p) {
     }
     config["rope_scaling"] = scaling;
   }
-  return config.dump();
+  std::optional<int64_t> stretched;
+  if (rule == "dynamic") stretched = std::llround(original * factor);
+  return {config.dump(), stretched};
 }
 
 // Stretching: what a config's rope type does to each pair (kept, blended or interpolated), the
@@ -305,7 +321,7 @@ std::string SyntheticConfig(Params& p) {
 json Stretch(Params& p, std::string_view body) {
   const std::optional<std::string> bundled = p.Text("config");
   const std::optional<std::string> layer = p.Text("layer");
-  const int64_t seq_len = p.Int("seq_len", 0, 0, int64_t{1} << 40);
+  int64_t seq_len = p.Int("seq_len", 0, 0, int64_t{1} << 40);
   std::string text;
   std::string source;
   if (!body.empty()) {
@@ -322,8 +338,12 @@ json Stretch(Params& p, std::string_view body) {
     text = std::string(Embedded("configs/" + *bundled + ".json"));
     source = *bundled;
   } else {
-    text = SyntheticConfig(p);
+    Synthetic synthetic = SyntheticConfig(p);
+    text = std::move(synthetic.config);
     source = "synthetic";
+    // Dynamic NTK only stretches past its trained length: shown at factor x original unless
+    // seq_len says otherwise.
+    if (seq_len == 0 && synthetic.stretched) seq_len = *synthetic.stretched;
   }
   p.Finish();
   const ModelPositions model = DescribeModel(text);
