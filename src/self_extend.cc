@@ -192,6 +192,20 @@ void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
   ValidatedSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
 }
 
+void ValidateSelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                                 Heads<const float> q, Heads<const float> k, Heads<const float> v,
+                                 std::span<const int64_t> query_pos,
+                                 std::span<const int64_t> key_pos, Heads<float> out) {
+  CheckSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
+}
+
+void ValidateSelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                                 Heads<const BFloat16> q, Heads<const BFloat16> k,
+                                 Heads<const BFloat16> v, std::span<const int64_t> query_pos,
+                                 std::span<const int64_t> key_pos, Heads<float> out) {
+  CheckSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
+}
+
 void SelfExtendAttentionReference(const AttentionOptions& options, const SelfExtend& se,
                                   Heads<const float> q, Heads<const float> k, Heads<const float> v,
                                   std::span<const int64_t> query_pos,

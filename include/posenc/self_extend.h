@@ -75,6 +75,18 @@ void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
                          std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
                          Heads<float> out);
 
+// Validate only: the twins of the two SelfExtendAttention overloads, making exactly their checks
+// and writing nothing (for callers that refuse a set of calls before running the first, as the
+// Python bindings do for a batch).
+void ValidateSelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                                 Heads<const float> q, Heads<const float> k, Heads<const float> v,
+                                 std::span<const int64_t> query_pos,
+                                 std::span<const int64_t> key_pos, Heads<float> out);
+void ValidateSelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                                 Heads<const BFloat16> q, Heads<const BFloat16> k,
+                                 Heads<const BFloat16> v, std::span<const int64_t> query_pos,
+                                 std::span<const int64_t> key_pos, Heads<float> out);
+
 // The reference, as the paper's code computes it: both full score matrices in double (q and k
 // rotated by ApplyRopeReference at the normal and at the grouped positions), the neighbour
 // score where d < W and the group score elsewhere, the masks, one softmax, the weighted sum.

@@ -77,6 +77,7 @@ from posenc._core import (
     qwen_vision_window_order,
     relative_position_bucket,
     rope_angle,
+    self_extend_attention,
     sinusoidal,
     sinusoidal_table,
 )

@@ -162,23 +162,53 @@ def attention(
     """[..., q_tokens, heads, value_dim], float32 (float64 for float64
     inputs): posenc's attention (posenc/attention.h) composed of PyTorch
     operations. A query that sees no key gets zeros."""
-    heads, kv_heads = q.shape[-2], k.shape[-2]
     if rope is not None:
         q = rotate(rope, query_positions, q)
         k = rotate(rope, key_positions, k)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    group = heads // kv_heads
+    scores = _scores(q, k, scale)
+    if alibi is not None:
+        scores = scores + alibi_bias(alibi, query_positions, key_positions, scores.dtype)
+    seen = visible(query_positions, key_positions, causal, window, key_mask)
+    return _weighted_values(scores, seen, v)
+
+
+def _scores(q, k, scale):
+    """scale q . k: [..., heads, q_tokens, kv_tokens] in the compute type; each kv head read
+    by its group of query heads."""
     compute = _compute_dtype(q.dtype)
     qf = q.to(compute).transpose(-2, -3)  # [..., heads, q_tokens, d]
-    kf = _repeat_heads(k.to(compute), group).transpose(-2, -3)
-    vf = _repeat_heads(v.to(compute), group).transpose(-2, -3)
-    scores = torch.matmul(qf, kf.transpose(-1, -2)) * scale
-    if alibi is not None:
-        scores = scores + alibi_bias(alibi, query_positions, key_positions, compute)
-    seen = visible(query_positions, key_positions, causal, window, key_mask)
+    kf = _repeat_heads(k.to(compute), q.shape[-2] // k.shape[-2]).transpose(-2, -3)
+    return torch.matmul(qf, kf.transpose(-1, -2)) * scale
+
+
+def _weighted_values(scores, seen, v):
+    """softmax over the visible keys, then the weighted sum of v: [..., q_tokens, heads, dv]."""
+    vf = _repeat_heads(v.to(scores.dtype), scores.shape[-3] // v.shape[-2]).transpose(-2, -3)
     scores = scores.masked_fill(~seen, float("-inf"))
     # A row with no visible key would be 0/0; its weights are 0 instead.
     any_seen = seen.any(-1, keepdim=True)
     weights = torch.softmax(scores.masked_fill(~any_seen, 0.0), -1) * any_seen
     return torch.matmul(weights, vf).transpose(-2, -3)
+
+
+def self_extend_attention(
+    q, k, v, query_positions, key_positions, *, group_size, neighbor_window, rope, causal=False,
+    scale=None, window=0,
+):
+    """Self-Extend (posenc/self_extend.h) composed of PyTorch operations: keys closer than W
+    scored at their own positions, farther ones at floor(p / G) (queries at floor(p / G) + W -
+    floor(W / G)), one softmax over both; masks in the original positions."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    g, w = group_size, neighbor_window
+    near = _scores(rotate(rope, query_positions, q), rotate(rope, key_positions, k), scale)
+    far = _scores(
+        rotate(rope, query_positions // g + w - w // g, q),
+        rotate(rope, key_positions // g, k),
+        scale,
+    )
+    distance = query_positions[..., :, None] - key_positions[..., None, :]
+    scores = torch.where((distance < w)[..., None, :, :], near, far)
+    return _weighted_values(scores, visible(query_positions, key_positions, causal, window), v)

@@ -73,6 +73,7 @@ __all__ = [
     "get_rope_index",
     "rope_cos_sin",
     "rope_from_hf_config",
+    "self_extend_attention",
 ]
 
 _ROPE_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
@@ -1457,7 +1458,7 @@ _ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
 _ANY_ATTENTION_DTYPES = _ATTENTION_DTYPES + (torch.float16, torch.float64)
 
 
-def _check_options(scale, window, alibi, rope, causal):
+def _check_options(scale, window, alibi, rope, causal, function="attention"):
     """What the binding could not convert, named here: pybind11 would list its
     whole signature instead."""
     if scale is not None:
@@ -1468,24 +1469,24 @@ def _check_options(scale, window, alibi, rope, causal):
         if value is None or not value > 0 or math.isinf(value):
             shown = scale if value is not None else type(scale).__name__
             raise _error(
-                "attention",
+                function,
                 "scale",
                 "be None (1 / sqrt(head_dim)) or a positive finite number",
                 shown,
             )
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-        raise _error("attention", "window", "be an int >= 0 (0: no window)", window)
+        raise _error(function, "window", "be an int >= 0 (0: no window)", window)
     if alibi is not None and not isinstance(alibi, _core.Alibi):
-        raise _error("attention", "alibi", "be None or a posenc.Alibi", type(alibi).__name__)
+        raise _error(function, "alibi", "be None or a posenc.Alibi", type(alibi).__name__)
     if rope is not None and not isinstance(rope, (_core.Rope, RotaryEmbedding)):
         raise _error(
-            "attention",
+            function,
             "rope",
             "be None, a posenc.Rope or a posenc.torch.RotaryEmbedding",
             type(rope).__name__,
         )
     if not isinstance(causal, bool):
-        raise _error("attention", "causal", "be a bool", type(causal).__name__)
+        raise _error(function, "causal", "be a bool", type(causal).__name__)
 
 
 def _plain_attention_call(q, k, v, qpos, kpos, out, causal, alibi, rope, scale, window):
@@ -1754,15 +1755,7 @@ def attention(
         # float32 from the kernel (allocated by the binding), rounded once for bfloat16.
         result = torch.from_numpy(result)
         return result if q.dtype is torch.float32 else result.to(q.dtype)
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        _check_tensor("attention", name, tensor, _ANY_ATTENTION_DTYPES)
-    if not (q.dtype == k.dtype == v.dtype):
-        raise _error(
-            "attention",
-            "k and v",
-            f"have q's dtype ({_dtype_name(q.dtype)})",
-            f"{_dtype_name(k.dtype)} and {_dtype_name(v.dtype)}",
-        )
+    _check_qkv("attention", q, k, v)
     _check_options(scale, window, alibi, rope, causal)
     qkv_format = _qkv_format("attention", qkv_format)
     if out_dtype is None:
@@ -1836,6 +1829,91 @@ def attention(
             )
         return out.copy_(result)
     return result.to(out_dtype)
+
+
+def _check_qkv(function, q, k, v):
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(function, name, tensor, _ANY_ATTENTION_DTYPES)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise _error(
+            function,
+            "k and v",
+            f"have q's dtype ({_dtype_name(q.dtype)})",
+            f"{_dtype_name(k.dtype)} and {_dtype_name(v.dtype)}",
+        )
+
+
+def self_extend_attention(
+    q,
+    k,
+    v,
+    query_positions=None,
+    key_positions=None,
+    *,
+    rope,
+    group_size,
+    neighbor_window,
+    causal=False,
+    scale=None,
+    window=0,
+    qkv_format="bshd",
+    out_dtype=None,
+):
+    """Self-Extend attention (Jin et al. 2024; posenc/self_extend.h): a RoPE model reads past its
+    trained context with no training. Keys closer than ``neighbor_window`` (W) to the query are
+    scored at their own positions, farther ones at grouped positions (keys floor(p / G), queries
+    floor(p / G) + W - floor(W / G), G = ``group_size``), one softmax over both. q and k are the
+    un-rotated projections; ``rope`` (a posenc.Rope or a RotaryEmbedding) is required.
+
+    Shapes, positions (and their defaults), causal, window, scale, qkv_format and the output
+    dtype as in ``attention``. Plain CPU float32 and bfloat16 tensors run posenc's tiled kernel
+    twice with no T x T buffer; everything else (other devices, meta and fake tensors, autograd)
+    the same formula in PyTorch operations. The authors pick the smallest G whose window
+    (L0 - W) G + W holds the input (L0 the trained length); docs/SELF_EXTEND.md.
+    """
+    _check_qkv("self_extend", q, k, v)
+    if rope is None:
+        raise _error("self_extend", "rope", "be given (Self-Extend regroups RoPE positions)", None)
+    _check_options(scale, window, None, rope, causal, "self_extend")
+    _check_int("self_extend", "group_size", group_size)
+    _check_int("self_extend", "neighbor_window", neighbor_window)
+    qkv_format = _qkv_format("self_extend", qkv_format)
+    q_view, k_view, v_view = (
+        _tokens_first("self_extend", name, t, qkv_format)
+        for name, t in (("q", q), ("k", k), ("v", v))
+    )
+    qpos, kpos = _attention_positions(
+        query_positions, key_positions, q_view.shape[-3], k_view.shape[-3], None, None
+    )
+    if not isinstance(rope, _core.Rope):
+        rope = rope.rope_at(torch.cat((qpos.flatten().cpu(), kpos.flatten().cpu())))
+    if q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos) and not _records(q, k, v):
+        result = torch.from_numpy(
+            _core.self_extend_attention(
+                _numpy(q_view), _numpy(k_view), _numpy(v_view), qpos.numpy(), kpos.numpy(),
+                group_size=group_size, neighbor_window=neighbor_window, rope=rope,
+                causal=causal, scale=scale or 0.0, window=window,
+                bfloat16=q.dtype is torch.bfloat16,
+            )
+        )
+    else:
+        if group_size < 1 or neighbor_window < 1:
+            raise _error(
+                "self_extend", "group_size and neighbor_window", "be >= 1",
+                (group_size, neighbor_window),
+            )
+        device = q.device
+        result = _reference.self_extend_attention(
+            q_view, k_view, v_view, qpos.to(device), kpos.to(device), group_size=group_size,
+            neighbor_window=neighbor_window, rope=rope, causal=causal, scale=scale,
+            window=window,
+        )
+    if qkv_format == "bhsd":
+        result = result.transpose(-2, -3)
+    return result.to(q.dtype if out_dtype is None else out_dtype)
+
+
+torch.fx.wrap("self_extend_attention")
 
 
 def _position_mask(attention_mask, k_view):

@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "posenc/attention.h"
 #include "posenc/npy.h"
+#include "posenc/self_extend.h"
 
 namespace posenc::python {
 namespace {
@@ -20,11 +21,37 @@ void RequireBatchOf(const BatchedHeads<A>& q, const BatchedHeads<B>& view, std::
           NpyShapeString(view.batch_shape));
 }
 
-// posenc.attention on q, k and v of element type T (float, or BFloat16 bits); out is float32.
-template <typename T>
+// Attention or Self-Extend on one batch element: call(validate_only, q, k, v, query_pos,
+// key_pos, out) makes the checks alone, or the checks and the computation.
+struct PlainAttention {
+  AttentionOptions options;
+  template <typename T>
+  void operator()(bool validate_only, Heads<const T> q, Heads<const T> k, Heads<const T> v,
+                  std::span<const int64_t> qp, std::span<const int64_t> kp,
+                  Heads<float> out) const {
+    validate_only ? ValidateAttention(options, q, k, v, qp, kp, out)
+                  : Attention(options, q, k, v, qp, kp, out);
+  }
+};
+
+struct GroupedAttention {
+  AttentionOptions options;
+  SelfExtend se;
+  template <typename T>
+  void operator()(bool validate_only, Heads<const T> q, Heads<const T> k, Heads<const T> v,
+                  std::span<const int64_t> qp, std::span<const int64_t> kp,
+                  Heads<float> out) const {
+    validate_only ? ValidateSelfExtendAttention(options, se, q, k, v, qp, kp, out)
+                  : SelfExtendAttention(options, se, q, k, v, qp, kp, out);
+  }
+};
+
+// posenc.attention (or self_extend_attention) on q, k and v of element type T (float, or
+// BFloat16 bits); out is float32.
+template <typename T, typename Call>
 py::object AttentionOf(const py::object& q_arg, const py::object& k_arg, const py::object& v_arg,
                        const py::object& query_positions, const py::object& key_positions,
-                       AttentionOptions options, const py::object& out_arg) {
+                       const Call& call, const py::object& out_arg) {
   const auto q = ViewHeads<const T>(q_arg, kFn, "q");
   const auto k = ViewHeads<const T>(k_arg, kFn, "k");
   const auto v = ViewHeads<const T>(v_arg, kFn, "v");
@@ -45,13 +72,11 @@ py::object AttentionOf(const py::object& q_arg, const py::object& k_arg, const p
                          k.batch_shape, k.first.tokens, kFn, "key_positions");
   // Never folded into tokens: a query would see the keys of other batch elements.
   const auto run = [&](bool validate_only, int64_t b) {
-    const Heads<const T> qb = q.At(b), kb = k.At(b), vb = v.At(b);
-    const Heads<float> ob = out.At(b);
-    validate_only ? ValidateAttention(options, qb, kb, vb, query_pos.At(b), key_pos.At(b), ob)
-                  : Attention(options, qb, kb, vb, query_pos.At(b), key_pos.At(b), ob);
+    call(validate_only, q.At(b), k.At(b), v.At(b), query_pos.At(b), key_pos.At(b), out.At(b));
   };
   if (q.BatchCount() == 0) {  // no element, but the shapes are still the library's to check
-    ValidateAttention(options, NoTokens(q), NoTokens(k), NoTokens(v), {}, {}, NoTokens(out));
+    call(true, NoTokens(q), NoTokens(k), NoTokens(v), std::span<const int64_t>(),
+         std::span<const int64_t>(), NoTokens(out));
   } else {
     RunEachElement(kFn, q.BatchCount(), run, q, k, v, out);
   }
@@ -67,11 +92,10 @@ void BindAttention(py::module_& m) {
          const py::object& query_positions, const py::object& key_positions, bool causal,
          std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
          const py::object& out, bool bfloat16) {
-        const AttentionOptions options{causal, std::move(alibi), std::move(rope), scale, window};
-        return bfloat16 ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions,
-                                                options, out)
-                        : AttentionOf<float>(q, k, v, query_positions, key_positions, options,
-                                             out);
+        const PlainAttention call{{causal, std::move(alibi), std::move(rope), scale, window}};
+        return bfloat16
+                   ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
+                   : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("causal") = false,
@@ -95,6 +119,30 @@ bfloat16=True: q, k and v hold bfloat16 bits in int16 or uint16 arrays (from PyT
 tensor.view(torch.int16).numpy()); out stays float32. Products are exact and sums float32; on
 CPUs with AVX512-BF16 the softmax weights are rounded to bfloat16 for the weighted values (each
 output within 2^-9 max|v| of the exact result), at about 1.8x the float32 speed.)");
+
+  m.def(
+      "self_extend_attention",
+      [](const py::object& q, const py::object& k, const py::object& v,
+         const py::object& query_positions, const py::object& key_positions, int64_t group_size,
+         int64_t neighbor_window, const Rope& rope, bool causal, double scale, int64_t window,
+         const py::object& out, bool bfloat16) {
+        AttentionOptions options{causal, std::nullopt, rope, scale, window};
+        const GroupedAttention call{std::move(options), SelfExtend{group_size, neighbor_window}};
+        return bfloat16
+                   ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
+                   : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
+      py::arg("key_positions") = py::none(), py::kw_only(), py::arg("group_size"),
+      py::arg("neighbor_window"), py::arg("rope"), py::arg("causal") = false,
+      py::arg("scale") = 0.0, py::arg("window") = 0, py::arg("out") = py::none(),
+      py::arg("bfloat16") = false,
+      R"(Self-Extend attention (posenc/self_extend.h, Jin et al. 2024): a RoPE model reads past its
+trained context with no training. Keys closer than neighbor_window (W) to the query are scored at
+their own positions; farther keys at floor(pos / group_size) for keys and
+floor(pos / G) + W - floor(W / G) for queries; one softmax over both. Shapes, positions, causal,
+scale and window as posenc.attention (masks in the original positions); rope is required, and
+q and k are the un-rotated projections. Runs the tiled kernel twice (no T x T buffer).)");
 }
 
 }  // namespace posenc::python
