@@ -270,35 +270,43 @@ TEST(SelfExtend, BadInputIsAnErrorAndLeavesOutUntouched) {
   const AttentionOptions options = RopeOptions(8, true);
   Output out(4 * 2 * 8, 7.0f);
   const Heads<float> out_view = Heads<float>::Dense(out.data(), 4, 2, 8);
-  const auto run = [&](const AttentionOptions& o, const SelfExtend& se) {
-    return [&, o, se] {
-      SelfExtendAttention(o, se, q.view(), k.view(), v.view(), pos, pos, out_view);
+  // Every check twice: through SelfExtendAttention and through its Validate twin.
+  for (const bool validate_only : {false, true}) {
+    const auto run = [&](const AttentionOptions& o, const SelfExtend& se) {
+      return [&, o, se] {
+        validate_only
+            ? ValidateSelfExtendAttention(o, se, q.view(), k.view(), v.view(), pos, pos, out_view)
+            : SelfExtendAttention(o, se, q.view(), k.view(), v.view(), pos, pos, out_view);
+      };
     };
-  };
-  ExpectError(run(options, {.group_size = 0, .neighbor_window = 8}),
-              "[self_extend] group_size must be >= 1, got 0");
-  ExpectError(run(options, {.group_size = 4, .neighbor_window = 0}),
-              "[self_extend] neighbor_window must be >= 1, got 0");
-  ExpectError(run(options, {.group_size = -3, .neighbor_window = 8}),
-              "[self_extend] group_size must be >= 1, got -3");
-  ExpectError(run(options, {.group_size = 4, .neighbor_window = kMaxPosition + 1}),
-              "[self_extend] neighbor_window must be <= kMaxPosition (4294967296), got "
-              "4294967297");
-  AttentionOptions no_rope = options;
-  no_rope.rope.reset();
-  ExpectError(run(no_rope, {.group_size = 4, .neighbor_window = 8}),
-              "[self_extend] options.rope must be given (Self-Extend regroups RoPE positions), "
-              "got none");
-  AttentionOptions with_alibi = options;
-  with_alibi.alibi = Alibi{.num_heads = 2};
-  ExpectError(run(with_alibi, {.group_size = 4, .neighbor_window = 8}),
-              "[self_extend] options.alibi must not be given (not supported with Self-Extend), "
-              "got an Alibi");
-  // Attention's own checks come after Self-Extend's, with Attention's message.
-  AttentionOptions bad_window = options;
-  bad_window.window = -1;
-  ExpectError(run(bad_window, {.group_size = 4, .neighbor_window = 8}),
-              "[attention] window must be >= 0 (0 means no window), got -1");
+    ExpectError(run(options, {.group_size = 0, .neighbor_window = 8}),
+                "[self_extend] group_size must be >= 1, got 0");
+    ExpectError(run(options, {.group_size = 4, .neighbor_window = 0}),
+                "[self_extend] neighbor_window must be >= 1, got 0");
+    ExpectError(run(options, {.group_size = -3, .neighbor_window = 8}),
+                "[self_extend] group_size must be >= 1, got -3");
+    ExpectError(run(options, {.group_size = 4, .neighbor_window = kMaxPosition + 1}),
+                "[self_extend] neighbor_window must be <= kMaxPosition (4294967296), got "
+                "4294967297");
+    AttentionOptions no_rope = options;
+    no_rope.rope.reset();
+    ExpectError(run(no_rope, {.group_size = 4, .neighbor_window = 8}),
+                "[self_extend] options.rope must be given (Self-Extend regroups RoPE positions), "
+                "got none");
+    AttentionOptions with_alibi = options;
+    with_alibi.alibi = Alibi{.num_heads = 2};
+    ExpectError(run(with_alibi, {.group_size = 4, .neighbor_window = 8}),
+                "[self_extend] options.alibi must not be given (not supported with Self-Extend), "
+                "got an Alibi");
+    // Attention's own checks come after Self-Extend's, with Attention's message.
+    AttentionOptions bad_window = options;
+    bad_window.window = -1;
+    ExpectError(run(bad_window, {.group_size = 4, .neighbor_window = 8}),
+                "[attention] window must be >= 0 (0 means no window), got -1");
+  }
+  // A valid call passes validation and writes nothing.
+  ValidateSelfExtendAttention(options, {.group_size = 4, .neighbor_window = 8}, q.view(), k.view(),
+                              v.view(), pos, pos, out_view);
   for (const float x : out) ASSERT_EQ(x, 7.0f);
 }
 
