@@ -838,6 +838,34 @@ def _rotate_streams(mrope, positions, q, k, qkv_format="bshd"):
     return outs[0] if k is None else outs
 
 
+def _module_mrope(module, q, k, position_ids, qkv_format):
+    """MultimodalRotaryEmbedding.forward, as a function torch.fx records as one node."""
+    qkv_format = qkv_format or module.qkv_format
+    if position_ids is None and qkv_format is None:
+        raise _error(
+            "mrope",
+            "position_ids",
+            "be given unless qkv_format says where the tokens are ('bshd' "
+            "or 'bhsd', here or to MultimodalRotaryEmbedding)",
+            None,
+        )
+    qkv_format = qkv_format or "bshd"
+    positions = _stream_positions(
+        "mrope", module.mrope, q, position_ids, "position_ids", True, qkv_format
+    )
+    return _rotate_streams(module.mrope, positions, q, k, qkv_format)
+
+
+def _module_vision_rope(module, q, k, positions):
+    """VisionRotaryEmbedding.forward, as a function torch.fx records as one node."""
+    positions = _stream_positions("mrope", module.mrope, q, positions, "positions", False)
+    return _rotate_streams(module.mrope, positions, q, k)
+
+
+torch.fx.wrap("_module_mrope")
+torch.fx.wrap("_module_vision_rope")
+
+
 class MultimodalRotaryEmbedding(torch.nn.Module):
     """Multimodal RoPE as a module: ``forward(q, k, position_ids=None) ->
     (q_rot, k_rot)``.
@@ -932,20 +960,12 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
         return torch.tensor(self.mrope.rope.inv_freq, dtype=torch.float64)
 
     def forward(self, q, k=None, position_ids=None, *, qkv_format=None):
-        qkv_format = qkv_format or self.qkv_format
-        if position_ids is None and qkv_format is None:
-            raise _error(
-                "mrope",
-                "position_ids",
-                "be given unless qkv_format says where the tokens are ('bshd' "
-                "or 'bhsd', here or to MultimodalRotaryEmbedding)",
-                None,
+        if _traced(q, k, position_ids) and k is not None:
+            return (
+                _module_mrope(self, q, None, position_ids, qkv_format),
+                _module_mrope(self, k, None, position_ids, qkv_format),
             )
-        qkv_format = qkv_format or "bshd"
-        positions = _stream_positions(
-            "mrope", self.mrope, q, position_ids, "position_ids", True, qkv_format
-        )
-        return _rotate_streams(self.mrope, positions, q, k, qkv_format)
+        return _module_mrope(self, q, k, position_ids, qkv_format)
 
     def extra_repr(self):
         text = repr(self.mrope)
@@ -1092,10 +1112,12 @@ class VisionRotaryEmbedding(torch.nn.Module):
         return torch.from_numpy(index), torch.from_numpy(offsets)
 
     def forward(self, q, k=None, positions=None):
-        positions = _stream_positions(
-            "mrope", self.mrope, q, positions, "positions", False
-        )
-        return _rotate_streams(self.mrope, positions, q, k)
+        if _traced(q, k, positions) and k is not None:
+            return (
+                _module_vision_rope(self, q, None, positions),
+                _module_vision_rope(self, k, None, positions),
+            )
+        return _module_vision_rope(self, q, k, positions)
 
     def extra_repr(self):
         return (f"kind={self.kind!r}, " if self.kind else "") + repr(self.mrope)

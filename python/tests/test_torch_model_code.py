@@ -482,3 +482,29 @@ def test_multimodal_rope_on_hugging_face_layout_and_elsewhere():
     assert meta.is_meta and meta.shape == q.shape
     with pytest.raises(posenc.Error, match=r"^\[mrope\] position_ids must be given unless"):
         rot(q)
+
+
+class VisionLanguageBlock(torch.nn.Module):
+    """M-RoPE for text and image tokens and the 2-D RoPE of a vision tower, in one traced model."""
+
+    def __init__(self):
+        super().__init__()
+        self.mrope = pt.MultimodalRotaryEmbedding(16, [2, 3, 3], qkv_format="bhsd")
+        self.vision = pt.VisionRotaryEmbedding("qwen2_vl", 8)
+
+    def forward(self, q, k, position_ids, patches, grid):
+        q, k = self.mrope(q, k, position_ids)
+        seen, _ = self.vision(patches, patches, grid)
+        return pt.attention(q, k, k, causal=True, qkv_format="bhsd"), seen
+
+
+def test_torch_fx_traces_multimodal_rope():
+    block = VisionLanguageBlock()
+    traced = torch.fx.symbolic_trace(block)
+    q, k = torch.randn(1, 4, 6, 16), torch.randn(1, 2, 6, 16)
+    position_ids = torch.randint(0, 20, (3, 1, 6))
+    patches, grid = torch.randn(4, 1, 8), torch.tensor([[0, 0, 1, 1], [0, 1, 0, 1]])
+    for got, want in zip(traced(q, k, position_ids, patches, grid),
+                         block(q, k, position_ids, patches, grid)):
+        assert torch.equal(got, want)
+    assert "_module_mrope" in traced.code and "_module_vision_rope" in traced.code
