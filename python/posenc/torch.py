@@ -524,6 +524,14 @@ def _traced(*values):
     return any(isinstance(v, torch.fx.Proxy) for v in values)
 
 
+def _rotate_with(rotate, module, q, k, *rest):
+    """A rotary module's forward: rotate(module, q, k, *rest), or while torch.fx traces, one
+    node per rotated tensor (fx cannot unpack a node's result)."""
+    if k is not None and _traced(q, k, *rest):
+        return rotate(module, q, None, *rest), rotate(module, k, None, *rest)
+    return rotate(module, q, k, *rest)
+
+
 def _apply_rope_one(rope, positions, x, qkv_format):
     """One tensor's rotation, as torch.fx records it."""
     return _rope_call("rope", rope, positions, x, None, qkv_format, False)
@@ -694,12 +702,7 @@ class RotaryEmbedding(torch.nn.Module):
         return rope_cos_sin(self, positions, dtype)
 
     def forward(self, q, k=None, positions=None, *, qkv_format=None):
-        if _traced(q, k, positions) and k is not None:
-            return (
-                _module_rope(self, q, None, positions, qkv_format),
-                _module_rope(self, k, None, positions, qkv_format),
-            )
-        return _module_rope(self, q, k, positions, qkv_format)
+        return _rotate_with(_module_rope, self, q, k, positions, qkv_format)
 
     def extra_repr(self):
         text = repr(self.rope)
@@ -960,12 +963,7 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
         return torch.tensor(self.mrope.rope.inv_freq, dtype=torch.float64)
 
     def forward(self, q, k=None, position_ids=None, *, qkv_format=None):
-        if _traced(q, k, position_ids) and k is not None:
-            return (
-                _module_mrope(self, q, None, position_ids, qkv_format),
-                _module_mrope(self, k, None, position_ids, qkv_format),
-            )
-        return _module_mrope(self, q, k, position_ids, qkv_format)
+        return _rotate_with(_module_mrope, self, q, k, position_ids, qkv_format)
 
     def extra_repr(self):
         text = repr(self.mrope)
@@ -1112,12 +1110,7 @@ class VisionRotaryEmbedding(torch.nn.Module):
         return torch.from_numpy(index), torch.from_numpy(offsets)
 
     def forward(self, q, k=None, positions=None):
-        if _traced(q, k, positions) and k is not None:
-            return (
-                _module_vision_rope(self, q, None, positions),
-                _module_vision_rope(self, k, None, positions),
-            )
-        return _module_vision_rope(self, q, k, positions)
+        return _rotate_with(_module_vision_rope, self, q, k, positions)
 
     def extra_repr(self):
         return (f"kind={self.kind!r}, " if self.kind else "") + repr(self.mrope)
