@@ -671,17 +671,17 @@ class RotaryEmbedding(torch.nn.Module):
                 module._length_rule = (_config_text(config), options)
         return module
 
-    def rope_at(self, positions):
-        """The posenc.Rope of a call at these int64 positions: the module's
-        own, or for a length-dependent rule the one of L = max(positions) +
-        1 (cached per length)."""
-        if (
-            self._length_rule is None
-            or positions.numel() == 0
-            or positions.device.type == "meta"
-        ):
+    def rope_at(self, *positions):
+        """The posenc.Rope of a call at these int64 positions (one tensor, or
+        a call's query and key positions): the module's own, or for a
+        length-dependent rule the one of L = max(positions) + 1 (cached per
+        length). Fixed rules never read the positions."""
+        if self._length_rule is None:
             return self.rope
-        length = max(int(positions.max()) + 1, 1)
+        known = [p for p in positions if p.numel() and p.device.type != "meta"]
+        if not known:
+            return self.rope
+        length = max(max(int(p.max()) for p in known) + 1, 1)
         rope = self._by_length.get(length)
         if rope is None:
             text, options = self._length_rule
@@ -1810,8 +1810,7 @@ def attention(
         query_positions, key_positions, q_tokens, kv_tokens, mask, segments
     )
     if rope is not None and not isinstance(rope, _core.Rope):
-        # A RotaryEmbedding's length rule reads every position of the call.
-        rope = rope.rope_at(torch.cat((qpos.flatten().cpu(), kpos.flatten().cpu())))
+        rope = rope.rope_at(qpos, kpos)  # a length rule reads every position of the call
     kernel = (
         q.dtype in _ATTENTION_DTYPES
         and _on_kernel(q, k, v, qpos, kpos, mask, out)
@@ -1901,7 +1900,7 @@ def self_extend_attention(
         query_positions, key_positions, q_view.shape[-3], k_view.shape[-3], None, None
     )
     if not isinstance(rope, _core.Rope):
-        rope = rope.rope_at(torch.cat((qpos.flatten().cpu(), kpos.flatten().cpu())))
+        rope = rope.rope_at(qpos, kpos)
     if q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos) and not _records(q, k, v):
         result = torch.from_numpy(
             _core.self_extend_attention(
