@@ -75,6 +75,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_backward_kernels.h"
 #include "attention_bf16.h"
 #include "attention_kernels.h"
 #include "relative_bias_internal.h"
@@ -304,11 +305,7 @@ inline TileKeys KeysOf(const internal::AttentionKernelArgs& a, int64_t key0, siz
 // T5: the bias of `row` at distance d = key_pos - query_pos (AttentionKernelArgs).
 inline float RelativeBiasAt(const internal::AttentionKernelArgs& a, const RowState& row,
                             int64_t d) {
-  const int64_t extent = a.relative_extent;
-  if (d >= -extent && d <= extent) return row.bias[d];
-  if (a.relative_far == nullptr) return row.bias[d < 0 ? -extent : extent];
-  const int64_t bucket = internal::RelativePositionBucketUnchecked(a.relative_far->buckets, d);
-  return a.relative_far->table[static_cast<size_t>(bucket * a.num_heads + row.head)];
+  return internal::RelativeBiasAt(a, row.bias, row.head, d);
 }
 
 // T5's bias, fused: no [queries, keys] buffer. The bias depends only on the distance, so the row
@@ -626,7 +623,7 @@ void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int6
       row.hi = std::min(row.hi, chunk_begin + (a.chunk_size - 1));
     }
     if (a.min_distance > 0) row.hi = std::min(row.hi, row.pos - a.min_distance);
-    row.anchor = std::clamp(row.pos, key_min_all, key_max_all);
+    row.anchor = internal::AlibiAnchor(row.pos, key_min_all, key_max_all);
     row.slope = a.alibi_slopes != nullptr ? a.alibi_slopes[head] : 0.0f;
     if (t.bf16_dot && a.query_scales != nullptr) row.score_mul = a.query_scales[token];
     if (a.relative_bias != nullptr) {

@@ -9,6 +9,7 @@
 
 #include "posenc/heads.h"
 #include "posenc/relative_bias.h"
+#include "relative_bias_internal.h"
 #include "posenc/storage.h"
 
 namespace posenc::internal {
@@ -65,6 +66,17 @@ struct AttentionKernelArgs {
 // Runs on the best SIMD target of this CPU (one dispatch), with OpenMP threads over
 // (key/value head, query tile) work items when the call is large enough to pay for them.
 void AttentionKernel(const AttentionKernelArgs& args);
+
+// T5: the bias of query head `head` at distance d = key_pos - query_pos, given the head's row of
+// relative_bias at distance 0 (AttentionKernelArgs).
+inline float RelativeBiasAt(const AttentionKernelArgs& a, const float* head_bias, int64_t head,
+                            int64_t d) {
+  const int64_t extent = a.relative_extent;
+  if (d >= -extent && d <= extent) return head_bias[d];
+  if (a.relative_far == nullptr) return head_bias[d < 0 ? -extent : extent];
+  const int64_t bucket = RelativePositionBucketUnchecked(a.relative_far->buckets, d);
+  return a.relative_far->table[static_cast<size_t>(bucket * a.num_heads + head)];
+}
 
 // The score scale a call asks for: `scale`, or 1 / sqrt(head_dim) when it is 0.
 inline double ResolvedScale(double scale, int64_t head_dim) {
