@@ -398,6 +398,8 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
   const size_t head_dim = static_cast<size_t>(a.head_dim);
   const size_t value_dim = static_cast<size_t>(a.value_dim);
 
+  // Every thread below, this one included (without threads), flushes subnormals.
+  const internal::FlushSubnormals flush;
   QuerySide side;
   PackQuerySide<T>(args, s, side);
   std::vector<int64_t> key_min, key_max;
@@ -468,6 +470,7 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
   if (per_head) {
 #pragma omp parallel if (threaded)
     {
+      const internal::FlushSubnormals flush;
       internal::Scratch<float> scratch(thread_floats);
       hwy::AlignedFreeUniquePtr<float[]> dq =
           hwy::AllocateAligned<float>(static_cast<size_t>(s.rows) * s.dim);
@@ -487,6 +490,7 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
   } else {
 #pragma omp parallel if (threaded)
     {
+      const internal::FlushSubnormals flush;
       internal::Scratch<float> scratch(thread_floats);
       hwy::AlignedFreeUniquePtr<float[]> dq = hwy::AllocateAligned<float>(kQueryRows * s.dim);
       KeyTile kt;
