@@ -159,6 +159,95 @@ POSENC_AVX512_BF16 void ScoresBf16(const uint16_t* q, size_t q_stride, const uin
   }
 }
 
+namespace {
+
+// One register block of ScoreTileBf16: R rows, V vectors of 16 keys.
+template <int R, int V>
+POSENC_AVX512_BF16 inline void ScoreBlockBf16(const uint32_t* q, size_t q_stride,
+                                              const uint32_t* k_pairs, size_t pairs, float scale,
+                                              float* s, size_t s_stride) {
+  __m512 acc[R][V];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int x = 0; x < V; ++x) acc[r][x] = _mm512_setzero_ps();
+  }
+  for (size_t dp = 0; dp < pairs; ++dp) {
+    __m512bh k[V];
+#pragma GCC unroll 4
+    for (int x = 0; x < V; ++x) {
+      k[x] = AsBf16(_mm512_loadu_si512(k_pairs + dp * kKeyPairRow + x * kFloatsPerVector));
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512bh qr = AsBf16(_mm512_set1_epi32(static_cast<int>(q[r * q_stride + dp])));
+#pragma GCC unroll 4
+      for (int x = 0; x < V; ++x) acc[r][x] = _mm512_dpbf16_ps(acc[r][x], qr, k[x]);
+    }
+  }
+  const __m512 vscale = _mm512_set1_ps(scale);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int x = 0; x < V; ++x) {
+      _mm512_storeu_ps(s + r * s_stride + x * kFloatsPerVector, _mm512_mul_ps(acc[r][x], vscale));
+    }
+  }
+}
+
+template <int R>
+POSENC_AVX512_BF16 inline void ScoreRowsBf16(const uint32_t* q, size_t q_stride,
+                                             const uint32_t* k_pairs, size_t pairs, float scale,
+                                             float* s, size_t s_stride) {
+  for (size_t x = 0; x < kKeyPairRow; x += 4 * kFloatsPerVector) {
+    ScoreBlockBf16<R, 4>(q, q_stride, k_pairs + x, pairs, scale, s + x, s_stride);
+  }
+}
+
+}  // namespace
+
+POSENC_AVX512_BF16 void ScoreTileBf16(const uint32_t* q, size_t q_stride, const uint32_t* k_pairs,
+                                      size_t pairs, float scale, float* s, size_t s_stride,
+                                      size_t rows) {
+  size_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    ScoreRowsBf16<4>(q + r * q_stride, q_stride, k_pairs, pairs, scale, s + r * s_stride, s_stride);
+  }
+  q += r * q_stride;
+  s += r * s_stride;
+  switch (rows - r) {
+    case 1:
+      ScoreRowsBf16<1>(q, q_stride, k_pairs, pairs, scale, s, s_stride);
+      break;
+    case 2:
+      ScoreRowsBf16<2>(q, q_stride, k_pairs, pairs, scale, s, s_stride);
+      break;
+    case 3:
+      ScoreRowsBf16<3>(q, q_stride, k_pairs, pairs, scale, s, s_stride);
+      break;
+    default:
+      break;
+  }
+}
+
+POSENC_AVX512_BF16 void TransposeKeyPairsBf16(const uint16_t* k, size_t k_stride, size_t keys,
+                                              size_t dim, uint32_t* out) {
+  const size_t pairs = (dim + 1) / 2;
+  for (size_t dp = 0; dp < pairs; ++dp) {
+    uint32_t* row = out + dp * kKeyPairRow;
+    for (size_t j = 0; j < kKeyPairRow; ++j) {
+      if (j >= keys) {
+        row[j] = 0;
+        continue;
+      }
+      const uint16_t* kj = k + j * k_stride;
+      const uint32_t low = kj[2 * dp];
+      const uint32_t high = 2 * dp + 1 < dim ? kj[2 * dp + 1] : 0;
+      row[j] = low | high << 16;
+    }
+  }
+}
+
 POSENC_AVX512_BF16 void PairValueRowsBf16(const uint16_t* v, size_t v_stride, size_t keys,
                                           size_t value_dim, size_t value_stride, uint32_t* out) {
   for (size_t j = 0; j < keys; j += 2) {
@@ -212,6 +301,9 @@ bool HasBf16DotProducts() { return false; }
 void ScoresBf16(const uint16_t*, size_t, const uint16_t*, size_t, size_t, size_t, float, float*,
                 size_t) {}
 void PairValueRowsBf16(const uint16_t*, size_t, size_t, size_t, size_t, uint32_t*) {}
+void ScoreTileBf16(const uint32_t*, size_t, const uint32_t*, size_t, float, float*, size_t,
+                   size_t) {}
+void TransposeKeyPairsBf16(const uint16_t*, size_t, size_t, size_t, uint32_t*) {}
 void WeightedValuesBf16(const float*, size_t, size_t, const uint32_t*, size_t, const float*, float*,
                         size_t) {}
 void WeightedValueRowsBf16(const float*, size_t, size_t, const uint16_t*, size_t, size_t, size_t,

@@ -32,6 +32,20 @@ bool HasBf16DotProducts();
 void ScoresBf16(const uint16_t* q, size_t q_stride, const uint16_t* k, size_t k_stride, size_t keys,
                 size_t dim, float scale, float* s, size_t s_stride);
 
+// Prefill's key tiles for ScoreTileBf16: keys along the lanes, kKeyPairRow keys per row, row dp
+// holding each key's bfloat16 pair (2 dp, 2 dp + 1) (low, high 16 bits; zero past dim and past
+// `keys`), for dp < ceil(dim / 2). Key j's dim elements start at k + j k_stride.
+constexpr size_t kKeyPairRow = 64;
+void TransposeKeyPairsBf16(const uint16_t* k, size_t k_stride, size_t keys, size_t dim,
+                           uint32_t* out);
+
+// s[r s_stride + j] = scale (q_r . k_j) for rows r < rows and the kKeyPairRow keys j of a tile
+// from TransposeKeyPairsBf16: q_r's bfloat16 pairs at q + r q_stride (uint32 each), `pairs` of
+// them. A GEMM microkernel: each step broadcasts one pair of four query rows against four
+// vectors of 16 keys (vdpbf16ps), 16 accumulators, no lane reduction.
+void ScoreTileBf16(const uint32_t* q, size_t q_stride, const uint32_t* k_pairs, size_t pairs,
+                   float scale, float* s, size_t s_stride, size_t rows);
+
 // The value rows of a key tile as bfloat16 pairs: out[jp value_stride + e] holds v_{2jp}[e] in
 // its low and v_{2jp+1}[e] in its high 16 bits (zeros past `keys` and past value_dim), for
 // jp < ceil(keys / 2) and e < value_stride, a multiple of kFloatsPerVector >= value_dim. Row j

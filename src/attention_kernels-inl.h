@@ -78,12 +78,13 @@
 #include "attention_backward_kernels.h"
 #include "attention_bf16.h"
 #include "attention_kernels.h"
-#include "relative_bias_internal.h"
 #include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernel_threads.h"
+#include "relative_bias_internal.h"
 #include "simd_storage-inl.h"
+#include "tile_gemm-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {
@@ -140,39 +141,14 @@ HWY_INLINE void PackRow(DF df, const T* HWY_RESTRICT in, size_t dim, float mul,
 
 // The per-thread tiles, float32, each row padded to whole vectors.
 struct Tiles {
-  bool direct;          // float32 key rows of whole vectors: scored in place, not packed
-  bool bf16_dot;        // bfloat16 inputs multiplied by AVX512-BF16 (attention_bf16.h): q
-                        // holds bfloat16 rows, keys are read in place, v holds value pairs
+  bool bf16_dot;        // the arithmetic of the call: bfloat16 inputs multiplied by AVX512-BF16
+                        // (attention_bf16.h; q holds bfloat16 rows), else float32 FMAs
   size_t dim;           // head_dim rounded up to whole vectors
   size_t value_dim;     // value_dim rounded up to whole vectors
   size_t score_stride;  // kKeyTile rounded up to whole vectors
-  float* k;             // [kKeyTile, dim], unused when direct
-  float* v;             // [kKeyTile, value_dim]
-  float* scores;        // [kRowBlock, score_stride]: scores, then weights p
+  float* scores;        // [rows, score_stride]: scores, then weights p (prefill: the query
+                        // tile's rows; decode: every row of every head)
   float* key_offset;    // [score_stride]: key position - the tile's smallest key position
-};
-
-// The float32 rows of the current key and value tile: in the packed tiles, or (direct keys)
-// straight in the input, `stride` floats apart.
-struct KeyTile {
-  const float* k;
-  size_t k_stride;
-  const float* v;
-  size_t v_stride;
-};
-
-// The input rows of the next key and value tile, prefetched while the current one is scored:
-// consecutive tokens of one head lie token_stride apart (4 KiB for 8 KV heads of 128 floats), a
-// new page per key, where the hardware prefetchers stop, so a decode step without this waits on
-// memory latency key by key rather than streaming. No rows: nothing to prefetch.
-struct NextRows {
-  const char* k = nullptr;
-  size_t k_stride = 0;  // bytes
-  size_t k_bytes = 0;   // of one row
-  const char* v = nullptr;
-  size_t v_stride = 0;
-  size_t v_bytes = 0;
-  size_t rows = 0;
 };
 
 // Prefetches `bytes` bytes at p, one cache line at a time.
@@ -180,13 +156,6 @@ HWY_INLINE void PrefetchBytes(const void* p, size_t bytes) {
   constexpr size_t kLine = 64;
   const char* line = static_cast<const char*>(p);
   for (size_t i = 0; i < bytes; i += kLine) hwy::Prefetch(line + i);
-}
-
-// Prefetches row j of the next tile.
-HWY_INLINE void PrefetchRow(const NextRows& next, size_t j) {
-  if (j >= next.rows) return;
-  PrefetchBytes(next.k + j * next.k_stride, next.k_bytes);
-  PrefetchBytes(next.v + j * next.v_stride, next.v_bytes);
 }
 
 // max(a, b), NaN when either is NaN (std::max and Highway's Max may return the other operand).
@@ -202,8 +171,8 @@ struct RowState {
   int64_t head = 0;
   int64_t anchor = 0;  // ALiBi distances are measured from here (see the top of the file)
   float slope = 0.0f;
-  float score_mul = 1.0f;        // AVX512-BF16 with query scales: the row's scale, applied here
-  const float* bias = nullptr;   // T5: the head's bias at distance 0 (AttentionKernelArgs)
+  float score_mul = 1.0f;       // AVX512-BF16 with query scales: the row's scale, applied here
+  const float* bias = nullptr;  // T5: the head's bias at distance 0 (AttentionKernelArgs)
   float max = -std::numeric_limits<float>::infinity();
   float sum = 0.0f;
   float correction = 1.0f;  // exp(old max - new max) of the current key tile
@@ -214,8 +183,7 @@ struct RowState {
 // 0..3, and the blocks are then added: about a third of the shuffles of four SumOfLanes, which
 // on AVX-512 cost as much as the score's eight FMAs.
 template <class DF, class V>
-HWY_INLINE void SumOfLanes4(DF df, V a0, V a1, V a2, V a3, float* HWY_RESTRICT s,
-                            size_t stride) {
+HWY_INLINE void SumOfLanes4(DF df, V a0, V a1, V a2, V a3, float* HWY_RESTRICT s, size_t stride) {
 #if HWY_TARGET == HWY_SCALAR
   (void)df;
   s[0] = hn::GetLane(a0);
@@ -225,10 +193,10 @@ HWY_INLINE void SumOfLanes4(DF df, V a0, V a1, V a2, V a3, float* HWY_RESTRICT s
 #else
   const hn::Repartition<uint64_t, DF> du64;
   // Per block: [a0 0+2, a1 0+2, a0 1+3, a1 1+3], and the same for a2, a3.
-  const auto t01 = hn::BitCast(
-      du64, hn::Add(hn::InterleaveLower(df, a0, a1), hn::InterleaveUpper(df, a0, a1)));
-  const auto t23 = hn::BitCast(
-      du64, hn::Add(hn::InterleaveLower(df, a2, a3), hn::InterleaveUpper(df, a2, a3)));
+  const auto t01 =
+      hn::BitCast(du64, hn::Add(hn::InterleaveLower(df, a0, a1), hn::InterleaveUpper(df, a0, a1)));
+  const auto t23 =
+      hn::BitCast(du64, hn::Add(hn::InterleaveLower(df, a2, a3), hn::InterleaveUpper(df, a2, a3)));
   // Per block: [a0, a1, a2, a3], each the sum of its four lanes of the block.
   const auto sum = hn::Add(hn::BitCast(df, hn::InterleaveLower(du64, t01, t23)),
                            hn::BitCast(df, hn::InterleaveUpper(du64, t01, t23)));
@@ -270,17 +238,6 @@ HWY_INLINE void ScoreKey(DF df, const float* HWY_RESTRICT q, size_t q_stride,
   for (; d + n <= dim; d += n) add(d, LoadF32(df, k + d));
   if (d < dim) add(d, LoadPartialF32(df, k + d, dim - d));
   SumOfLanes4(df, a0, a1, a2, a3, s, stride);
-}
-
-// Pass (1), the dot products: scores[r][j] = q_r . k_j for the four rows of the block at q and
-// `keys` keys of the tile.
-template <class DF>
-HWY_INLINE void DotProducts(DF df, const Tiles& t, const KeyTile& kt, const float* HWY_RESTRICT q,
-                            size_t keys, const NextRows& next) {
-  for (size_t j = 0; j < keys; ++j) {
-    PrefetchRow(next, j);
-    ScoreKey(df, q, t.dim, kt.k + j * kt.k_stride, t.dim, t.scores + j, t.score_stride);
-  }
 }
 
 // The key positions of a key tile.
@@ -407,8 +364,8 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const internal::AttentionKernelArgs& a, 
 template <class DF, typename T>
 HWY_NOINLINE void WeightedValues(DF df, const float* HWY_RESTRICT p, size_t p_stride,
                                  const T* HWY_RESTRICT v, size_t v_stride, size_t keys,
-                                 size_t value_dim, const float* correction,
-                                 float* HWY_RESTRICT o, size_t o_stride) {
+                                 size_t value_dim, const float* correction, float* HWY_RESTRICT o,
+                                 size_t o_stride) {
   static_assert(kRowBlock == 4, "one named accumulator per row");
   const size_t n = hn::Lanes(df);
   const float* HWY_RESTRICT p0 = p;
@@ -475,8 +432,7 @@ bool AnyNonFinite(const T* v, size_t v_stride, size_t keys, size_t value_dim) {
 template <typename T>
 void WeightedVisibleValues(const float* p, size_t p_stride, const T* v, size_t v_stride,
                            size_t keys, size_t value_dim, const int64_t* key_pos,
-                           const RowState* rows, float* o,
-                           size_t o_stride) {
+                           const RowState* rows, float* o, size_t o_stride) {
   for (size_t r = 0; r < kRowBlock; ++r) {
     float* o_r = o + r * o_stride;
     for (size_t e = 0; e < value_dim; ++e) o_r[e] *= rows[r].correction;
@@ -498,8 +454,7 @@ void WeightedVisibleValues(const float* p, size_t p_stride, const T* v, size_t v
 template <class DF>
 HWY_INLINE void MergePartials(DF df, const float* HWY_RESTRICT o, const float* HWY_RESTRICT max,
                               const float* HWY_RESTRICT sum, size_t stride, size_t count,
-                              size_t value_dim, float* HWY_RESTRICT dst,
-                              float* HWY_RESTRICT lse) {
+                              size_t value_dim, float* HWY_RESTRICT dst, float* HWY_RESTRICT lse) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   HWY_DASSERT(count <= static_cast<size_t>(kMaxKeyChunks));
   float global_max = kNegInf;
@@ -598,8 +553,8 @@ void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int6
   for (size_t r = 0; r < qt.blocks * kRowBlock; ++r) {
     const int64_t m = qt.first_row + static_cast<int64_t>(std::min(r, qt.valid_rows - 1));
     const int64_t token = m / group, head = qt.g * group + m % group;
-    const T* q = static_cast<const T*>(a.q.data) + token * a.q.token_stride +
-                 head * a.q.head_stride;
+    const T* q =
+        static_cast<const T*>(a.q.data) + token * a.q.token_stride + head * a.q.head_stride;
     if (t.bf16_dot) {  // unscaled bfloat16 bits, zero-padded (ScoresBf16 applies the scale)
       uint16_t* row = reinterpret_cast<uint16_t*>(qt.q + r * t.dim);
       std::memcpy(row, q, static_cast<size_t>(a.head_dim) * sizeof(T));
@@ -639,117 +594,155 @@ void BeginQueryTile(const internal::AttentionKernelArgs& a, const Tiles& t, int6
   qt.min_lo = *std::min_element(qt.block_min_lo, qt.block_min_lo + qt.blocks);
 }
 
-// The input rows of head g's keys and values [key0, key_end) for NextRows (empty past the end).
-template <typename T>
-NextRows RowsAt(const internal::AttentionKernelArgs& a, int64_t g, int64_t key0,
-                int64_t key_end) {
-  NextRows next;
-  if (key0 >= key_end) return next;
-  next.k = reinterpret_cast<const char*>(static_cast<const T*>(a.k.data) + g * a.k.head_stride +
-                                         key0 * a.k.token_stride);
-  next.k_stride = static_cast<size_t>(a.k.token_stride) * sizeof(T);
-  next.k_bytes = static_cast<size_t>(a.head_dim) * sizeof(T);
-  next.v = reinterpret_cast<const char*>(static_cast<const T*>(a.v.data) + g * a.v.head_stride +
-                                         key0 * a.v.token_stride);
-  next.v_stride = static_cast<size_t>(a.v.token_stride) * sizeof(T);
-  next.v_bytes = static_cast<size_t>(a.value_dim) * sizeof(T);
-  next.rows = static_cast<size_t>(
-      std::min<int64_t>(static_cast<int64_t>(kKeyTile), key_end - key0));
-  return next;
-}
+// Prefill: every key tile of every KV head is packed once per call, keys along the vector lanes,
+// so that passes (1) and (3) are register-blocked outer products over the whole query tile, as
+// in a GEMM microkernel, and no block ends in a lane reduction:
+//   (1) S = (scale q) K^T, (3) O = O correction + P V.
+// The arithmetic is chosen once per call (Tiles::bf16_dot): float32 FMAs (TileGemm on K^T and
+// value rows widened to float32), or for bfloat16 inputs on CPUs with AVX512-BF16, bfloat16 dot
+// products (ScoreTileBf16 on key pairs, WeightedValuesBf16 on value pairs; attention_bf16.h).
+// Each packed tile is then read by every query tile of its head from L2 or L3.
+struct PackedKeyTile {
+  const float* k_t;         // float32: [head_dim, kKeyTile]; bfloat16: key pairs (uint32)
+  const float* v;           // float32: [kKeyTile, value_stride]; bfloat16: value pairs
+  const float* key_offset;  // [kKeyTile]: key position - min, 0 past `keys`
+  TileKeys keys;
+  const void* v_rows;  // the input's value rows (for WeightedVisibleValues)
+  bool non_finite;     // a value row holds inf or NaN (masked keys must then be skipped)
+};
 
-// Passes (1) to (3) of keys [key0, key0 + keys) for the query tile qt. `next` names the rows the
-// caller will attend next, prefetched during the first row block's dot products (spread over
-// its keys, so that the loads overlap the arithmetic) when keys are read in place.
+struct PackedKeys {
+  hwy::AlignedFreeUniquePtr<float[]> data;
+  size_t tile_floats = 0;
+  int64_t key_tiles = 0;
+  std::vector<PackedKeyTile> tiles;  // [num_kv_heads, key_tiles]
+  const PackedKeyTile& At(int64_t g, int64_t tile) const {
+    return tiles[static_cast<size_t>(g * key_tiles + tile)];
+  }
+};
+
 template <typename T>
-void AttendKeyTile(const internal::AttentionKernelArgs& a, const Tiles& t, int64_t key0,
-                   size_t keys, NextRows next, QueryTile& qt) {
+void PackKeys(const internal::AttentionKernelArgs& a, const Tiles& t, PackedKeys& packed) {
   const hn::ScalableTag<float> df;
   const size_t head_dim = static_cast<size_t>(a.head_dim);
   const size_t value_dim = static_cast<size_t>(a.value_dim);
-  const TileKeys tk = KeysOf(a, key0, keys);
-  const int64_t* key_pos = tk.pos;
-  const int64_t key_min = tk.min, key_max = tk.max;
-  // A tile whose every key lies outside every row's interval adds nothing: with ordered
-  // positions, causal skips the upper triangle tile by tile, a window leaves only the band
-  // along the diagonal (work T x window rather than T^2), and chunks leave the blocks along it
-  // (T x chunk_size).
-  if (key_min > qt.max_hi || key_max < qt.min_lo) return;
+  static_assert(kKeyTile == internal::kKeyPairRow, "one key tile per row of key pairs");
+  packed.key_tiles = hwy::DivCeil(a.kv_tokens, static_cast<int64_t>(kKeyTile));
+  packed.tile_floats = head_dim * kKeyTile + kKeyTile * t.value_dim + kKeyTile;
+  const int64_t count = a.num_kv_heads * packed.key_tiles;
+  packed.data = hwy::AllocateAligned<float>(static_cast<size_t>(count) * packed.tile_floats);
+  packed.tiles.resize(static_cast<size_t>(count));
+  const int64_t elements = a.kv_tokens * a.num_kv_heads * (a.head_dim + a.value_dim);
+  internal::ForRanges(count, elements, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t g = i / packed.key_tiles, key0 = i % packed.key_tiles * kKeyTile;
+      const size_t keys = static_cast<size_t>(
+          std::min<int64_t>(static_cast<int64_t>(kKeyTile), a.kv_tokens - key0));
+      float* k_t = packed.data.get() + static_cast<size_t>(i) * packed.tile_floats;
+      float* v = k_t + head_dim * kKeyTile;
+      float* key_offset = v + kKeyTile * t.value_dim;
+      const T* k_rows =
+          static_cast<const T*>(a.k.data) + g * a.k.head_stride + key0 * a.k.token_stride;
+      const T* v_rows =
+          static_cast<const T*>(a.v.data) + g * a.v.head_stride + key0 * a.v.token_stride;
+      const size_t k_stride = static_cast<size_t>(a.k.token_stride);
+      const size_t v_stride = static_cast<size_t>(a.v.token_stride);
+      if (t.bf16_dot) {
+        internal::TransposeKeyPairsBf16(Bits(k_rows), k_stride, keys, head_dim,
+                                        reinterpret_cast<uint32_t*>(k_t));
+        internal::PairValueRowsBf16(Bits(v_rows), v_stride, keys, value_dim, t.value_dim,
+                                    reinterpret_cast<uint32_t*>(v));
+      } else {
+        std::fill(k_t, k_t + head_dim * kKeyTile, 0.0f);
+        for (size_t j = 0; j < keys; ++j) {
+          const T* k = k_rows + j * k_stride;
+          for (size_t d = 0; d < head_dim; ++d) k_t[d * kKeyTile + j] = ValueF32(k[d]);
+          PackRow(df, v_rows + j * v_stride, value_dim, 1.0f, v + j * t.value_dim);
+        }
+        std::fill(v + keys * t.value_dim, v + kKeyTile * t.value_dim, 0.0f);
+      }
+      PackedKeyTile& tile = packed.tiles[static_cast<size_t>(i)];
+      tile.keys = KeysOf(a, key0, keys);
+      for (size_t j = 0; j < kKeyTile; ++j) {
+        key_offset[j] = j < keys ? static_cast<float>(tile.keys.pos[j] - tile.keys.min) : 0.0f;
+      }
+      tile.k_t = k_t;
+      tile.v = v;
+      tile.key_offset = key_offset;
+      tile.v_rows = v_rows;
+      tile.non_finite = AnyNonFinite(v_rows, v_stride, keys, value_dim);
+    }
+  });
+}
 
-  // Keys: float32 rows of whole vectors are scored where they lie (each row is read once per
-  // row block, front to back). Values are always packed: pass (3) walks all keys of the tile
-  // for each vector of value_dim, and rows a power-of-two stride apart in the input would all
-  // fall into the same few L1 sets and evict each other on every walk.
-  const T* k_head = static_cast<const T*>(a.k.data) + qt.g * a.k.head_stride;
-  const T* v_head = static_cast<const T*>(a.v.data) + qt.g * a.v.head_stride;
-  KeyTile kt{t.k, t.dim, t.v, t.value_dim};
-  bool pack_keys = !t.bf16_dot;  // AVX512-BF16 reads bfloat16 key rows in place
-  if constexpr (std::is_same_v<T, float>) {
-    if (t.direct) {
-      kt.k = k_head + key0 * a.k.token_stride;
-      kt.k_stride = static_cast<size_t>(a.k.token_stride);
-      pack_keys = false;
-    }
-  }
-  if (pack_keys) next = NextRows();
-  if (t.bf16_dot) {  // values as bfloat16 pairs (attention_bf16.h)
-    internal::PairValueRowsBf16(Bits(v_head + key0 * a.v.token_stride),
-                                static_cast<size_t>(a.v.token_stride), keys, value_dim,
-                                t.value_dim, reinterpret_cast<uint32_t*>(t.v));
-  }
-  for (size_t j = 0; j < keys; ++j) {
-    const int64_t token = key0 + static_cast<int64_t>(j);
-    if (pack_keys) {
-      PackRow(df, k_head + token * a.k.token_stride, head_dim, 1.0f, t.k + j * t.dim);
-    }
-    if (!t.bf16_dot) {
-      PackRow(df, v_head + token * a.v.token_stride, value_dim, 1.0f, t.v + j * t.value_dim);
-    }
-    t.key_offset[j] = static_cast<float>(key_pos[j] - key_min);
-  }
-  std::fill(t.key_offset + keys, t.key_offset + t.score_stride, 0.0f);
-
-  // Asked at most once per tile, and only by row blocks that straddle a mask edge.
-  int values_non_finite = -1;  // unknown
-  const auto non_finite_values = [&] {
-    if (values_non_finite < 0) {
-      values_non_finite = AnyNonFinite(v_head + key0 * a.v.token_stride,
-                                       static_cast<size_t>(a.v.token_stride), keys, value_dim);
-    }
-    return values_non_finite == 1;
-  };
+// Passes (1) to (3) of one packed key tile for the query tile qt, over the row blocks that see
+// a key of it (with ordered positions, causal leaves a contiguous run of them).
+template <typename T>
+void AttendPackedTile(const internal::AttentionKernelArgs& a, Tiles& t, const PackedKeyTile& kt,
+                      QueryTile& qt) {
+  const hn::ScalableTag<float> df;
+  const size_t n = hn::Lanes(df);
+  const TileKeys& tk = kt.keys;
+  if (tk.min > qt.max_hi || tk.max < qt.min_lo) return;
+  size_t first = qt.blocks, last = 0;
   for (size_t b = 0; b < qt.blocks; ++b) {
-    if (key_min > qt.block_max_hi[b] || key_max < qt.block_min_lo[b]) continue;
-    RowState* block = qt.rows + b * kRowBlock;
-    float* out = qt.out + b * kRowBlock * t.value_dim;
-    // (1) scores, then (1) bias and mask and (2) online max and sum, row by row.
-    if (t.bf16_dot) {
-      internal::ScoresBf16(QueryBits(t, qt, b), BFloat16RowStride(t),
-                           Bits(k_head + key0 * a.k.token_stride),
-                           static_cast<size_t>(a.k.token_stride), keys, head_dim,
-                           Bf16ScoreScale(a), t.scores, t.score_stride);
-    } else {
-      DotProducts(df, t, kt, qt.q + b * kRowBlock * t.dim, keys, next);
-      next = NextRows();
+    if (tk.min > qt.block_max_hi[b] || tk.max < qt.block_min_lo[b]) continue;
+    first = std::min(first, b);
+    last = b + 1;
+  }
+  const size_t r0 = first * kRowBlock, rows = (last - first) * kRowBlock;
+  float* scores = t.scores + r0 * t.score_stride;
+  // (1) S = (scale q) K^T, then bias, mask and (2) the online softmax, row by row.
+  if (t.bf16_dot) {
+    internal::ScoreTileBf16(reinterpret_cast<const uint32_t*>(QueryBits(t, qt, first)), t.dim,
+                            reinterpret_cast<const uint32_t*>(kt.k_t),
+                            static_cast<size_t>(a.head_dim + 1) / 2, Bf16ScoreScale(a), scores,
+                            t.score_stride, rows);
+  } else {
+    TileGemm(df, qt.q + r0 * t.dim, t.dim, 1, kt.k_t, kKeyTile, static_cast<size_t>(a.head_dim),
+             scores, t.score_stride, rows, kKeyTile, false);
+  }
+  t.key_offset = const_cast<float*>(kt.key_offset);
+  for (size_t r = 0; r < rows; ++r) {
+    OnlineSoftmaxRow(df, a, t, scores + r * t.score_stride, tk, qt.rows[r0 + r]);
+  }
+  // (3) O = O correction + P V; row blocks at a mask edge of a tile whose values hold inf or
+  // NaN skip the keys they do not see (WeightedVisibleValues), as in decode.
+  const auto weighted_values = [&](size_t b0, size_t b1) HWY_ATTR {
+    if (t.bf16_dot) {  // weights rounded to bfloat16 (attention_bf16.h), four rows at a time
+      for (size_t b = b0; b < b1; ++b) {
+        float correction[kRowBlock];
+        for (size_t r = 0; r < kRowBlock; ++r) {
+          correction[r] = qt.rows[b * kRowBlock + r].correction;
+        }
+        internal::WeightedValuesBf16(t.scores + b * kRowBlock * t.score_stride, t.score_stride,
+                                     tk.keys, reinterpret_cast<const uint32_t*>(kt.v), t.value_dim,
+                                     correction, qt.out + b * kRowBlock * t.value_dim, t.value_dim);
+      }
+      return;
     }
-    float correction[kRowBlock];
-    for (size_t r = 0; r < kRowBlock; ++r) {
-      OnlineSoftmaxRow(df, a, t, t.scores + r * t.score_stride, tk, block[r]);
-      correction[r] = block[r].correction;
+    for (size_t r = b0 * kRowBlock; r < b1 * kRowBlock; ++r) {
+      float* o = qt.out + r * t.value_dim;
+      const auto c = hn::Set(df, qt.rows[r].correction);
+      for (size_t e = 0; e < t.value_dim; e += n) {
+        hn::StoreU(hn::Mul(hn::LoadU(df, o + e), c), df, o + e);
+      }
     }
-    // (3) weighted values.
-    const bool straddles = key_max > qt.block_min_hi[b] || key_min < qt.block_max_lo[b];
-    if (straddles && non_finite_values()) {
-      WeightedVisibleValues(t.scores, t.score_stride, v_head + key0 * a.v.token_stride,
-                            static_cast<size_t>(a.v.token_stride), keys, value_dim, key_pos,
-                            block, out, t.value_dim);
-    } else if (t.bf16_dot) {
-      internal::WeightedValuesBf16(t.scores, t.score_stride, keys,
-                                   reinterpret_cast<const uint32_t*>(t.v), t.value_dim,
-                                   correction, out, t.value_dim);
+    const size_t r = b0 * kRowBlock;
+    TileGemm(df, t.scores + r * t.score_stride, t.score_stride, 1, kt.v, t.value_dim, tk.keys,
+             qt.out + r * t.value_dim, t.value_dim, (b1 - b0) * kRowBlock, t.value_dim, true);
+  };
+  if (!kt.non_finite) return weighted_values(first, last);
+  for (size_t b = first; b < last; ++b) {
+    const bool straddles = tk.max > qt.block_min_hi[b] || tk.min < qt.block_max_lo[b];
+    if (straddles) {
+      WeightedVisibleValues(t.scores + b * kRowBlock * t.score_stride, t.score_stride,
+                            static_cast<const T*>(kt.v_rows), static_cast<size_t>(a.v.token_stride),
+                            tk.keys, static_cast<size_t>(a.value_dim), tk.pos,
+                            qt.rows + b * kRowBlock, qt.out + b * kRowBlock * t.value_dim,
+                            t.value_dim);
     } else {
-      WeightedValues(df, t.scores, t.score_stride, kt.v, kt.v_stride, keys, t.value_dim,
-                     correction, out, t.value_dim);
+      weighted_values(b, b + 1);
     }
   }
 }
@@ -790,15 +783,15 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
   // (1) scores.
   for (size_t j = 0; j < keys; ++j) {
     for (size_t h = 0; h < tiles.size(); ++h) {
-      const T* k = k_tile + static_cast<int64_t>(j) * a.k.token_stride +
-                   tiles[h].g * a.k.head_stride;
+      const T* k =
+          k_tile + static_cast<int64_t>(j) * a.k.token_stride + tiles[h].g * a.k.head_stride;
       // bfloat16: the token's value rows are fetched now, for pass (3) (decode on a bfloat16
       // cache 2.1-2.2 -> 1.6-1.7 ms; the same for float32's twice longer rows made its decode
       // slower, 2.4-2.5 -> 3.0-3.3 ms, so float32 does not).
       if constexpr (sizeof(T) == 2) {
-        PrefetchBytes(v_tile + static_cast<int64_t>(j) * a.v.token_stride +
-                          tiles[h].g * a.v.head_stride,
-                      value_dim * sizeof(T));
+        PrefetchBytes(
+            v_tile + static_cast<int64_t>(j) * a.v.token_stride + tiles[h].g * a.v.head_stride,
+            value_dim * sizeof(T));
       }
       for (size_t i = 0; i < block_count; ++i) {
         const size_t b = blocks[i];
@@ -838,15 +831,15 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
     visible_only.resize(tiles.size() * (kQueryTile / kRowBlock), 0);
     for (size_t h = 0; h < tiles.size(); ++h) {
       visible_only[h * (kQueryTile / kRowBlock) + b] =
-          AnyNonFinite(v_tile + tiles[h].g * a.v.head_stride,
-                       static_cast<size_t>(a.v.token_stride), keys, value_dim);
+          AnyNonFinite(v_tile + tiles[h].g * a.v.head_stride, static_cast<size_t>(a.v.token_stride),
+                       keys, value_dim);
     }
   }
   for (size_t j = 0; j < keys; j += kTokenBlock) {
     const size_t count = std::min(kTokenBlock, keys - j);
     for (size_t h = 0; h < tiles.size(); ++h) {
-      const T* v = v_tile + static_cast<int64_t>(j) * a.v.token_stride +
-                   tiles[h].g * a.v.head_stride;
+      const T* v =
+          v_tile + static_cast<int64_t>(j) * a.v.token_stride + tiles[h].g * a.v.head_stride;
       for (size_t i = 0; i < block_count; ++i) {
         const size_t b = blocks[i];
         float correction[kRowBlock];
@@ -860,7 +853,8 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
             WeightedVisibleValues(scores(h, b), t.score_stride, v, v_stride, keys, value_dim,
                                   key_pos, tiles[h].rows + b * kRowBlock, o, t.value_dim);
           }
-        } else if (t.bf16_dot) {  // weights rounded to bfloat16 as in prefill: decode = prefill's row
+        } else if (t.bf16_dot) {  // weights rounded to bfloat16 as in prefill: decode = prefill's
+                                  // row
           internal::WeightedValueRowsBf16(scores(h, b) + j, t.score_stride, count, Bits(v),
                                           v_stride, value_dim, t.value_dim,
                                           j == 0 ? correction : ones, o, t.value_dim);
@@ -919,8 +913,8 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
   // and reads the keys and values where they lie, token by token (AttendKeyTileEveryHead).
   const bool every_head = tiles == 1;
   // AVX512-BF16 for bfloat16 inputs where the CPU has it (attention_bf16.h).
-  const bool bf16_dot = std::is_same_v<T, hwy::bfloat16_t> && kBf16DotTarget &&
-                        internal::HasBf16DotProducts();
+  const bool bf16_dot =
+      std::is_same_v<T, hwy::bfloat16_t> && kBf16DotTarget && internal::HasBf16DotProducts();
   const int64_t heads_per_item = every_head ? a.num_kv_heads : 1;
   const int64_t head_groups = a.num_kv_heads / heads_per_item;
   const int64_t chunk_keys = KeyChunkKeys(tiles * head_groups, a.kv_tokens);
@@ -944,29 +938,34 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
   const size_t tile_rows =
       every_head ? hwy::RoundUpTo(static_cast<size_t>(rows_total), kRowBlock) : kQueryTile;
   const size_t query_floats = tile_rows * (dim + value_dim);  // q and o of one QueryTile
-  // Packed key and value tiles (not in decode, which reads the rows in place); scores of one
-  // row block, or in decode of every row of every head.
-  const size_t packed_floats = every_head ? 0 : kKeyTile * (dim + value_dim);
-  const size_t score_rows =
-      every_head ? static_cast<size_t>(heads_per_item) * tile_rows : kRowBlock;
-  const size_t tile_floats = static_cast<size_t>(heads_per_item) * query_floats + packed_floats +
-                             score_rows * score_stride + score_stride;
+  // Scores of the query tile, or in decode of every row of every head.
+  const size_t score_rows = static_cast<size_t>(heads_per_item) * tile_rows;
+  const size_t tile_floats =
+      static_cast<size_t>(heads_per_item) * query_floats + score_rows * score_stride + score_stride;
   const int64_t work = a.q_tokens * a.num_heads * a.kv_tokens * (a.head_dim + a.value_dim);
   const bool threaded = work >= internal::kMinElementsForThreads && omp_get_max_threads() > 1;
   // Split-K partials: one slot per (KV head, query tile, key chunk); nothing without chunks.
   const size_t partial_floats = PartialFloats(value_dim);
   hwy::AlignedFreeUniquePtr<float[]> partials;
   if (chunks > 1) {
-    partials = hwy::AllocateAligned<float>(static_cast<size_t>(tile_items * chunks) *
-                                           partial_floats);
+    partials =
+        hwy::AllocateAligned<float>(static_cast<size_t>(tile_items * chunks) * partial_floats);
+  }
+
+  // Prefill reads key tiles packed once per call (AttendPackedTile); decode reads the cache
+  // where it lies.
+  PackedKeys packed;
+  if (!every_head) {
+    Tiles shape;
+    shape.bf16_dot = bf16_dot;
+    shape.value_dim = value_dim;
+    PackKeys<T>(a, shape, packed);
   }
 
 #pragma omp parallel if (threaded)
   {
     internal::Scratch<float> scratch(tile_floats);
     Tiles t;
-    t.direct = std::is_same_v<T, float> && static_cast<size_t>(a.head_dim) == dim &&
-               static_cast<size_t>(a.value_dim) == value_dim;
     t.bf16_dot = bf16_dot;
     t.dim = dim;
     t.value_dim = value_dim;
@@ -978,9 +977,7 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
       query_tiles[h].q = q_rows + h * tile_rows * dim;
       query_tiles[h].out = out_rows + h * tile_rows * value_dim;
     }
-    t.k = out_rows + query_tiles.size() * tile_rows * value_dim;
-    t.v = t.k + (every_head ? 0 : kKeyTile * dim);
-    t.scores = t.k + packed_floats;
+    t.scores = out_rows + query_tiles.size() * tile_rows * value_dim;
     t.key_offset = t.scores + score_rows * score_stride;
 
     // Dynamic: causal work grows with the query tile, so the largest tiles are handed out first
@@ -1001,20 +998,20 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
         BeginQueryTile<T>(a, t, key_min_all, key_max_all, query_tiles[h]);
       }
       for (int64_t key0 = key_begin; key0 < key_end; key0 += static_cast<int64_t>(kKeyTile)) {
-        const size_t keys = static_cast<size_t>(
-            std::min<int64_t>(static_cast<int64_t>(kKeyTile), key_end - key0));
+        const size_t keys =
+            static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kKeyTile), key_end - key0));
         if (every_head) {
           AttendKeyTileEveryHead<T>(a, t, key0, keys, query_tiles);
         } else {
-          const NextRows next = RowsAt<T>(a, g0, key0 + static_cast<int64_t>(kKeyTile), key_end);
-          AttendKeyTile<T>(a, t, key0, keys, next, query_tiles[0]);
+          AttendPackedTile<T>(a, t, packed.At(g0, key0 / static_cast<int64_t>(kKeyTile)),
+                              query_tiles[0]);
         }
       }
       for (int64_t h = 0; h < heads_per_item; ++h) {
         const int64_t tile_item = (tiles - 1 - tile) * a.num_kv_heads + g0 + h;
-        FinishQueryTile(a, t, query_tiles[h],
-                        chunks > 1 ? partials.get() + (tile_item * chunks + chunk) * partial_floats
-                                   : nullptr);
+        FinishQueryTile(
+            a, t, query_tiles[h],
+            chunks > 1 ? partials.get() + (tile_item * chunks + chunk) * partial_floats : nullptr);
       }
     }
 
@@ -1031,8 +1028,8 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
         for (int64_t r = 0; r < valid_rows; ++r) {
           const int64_t m = first_row + r;
           const int64_t token = m / group, head = g * group + m % group;
-          MergePartials(df, slot + 2 * kQueryTile + r * value_dim, slot + r,
-                        slot + kQueryTile + r, partial_floats, static_cast<size_t>(chunks),
+          MergePartials(df, slot + 2 * kQueryTile + r * value_dim, slot + r, slot + kQueryTile + r,
+                        partial_floats, static_cast<size_t>(chunks),
                         static_cast<size_t>(a.value_dim),
                         a.out + token * a.out_token_stride + head * a.out_head_stride,
                         a.lse != nullptr ? a.lse + token * a.num_heads + head : nullptr);
