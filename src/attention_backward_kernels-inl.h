@@ -52,6 +52,8 @@
 #include <vector>
 
 #include "attention_backward_kernels.h"
+#include "attention_softmax-inl.h"
+#include "attention_tiles-inl.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -71,19 +73,15 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr size_t kQueryRows = 32;
 constexpr size_t kKeys = 64;
 
-// One query row of a KV head, packed once per call.
+// One query row of a KV head, packed once per call: the forward kernel's row state (its
+// interval, ALiBi anchor and slope, T5 bias) so that both passes form the same scores, and what
+// the backward adds.
 struct Row {
+  RowState state;
   int64_t token = 0;
-  int64_t head = 0;
-  int64_t pos = 0;
-  // The key positions the row sees, [lo, hi] (every mask leaves one interval).
-  int64_t lo = std::numeric_limits<int64_t>::min();
-  int64_t hi = std::numeric_limits<int64_t>::max();
-  float slope = 0.0f;           // ALiBi, else 0
-  float lse = 0.0f;             // -inf: the row sees no key
-  float delta = 0.0f;           // do . o
-  float q_scale = 1.0f;         // scale times the row's query scale: Qs = q_scale q
-  const float* bias = nullptr;  // T5: the head's bias at distance 0
+  float lse = 0.0f;      // the forward kernel's: ALiBi measured from the anchor; -inf: sees nothing
+  float delta = 0.0f;    // do . o
+  float q_scale = 1.0f;  // scale times the row's query scale: Qs = q_scale q
 };
 
 // Sizes of one call, in floats, with rows padded to whole vectors.
@@ -112,10 +110,8 @@ struct KeyTile {
   float* k_rows;      // [kKeys, dim]
   float* dk;          // [kKeys, dim]
   float* dv;          // [kKeys, value_dim]
-  float* key_offset;  // [kKeys]: key position - min
-  const int64_t* pos = nullptr;
-  size_t keys = 0;
-  int64_t min = 0, max = 0;
+  float* key_offset;  // [kKeys]: key position - the tile's smallest, 0 past its keys
+  TileKeys tk;
 };
 
 // The per-thread scratch of the pair pass: P and dS of one pair, [kQueryRows, kKeys] each.
@@ -141,42 +137,23 @@ inline void Carve(const Shape& s, float* scratch, KeyTile& kt, PairScratch& ps) 
   ps.ds = ps.p + kQueryRows * kKeys;
 }
 
-inline float ValueF32(float x) { return x; }
-inline float ValueF32(hwy::bfloat16_t x) { return hwy::F32FromBF16(x); }
-
-// Writes `dim` elements at in, widened to float32 and times mul, to out, zero-padded to `padded`.
-template <class DF, typename T>
-HWY_INLINE void PackRow(DF df, const T* HWY_RESTRICT in, size_t dim, size_t padded, float mul,
-                        float* HWY_RESTRICT out) {
-  const size_t n = hn::Lanes(df);
-  const auto vmul = hn::Set(df, mul);
-  size_t i = 0;
-  for (; i + n <= dim; i += n) hn::StoreU(hn::Mul(LoadF32(df, in + i), vmul), df, out + i);
-  for (; i < dim; ++i) out[i] = ValueF32(in[i]) * mul;
-  for (; i < padded; ++i) out[i] = 0.0f;
-}
-
-// Packs key tile [key0, key0 + keys) of KV head g: K^T, V^T, K's rows (when with_rows) and the
-// key positions.
+// Packs key tile [key0, key0 + keys) of KV head g: K's rows (widened), K^T and V^T, and the key
+// positions.
 template <typename T>
 void PackKeyTile(const internal::AttentionBackwardKernelArgs& args, const Shape& s, int64_t g,
-                 int64_t key0, size_t keys, bool with_rows, KeyTile& kt) {
+                 int64_t key0, size_t keys, KeyTile& kt) {
   const hn::ScalableTag<float> df;
   const internal::AttentionKernelArgs& a = args.forward;
   const T* k = static_cast<const T*>(a.k.data) + g * a.k.head_stride;
   const T* v = static_cast<const T*>(a.v.data) + g * a.v.head_stride;
   const size_t head_dim = static_cast<size_t>(a.head_dim);
   const size_t value_dim = static_cast<size_t>(a.value_dim);
-  kt.pos = a.key_pos + key0;
-  kt.keys = keys;
-  const auto [min_it, max_it] = std::minmax_element(kt.pos, kt.pos + keys);
-  kt.min = *min_it;
-  kt.max = *max_it;
+  kt.tk = KeysOf(a, key0, keys);
   // K's rows first (widened), then both transposes from float32: keys past `keys` are zero.
   for (size_t j = 0; j < keys; ++j) {
-    PackRow(df, k + (key0 + static_cast<int64_t>(j)) * a.k.token_stride, head_dim, s.dim, 1.0f,
+    PackRow(df, k + (key0 + static_cast<int64_t>(j)) * a.k.token_stride, head_dim, 1.0f,
             kt.k_rows + j * s.dim);
-    kt.key_offset[j] = static_cast<float>(kt.pos[j] - kt.min);
+    kt.key_offset[j] = static_cast<float>(kt.tk.pos[j] - kt.tk.min);
   }
   std::fill(kt.key_offset + keys, kt.key_offset + kKeys, 0.0f);
   for (size_t d = 0; d < head_dim; ++d) {
@@ -184,7 +161,6 @@ void PackKeyTile(const internal::AttentionBackwardKernelArgs& args, const Shape&
     for (size_t j = 0; j < keys; ++j) column[j] = kt.k_rows[j * s.dim + d];
     std::fill(column + keys, column + kKeys, 0.0f);
   }
-  (void)with_rows;  // the rows are the transposes' source either way
   for (size_t e = 0; e < value_dim; ++e) {
     float* column = kt.v_t + e * kKeys;
     for (size_t j = 0; j < keys; ++j) {
@@ -194,38 +170,18 @@ void PackKeyTile(const internal::AttentionBackwardKernelArgs& args, const Shape&
   }
 }
 
-// P of one row: the scores s[0, kKeys) (Qs . k_j) plus the row's bias, exp(. - lse), and 0 where
-// the row does not see the key (a mask, or past the tile's keys), all of it when the row sees
-// nothing.
+// P of one row: the scores s[0, kKeys) (Qs . k_j) with the row's bias and mask as the forward
+// pass forms them (BiasAndMask), then exp(s - lse), 0 where the row does not see the key, all of
+// it when the row sees nothing.
 template <class DF>
 HWY_INLINE void Weights(DF df, const internal::AttentionBackwardKernelArgs& args, const KeyTile& kt,
                         const Row& row, float* HWY_RESTRICT s) {
   const size_t n = hn::Lanes(df);
-  const internal::AttentionKernelArgs& a = args.forward;
   if (row.lse == -std::numeric_limits<float>::infinity()) {
     std::fill(s, s + kKeys, 0.0f);
     return;
   }
-  if (a.alibi_slopes != nullptr) {
-    // -slope (qpos - kpos_j) = slope (offset_j - (qpos - min)), the offsets exact in float.
-    const auto slope = hn::Set(df, row.slope);
-    const auto query_offset = hn::Set(df, static_cast<float>(row.pos - kt.min));
-    for (size_t j = 0; j < kKeys; j += n) {
-      const auto distance = hn::Sub(hn::LoadU(df, kt.key_offset + j), query_offset);
-      hn::StoreU(hn::MulAdd(slope, distance, hn::LoadU(df, s + j)), df, s + j);
-    }
-  }
-  if (row.bias != nullptr) {
-    for (size_t j = 0; j < kt.keys; ++j) {
-      s[j] += internal::RelativeBiasAt(a, row.bias, row.head, kt.pos[j] - row.pos);
-    }
-  }
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  if (kt.keys < kKeys || kt.min < row.lo || kt.max > row.hi) {
-    for (size_t j = 0; j < kKeys; ++j) {
-      if (j >= kt.keys || kt.pos[j] < row.lo || kt.pos[j] > row.hi) s[j] = kNegInf;
-    }
-  }
+  BiasAndMask(df, args.forward, kKeys, kt.key_offset, s, kt.tk, row.state);
   const auto lse = hn::Set(df, row.lse);
   for (size_t j = 0; j < kKeys; j += n) {
     hn::StoreU(hn::Exp(df, hn::Sub(hn::LoadU(df, s + j), lse)), df, s + j);  // exp(-inf) = 0
@@ -277,7 +233,7 @@ void PairPass(DF df, const internal::AttentionBackwardKernelArgs& args, const Sh
   for (size_t r = 0; r < count; ++r) Weights(df, args, kt, rows[r], ps.p + r * kKeys);
   // dV += P^T dO (A(j, i) = P[i][j]).
   if (to.key_grads) {
-    TileGemm(df, ps.p, 1, kKeys, d_out, s.value_dim, count, kt.dv, s.value_dim, kt.keys,
+    TileGemm(df, ps.p, 1, kKeys, d_out, s.value_dim, count, kt.dv, s.value_dim, kt.tk.keys,
              s.value_dim, true);
   }
   // dP = dO V^T, then dS in its place.
@@ -287,17 +243,17 @@ void PairPass(DF df, const internal::AttentionBackwardKernelArgs& args, const Sh
   }
   // dK += dS^T Qs, dQ += dS K.
   if (to.key_grads) {
-    TileGemm(df, ps.ds, 1, kKeys, q, s.dim, count, kt.dk, s.dim, kt.keys, s.dim, true);
+    TileGemm(df, ps.ds, 1, kKeys, q, s.dim, count, kt.dk, s.dim, kt.tk.keys, s.dim, true);
   }
   if (to.dq != nullptr) {
-    TileGemm(df, ps.ds, kKeys, 1, kt.k_rows, s.dim, kt.keys, to.dq, s.dim, count, s.dim, true);
+    TileGemm(df, ps.ds, kKeys, 1, kt.k_rows, s.dim, kt.tk.keys, to.dq, s.dim, count, s.dim, true);
   }
   if (to.bias_grad != nullptr) {
     for (size_t r = 0; r < count; ++r) {
-      double* head = to.bias_grad + rows[r].head * args.num_buckets;
+      double* head = to.bias_grad + rows[r].state.head * args.num_buckets;
       const float* ds = ps.ds + r * kKeys;
-      for (size_t j = 0; j < kt.keys; ++j) {
-        if (ds[j] != 0.0f) head[BucketAt(args, kt.pos[j] - rows[r].pos)] += ds[j];
+      for (size_t j = 0; j < kt.tk.keys; ++j) {
+        if (ds[j] != 0.0f) head[BucketAt(args, kt.tk.pos[j] - rows[r].state.pos)] += ds[j];
       }
     }
   }
@@ -310,6 +266,11 @@ void PackQuerySide(const internal::AttentionBackwardKernelArgs& args, const Shap
   const hn::ScalableTag<float> df;
   const internal::AttentionKernelArgs& a = args.forward;
   const int64_t total = a.num_kv_heads * s.rows;
+  std::pair<int64_t, int64_t> key_range{0, 0};  // of every key position, for ALiBi's anchor
+  if (a.alibi_slopes != nullptr && a.kv_tokens > 0) {
+    const auto [min_it, max_it] = std::minmax_element(a.key_pos, a.key_pos + a.kv_tokens);
+    key_range = {*min_it, *max_it};
+  }
   side.q = hwy::AllocateAligned<float>(static_cast<size_t>(total) * s.dim);
   side.d_out = hwy::AllocateAligned<float>(static_cast<size_t>(total) * s.value_dim);
   side.rows.resize(static_cast<size_t>(total));
@@ -318,30 +279,37 @@ void PackQuerySide(const internal::AttentionBackwardKernelArgs& args, const Shap
     for (int64_t i = begin; i < end; ++i) {
       const int64_t g = i / s.rows, m = i % s.rows;
       Row& row = side.rows[static_cast<size_t>(i)];
+      RowState& state = row.state;
       row.token = m / s.group;
-      row.head = g * s.group + m % s.group;
-      row.pos = a.query_pos[row.token];
-      if (a.causal) row.hi = row.pos;
-      if (a.window > 0) row.lo = row.pos - a.window + 1;
-      if (a.chunk_size > 0) {
-        const int64_t chunk_begin = row.pos - row.pos % a.chunk_size;
-        row.lo = std::max(row.lo, chunk_begin);
-        row.hi = std::min(row.hi, chunk_begin + (a.chunk_size - 1));
-      }
-      row.slope = a.alibi_slopes != nullptr ? a.alibi_slopes[row.head] : 0.0f;
-      row.lse = args.lse[row.token * a.num_heads + row.head];
-      row.q_scale = a.query_scales != nullptr ? a.query_scales[row.token] : a.scale;
+      state.head = g * s.group + m % s.group;
+      state.pos = a.query_pos[row.token];
+      const internal::KeyInterval visible = internal::VisibleKeys(a, state.pos);
+      state.lo = visible.lo;
+      state.hi = visible.hi;
+      state.slope = a.alibi_slopes != nullptr ? a.alibi_slopes[state.head] : 0.0f;
       if (a.relative_bias != nullptr) {
-        row.bias = a.relative_bias + row.head * (2 * a.relative_extent + 1) + a.relative_extent;
+        state.bias = a.relative_bias + state.head * (2 * a.relative_extent + 1) + a.relative_extent;
       }
+      // The true log-sum-exp to the forward kernel's, whose ALiBi distances start at the anchor
+      // (attention_softmax-inl.h): the same for queries within the keys' range.
+      row.lse = args.lse[row.token * a.num_heads + state.head];
+      if (a.alibi_slopes != nullptr) {
+        state.anchor = internal::AlibiAnchor(state.pos, key_range.first, key_range.second);
+        if (std::isfinite(row.lse)) {
+          row.lse = static_cast<float>(static_cast<double>(row.lse) +
+                                       static_cast<double>(state.slope) *
+                                           static_cast<double>(state.pos - state.anchor));
+        }
+      }
+      row.q_scale = a.query_scales != nullptr ? a.query_scales[row.token] : a.scale;
       const T* q = static_cast<const T*>(a.q.data) + row.token * a.q.token_stride +
-                   row.head * a.q.head_stride;
-      PackRow(df, q, static_cast<size_t>(a.head_dim), s.dim, row.q_scale,
+                   state.head * a.q.head_stride;
+      PackRow(df, q, static_cast<size_t>(a.head_dim), row.q_scale,
               side.q.get() + static_cast<size_t>(i) * s.dim);
       float* d_out = side.d_out.get() + static_cast<size_t>(i) * s.value_dim;
-      PackRow(df, args.d_out.Row(row.token, row.head), static_cast<size_t>(a.value_dim),
-              s.value_dim, 1.0f, d_out);
-      const float* out = args.out.Row(row.token, row.head);
+      PackRow(df, args.d_out.Row(row.token, state.head), static_cast<size_t>(a.value_dim), 1.0f,
+              d_out);
+      const float* out = args.out.Row(row.token, state.head);
       float delta = 0.0f;
       for (int64_t e = 0; e < a.value_dim; ++e) delta += d_out[e] * out[e];
       row.delta = delta;
@@ -355,8 +323,8 @@ void PackQuerySide(const internal::AttentionBackwardKernelArgs& args, const Shap
     if (row.lse == -std::numeric_limits<float>::infinity()) continue;  // sees nothing
     const size_t tile = static_cast<size_t>(i / s.rows * s.query_tiles +
                                             i % s.rows / static_cast<int64_t>(kQueryRows));
-    side.tile_lo[tile] = std::min(side.tile_lo[tile], row.lo);
-    side.tile_hi[tile] = std::max(side.tile_hi[tile], row.hi);
+    side.tile_lo[tile] = std::min(side.tile_lo[tile], row.state.lo);
+    side.tile_hi[tile] = std::max(side.tile_hi[tile], row.state.hi);
   }
 }
 
@@ -445,14 +413,14 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
                side.d_out.get() + first * s.value_dim, count_of(qt), ps, to);
     }
     const int64_t key0 = kt_index * static_cast<int64_t>(kKeys);
-    WriteRows(kt.dk, s.dim, kt.keys, head_dim, args.dk, key0, g);
-    WriteRows(kt.dv, s.value_dim, kt.keys, value_dim, args.dv, key0, g);
+    WriteRows(kt.dk, s.dim, kt.tk.keys, head_dim, args.dk, key0, g);
+    WriteRows(kt.dv, s.value_dim, kt.tk.keys, value_dim, args.dv, key0, g);
   };
   // dQ rows [first, first + count) of head g (unscaled sums of dS K) to dq.
   const auto write_dq = [&](const float* acc, size_t first, size_t count) {
     for (size_t r = 0; r < count; ++r) {
       const Row& row = side.rows[first + r];
-      float* dst = args.dq.Row(row.token, row.head);
+      float* dst = args.dq.Row(row.token, row.state.head);
       for (size_t d = 0; d < head_dim; ++d) dst[d] = acc[r * s.dim + d] * row.q_scale;
     }
   };
@@ -481,7 +449,7 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
       for (int64_t g = 0; g < a.num_kv_heads; ++g) {
         std::fill(dq.get(), dq.get() + static_cast<size_t>(s.rows) * s.dim, 0.0f);
         for (int64_t t = 0; t < s.key_tiles; ++t) {
-          PackKeyTile<T>(args, s, g, t * static_cast<int64_t>(kKeys), key_count(t), true, kt);
+          PackKeyTile<T>(args, s, g, t * static_cast<int64_t>(kKeys), key_count(t), kt);
           key_gradients(g, t, kt, ps, dq.get());
         }
         write_dq(dq.get(), rows_of(g, 0), static_cast<size_t>(s.rows));
@@ -500,7 +468,7 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
 #pragma omp for schedule(dynamic, 1)
       for (int64_t item = 0; item < a.num_kv_heads * s.key_tiles; ++item) {
         const int64_t g = item / s.key_tiles, t = item % s.key_tiles;
-        PackKeyTile<T>(args, s, g, t * static_cast<int64_t>(kKeys), key_count(t), false, kt);
+        PackKeyTile<T>(args, s, g, t * static_cast<int64_t>(kKeys), key_count(t), kt);
         key_gradients(g, t, kt, ps, nullptr);
       }
       // Phase 2 (after the loop's barrier): dQ, an item per (KV head, query tile).
@@ -514,7 +482,7 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
         to.bias_grad = bias_of(qt);
         for (int64_t t = 0; t < s.key_tiles; ++t) {
           if (!meets(g, qt, t)) continue;
-          PackKeyTile<T>(args, s, g, t * static_cast<int64_t>(kKeys), key_count(t), true, kt);
+          PackKeyTile<T>(args, s, g, t * static_cast<int64_t>(kKeys), key_count(t), kt);
           PairPass(df, args, s, kt, side.rows.data() + first, side.q.get() + first * s.dim,
                    side.d_out.get() + first * s.value_dim, count, ps, to);
         }

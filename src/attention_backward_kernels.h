@@ -43,10 +43,4 @@ struct AttentionBackwardKernelArgs {
 // Runs on the best SIMD target of this CPU (one dispatch), with OpenMP threads.
 void AttentionBackwardKernel(const AttentionBackwardKernelArgs& args);
 
-// ALiBi's anchor for a query at query_pos (attention_kernels-inl.h): the forward kernel measures
-// distances from it, so its log-sum-exp is the true one plus slope (query_pos - anchor).
-inline int64_t AlibiAnchor(int64_t query_pos, int64_t key_min, int64_t key_max) {
-  return query_pos < key_min ? key_min : query_pos > key_max ? key_max : query_pos;
-}
-
 }  // namespace posenc::internal

@@ -3,14 +3,16 @@
 // applying RoPE.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "posenc/heads.h"
 #include "posenc/relative_bias.h"
-#include "relative_bias_internal.h"
 #include "posenc/storage.h"
+#include "relative_bias_internal.h"
 
 namespace posenc::internal {
 
@@ -41,7 +43,7 @@ struct AttentionKernelArgs {
   const int64_t* query_pos = nullptr;  // q_tokens entries, >= 0
   const int64_t* key_pos = nullptr;    // kv_tokens entries, >= 0
   bool causal = false;
-  int64_t window = 0;  // sliding window: visible iff query_pos - key_pos < window; 0 = none
+  int64_t window = 0;      // sliding window: visible iff query_pos - key_pos < window; 0 = none
   int64_t chunk_size = 0;  // visible iff query_pos / chunk_size == key_pos / chunk_size; 0 = none
   // Visible iff query_pos - key_pos >= min_distance (on top of the masks above); 0 = none. The
   // far part of Self-Extend (self_extend.cc): keys at least the neighbour window away.
@@ -76,6 +78,33 @@ inline float RelativeBiasAt(const AttentionKernelArgs& a, const float* head_bias
   if (a.relative_far == nullptr) return head_bias[d < 0 ? -extent : extent];
   const int64_t bucket = RelativePositionBucketUnchecked(a.relative_far->buckets, d);
   return a.relative_far->table[static_cast<size_t>(bucket * a.num_heads + head)];
+}
+
+// ALiBi's anchor for a query at query_pos (attention_softmax-inl.h): the kernels measure
+// distances from it, so the forward kernel's log-sum-exp is the true one plus
+// slope (query_pos - anchor).
+inline int64_t AlibiAnchor(int64_t query_pos, int64_t key_min, int64_t key_max) {
+  return query_pos < key_min ? key_min : query_pos > key_max ? key_max : query_pos;
+}
+
+// The key positions [lo, hi] that a query at `pos` sees: causal, the window, chunks and the
+// minimum distance together leave one interval. Positions are in [0, 2^32] and window,
+// chunk_size, min_distance in [1, 2^32] where used: no overflow.
+struct KeyInterval {
+  int64_t lo = std::numeric_limits<int64_t>::min();
+  int64_t hi = std::numeric_limits<int64_t>::max();
+};
+inline KeyInterval VisibleKeys(const AttentionKernelArgs& a, int64_t pos) {
+  KeyInterval keys;
+  if (a.causal) keys.hi = pos;
+  if (a.window > 0) keys.lo = pos - a.window + 1;
+  if (a.chunk_size > 0) {
+    const int64_t chunk_begin = pos - pos % a.chunk_size;
+    keys.lo = std::max(keys.lo, chunk_begin);
+    keys.hi = std::min(keys.hi, chunk_begin + (a.chunk_size - 1));
+  }
+  if (a.min_distance > 0) keys.hi = std::min(keys.hi, pos - a.min_distance);
+  return keys;
 }
 
 // The score scale a call asks for: `scale`, or 1 / sqrt(head_dim) when it is 0.

@@ -1,0 +1,231 @@
+// Decode's passes over one key tile (attention_kernels-inl.h drives them): a single query tile
+// per KV head, so a work item takes every KV head of its keys and reads the keys and values where
+// they lie, token by token, every head of a token before the next token (one token's heads are
+// adjacent in a KV cache), so that it streams the cache front to back instead of touching one row
+// per page; the query rows of all heads lie side by side. A decode step is memory-bound: its
+// scores are dot products of the few query rows with each key row as it streams past, and its
+// weighted values four rows at a time against value rows read in place.
+#if defined(POSENC_ATTENTION_DECODE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef POSENC_ATTENTION_DECODE_INL_H_
+#undef POSENC_ATTENTION_DECODE_INL_H_
+#else
+#define POSENC_ATTENTION_DECODE_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "attention_bf16.h"
+#include "attention_kernels.h"
+#include "attention_softmax-inl.h"
+#include "attention_tiles-inl.h"
+#include "attention_values-inl.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "simd_storage-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace posenc {
+namespace HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Prefetches `bytes` bytes at p, one cache line at a time.
+HWY_INLINE void PrefetchBytes(const void* p, size_t bytes) {
+  constexpr size_t kLine = 64;
+  const char* line = static_cast<const char*>(p);
+  for (size_t i = 0; i < bytes; i += kLine) hwy::Prefetch(line + i);
+}
+
+// Writes the lane sums of a0..a3 to s[0], s[stride], s[2 stride] and s[3 stride]. Two rounds of
+// interleaves and adds leave every 128-bit block holding partial sums of a0..a3 in its lanes
+// 0..3, and the blocks are then added: about a third of the shuffles of four SumOfLanes, which
+// on AVX-512 cost as much as the score's eight FMAs.
+template <class DF, class V>
+HWY_INLINE void SumOfLanes4(DF df, V a0, V a1, V a2, V a3, float* HWY_RESTRICT s, size_t stride) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)df;
+  s[0] = hn::GetLane(a0);
+  s[stride] = hn::GetLane(a1);
+  s[2 * stride] = hn::GetLane(a2);
+  s[3 * stride] = hn::GetLane(a3);
+#else
+  const hn::Repartition<uint64_t, DF> du64;
+  // Per block: [a0 0+2, a1 0+2, a0 1+3, a1 1+3], and the same for a2, a3.
+  const auto t01 =
+      hn::BitCast(du64, hn::Add(hn::InterleaveLower(df, a0, a1), hn::InterleaveUpper(df, a0, a1)));
+  const auto t23 =
+      hn::BitCast(du64, hn::Add(hn::InterleaveLower(df, a2, a3), hn::InterleaveUpper(df, a2, a3)));
+  // Per block: [a0, a1, a2, a3], each the sum of its four lanes of the block.
+  const auto sum = hn::Add(hn::BitCast(df, hn::InterleaveLower(du64, t01, t23)),
+                           hn::BitCast(df, hn::InterleaveUpper(du64, t01, t23)));
+  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+  float lanes[kMaxLanes];
+  hn::StoreU(sum, df, lanes);
+  const hn::CappedTag<float, 4> d4;
+  auto total = hn::LoadU(d4, lanes);
+  for (size_t i = 4; i < hn::Lanes(df); i += 4) total = hn::Add(total, hn::LoadU(d4, lanes + i));
+  float out[4];
+  hn::StoreU(total, d4, out);
+  s[0] = out[0];
+  s[stride] = out[1];
+  s[2 * stride] = out[2];
+  s[3 * stride] = out[3];
+#endif
+}
+
+// Pass (1) for one key: s[r stride] = q_r . k for the four rows of the block at q (padded rows,
+// `q_stride` floats apart), k an input or tile row of `dim` elements.
+template <class DF, typename T>
+HWY_INLINE void ScoreKey(DF df, const float* HWY_RESTRICT q, size_t q_stride,
+                         const T* HWY_RESTRICT k, size_t dim, float* HWY_RESTRICT s,
+                         size_t stride) {
+  static_assert(kRowBlock == 4, "one named accumulator per row");
+  const size_t n = hn::Lanes(df);
+  const float* HWY_RESTRICT q0 = q;
+  const float* HWY_RESTRICT q1 = q0 + q_stride;
+  const float* HWY_RESTRICT q2 = q1 + q_stride;
+  const float* HWY_RESTRICT q3 = q2 + q_stride;
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  const auto add = [&](size_t d, hn::Vec<DF> kd) HWY_ATTR {
+    a0 = hn::MulAdd(hn::LoadU(df, q0 + d), kd, a0);
+    a1 = hn::MulAdd(hn::LoadU(df, q1 + d), kd, a1);
+    a2 = hn::MulAdd(hn::LoadU(df, q2 + d), kd, a2);
+    a3 = hn::MulAdd(hn::LoadU(df, q3 + d), kd, a3);
+  };
+  size_t d = 0;
+  for (; d + n <= dim; d += n) add(d, LoadF32(df, k + d));
+  if (d < dim) add(d, LoadPartialF32(df, k + d, dim - d));
+  SumOfLanes4(df, a0, a1, a2, a3, s, stride);
+}
+
+// Decode (a single query tile per KV head): passes (1) to (3) of keys [key0, key0 + keys) for
+// the query tile of every KV head in `tiles`, reading the KV cache where it lies, token by
+// token: one token's rows of all heads are adjacent, so both passes walk the cache front to
+// back (head by head, every key would start a new page, where the hardware prefetchers stop).
+// Scores are [head, row, key], `rows` rows per head.
+template <typename T>
+void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles& t, int64_t key0,
+                            size_t keys, std::vector<QueryTile>& tiles) {
+  const hn::ScalableTag<float> df;
+  const size_t head_dim = static_cast<size_t>(a.head_dim);
+  const size_t value_dim = static_cast<size_t>(a.value_dim);
+  const TileKeys tk = KeysOf(a, key0, keys);
+  const int64_t* key_pos = tk.pos;
+  const int64_t key_min = tk.min, key_max = tk.max;
+  // Every head's tile holds the same query tokens, so one tile's positions decide what is
+  // hidden (see AttendKeyTile).
+  const QueryTile& first = tiles.front();
+  size_t blocks[kQueryTile / kRowBlock];  // the row blocks that see a key of this tile
+  size_t block_count = 0;
+  for (size_t b = 0; b < first.blocks; ++b) {
+    if (key_min > first.block_max_hi[b] || key_max < first.block_min_lo[b]) continue;
+    blocks[block_count++] = b;
+  }
+  if (block_count == 0) return;
+  for (size_t j = 0; j < keys; ++j) t.key_offset[j] = static_cast<float>(key_pos[j] - key_min);
+  std::fill(t.key_offset + keys, t.key_offset + t.score_stride, 0.0f);
+  const size_t rows = first.blocks * kRowBlock;
+  const auto scores = [&](size_t h, size_t b) {
+    return t.scores + (h * rows + b * kRowBlock) * t.score_stride;
+  };
+  const T* k_tile = static_cast<const T*>(a.k.data) + key0 * a.k.token_stride;
+  const T* v_tile = static_cast<const T*>(a.v.data) + key0 * a.v.token_stride;
+
+  // (1) scores.
+  for (size_t j = 0; j < keys; ++j) {
+    for (size_t h = 0; h < tiles.size(); ++h) {
+      const T* k =
+          k_tile + static_cast<int64_t>(j) * a.k.token_stride + tiles[h].g * a.k.head_stride;
+      // bfloat16: the token's value rows are fetched now, for pass (3) (decode on a bfloat16
+      // cache 2.1-2.2 -> 1.6-1.7 ms; the same for float32's twice longer rows made its decode
+      // slower, 2.4-2.5 -> 3.0-3.3 ms, so float32 does not).
+      if constexpr (sizeof(T) == 2) {
+        PrefetchBytes(
+            v_tile + static_cast<int64_t>(j) * a.v.token_stride + tiles[h].g * a.v.head_stride,
+            value_dim * sizeof(T));
+      }
+      for (size_t i = 0; i < block_count; ++i) {
+        const size_t b = blocks[i];
+        if (t.bf16_dot) {  // the same products and sums as in prefill
+          internal::ScoresBf16(QueryBits(t, tiles[h], b), BFloat16RowStride(t), Bits(k), 0, 1,
+                               head_dim, Bf16ScoreScale(a), scores(h, b) + j, t.score_stride);
+        } else {
+          ScoreKey(df, tiles[h].q + b * kRowBlock * t.dim, t.dim, k, head_dim, scores(h, b) + j,
+                   t.score_stride);
+        }
+      }
+    }
+  }
+  // (1) bias and mask, (2) online max and sum.
+  for (size_t h = 0; h < tiles.size(); ++h) {
+    for (size_t i = 0; i < block_count; ++i) {
+      const size_t b = blocks[i];
+      for (size_t r = 0; r < kRowBlock; ++r) {
+        float* p = scores(h, b) + r * t.score_stride;
+        OnlineSoftmaxRow(df, a, t, p, tk, tiles[h].rows[b * kRowBlock + r]);
+      }
+    }
+  }
+  // (3) weighted values, a few tokens at a time: every head's rows of those tokens, the
+  // accumulators in registers across the tokens (the old outputs scaled by the correction with
+  // the first few).
+  constexpr size_t kTokenBlock = 8;
+  const float ones[kRowBlock] = {1.0f, 1.0f, 1.0f, 1.0f};
+  // Row blocks that straddle a mask edge in a tile whose values hold inf or NaN skip the keys
+  // they do not see (WeightedVisibleValues).
+  std::vector<char> visible_only;  // [head, row block], allocated only at a mask edge
+  for (size_t i = 0; i < block_count; ++i) {
+    const size_t b = blocks[i];
+    if (key_max <= first.block_min_hi[b] && key_min >= first.block_max_lo[b]) {
+      continue;
+    }
+    visible_only.resize(tiles.size() * (kQueryTile / kRowBlock), 0);
+    for (size_t h = 0; h < tiles.size(); ++h) {
+      visible_only[h * (kQueryTile / kRowBlock) + b] =
+          AnyNonFinite(v_tile + tiles[h].g * a.v.head_stride, static_cast<size_t>(a.v.token_stride),
+                       keys, value_dim);
+    }
+  }
+  for (size_t j = 0; j < keys; j += kTokenBlock) {
+    const size_t count = std::min(kTokenBlock, keys - j);
+    for (size_t h = 0; h < tiles.size(); ++h) {
+      const T* v =
+          v_tile + static_cast<int64_t>(j) * a.v.token_stride + tiles[h].g * a.v.head_stride;
+      for (size_t i = 0; i < block_count; ++i) {
+        const size_t b = blocks[i];
+        float correction[kRowBlock];
+        for (size_t r = 0; r < kRowBlock; ++r) {
+          correction[r] = j == 0 ? tiles[h].rows[b * kRowBlock + r].correction : 1.0f;
+        }
+        float* o = tiles[h].out + b * kRowBlock * t.value_dim;
+        const size_t v_stride = static_cast<size_t>(a.v.token_stride);
+        if (!visible_only.empty() && visible_only[h * (kQueryTile / kRowBlock) + b]) {
+          if (j == 0) {  // every key of the tile at once: the correction applies once
+            WeightedVisibleValues(scores(h, b), t.score_stride, v, v_stride, keys, value_dim,
+                                  key_pos, tiles[h].rows + b * kRowBlock, o, t.value_dim);
+          }
+        } else if (t.bf16_dot) {  // weights rounded to bfloat16 as in prefill: decode = prefill's
+                                  // row
+          internal::WeightedValueRowsBf16(scores(h, b) + j, t.score_stride, count, Bits(v),
+                                          v_stride, value_dim, t.value_dim,
+                                          j == 0 ? correction : ones, o, t.value_dim);
+        } else {
+          WeightedValues(df, scores(h, b) + j, t.score_stride, v, v_stride, count, value_dim,
+                         j == 0 ? correction : ones, o, t.value_dim);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace posenc
+HWY_AFTER_NAMESPACE();
+
+#endif  // POSENC_ATTENTION_DECODE_INL_H_
