@@ -9,8 +9,10 @@ masked_fill, softmax, x v, then autograd's backward through each op (which keeps
 scores and weights). Layouts are each side's own: PyTorch [heads, T, d] (contiguous matmuls),
 posenc [T, heads, d]. Both get the same values and the same d_out; the gradients are compared
 (max abs difference) before anything is timed. A step is forward + backward (out.backward(d_out));
-leaf gradients are cleared between steps outside the clock. Best of --repeats after a warm-up:
-the machine may be shared, and the best is the least disturbed run.
+the forward passes are also timed alone (recording for autograd, as in training).
+leaf gradients are cleared between steps outside the clock. The two sides alternate step by
+step; each reports its best of --repeats after a warm-up round: the machine may be shared, and
+the best is the least disturbed run.
 
 usage: PYTHONPATH=build/python /usr/bin/python3 bench/attention_training.py [--threads 2]
        [--repeats 5] [--tokens 512 1024 2048]
@@ -35,17 +37,19 @@ def cpu_model():
     return "unknown CPU"
 
 
-def best_seconds(step, leaves, repeats):
-    """Best wall time of step() over repeats, after one warm-up step."""
-    best = float("inf")
+def best_seconds(steps, repeats):
+    """Best wall time of each (step, leaves) over repeats, after one warm-up round. The steps
+    alternate, so a burst of load from elsewhere on a shared machine hits both sides alike."""
+    best = [float("inf")] * len(steps)
     for i in range(repeats + 1):
-        for t in leaves:
-            t.grad = None
-        start = time.perf_counter()
-        step()
-        elapsed = time.perf_counter() - start
-        if i > 0:  # the first is the warm-up: page faults, thread start, caches
-            best = min(best, elapsed)
+        for j, (step, leaves) in enumerate(steps):
+            for t in leaves:
+                t.grad = None
+            start = time.perf_counter()
+            step()
+            elapsed = time.perf_counter() - start
+            if i > 0:  # the first round is the warm-up: page faults, thread start, caches
+                best[j] = min(best[j], elapsed)
     return best
 
 
@@ -68,9 +72,11 @@ def case(tokens, heads, head_dim, repeats):
     # posenc: [T, heads, d] leaves, positions and ALiBi inside the kernel.
     pq, pk, pv = (x.clone().requires_grad_() for x in (q, k, v))
 
+    def posenc_forward():
+        return pt.attention(pq, pk, pv, positions, positions, causal=True, alibi=alibi)
+
     def posenc_step():
-        out = pt.attention(pq, pk, pv, positions, positions, causal=True, alibi=alibi)
-        out.backward(d_out)
+        posenc_forward().backward(d_out)
 
     # PyTorch: [heads, T, d] leaves; the bias and mask are constants, built once.
     tq, tk, tv = (x.transpose(0, 1).contiguous().requires_grad_() for x in (q, k, v))
@@ -80,9 +86,11 @@ def case(tokens, heads, head_dim, repeats):
     bias = -slopes[:, None, None] * distance
     mask = distance < 0
 
+    def torch_forward():
+        return torch_attention(tq, tk, tv, bias, mask, scale)
+
     def torch_step():
-        out = torch_attention(tq, tk, tv, bias, mask, scale)
-        out.backward(t_d_out)
+        torch_forward().backward(t_d_out)
 
     # The same gradients first (PyTorch's in float32, so differences are both sides' rounding).
     posenc_step()
@@ -91,9 +99,16 @@ def case(tokens, heads, head_dim, repeats):
         float((a.grad - b.grad.transpose(0, 1)).abs().max())
         for a, b in ((pq, tq), (pk, tk), (pv, tv))
     )
-    posenc_time = best_seconds(posenc_step, (pq, pk, pv), repeats)
-    torch_time = best_seconds(torch_step, (tq, tk, tv), repeats)
-    return posenc_time, torch_time, diff
+    # The forward passes alone (recording, as in training) say how each side's time splits.
+    return best_seconds(
+        [
+            (posenc_forward, ()),
+            (posenc_step, (pq, pk, pv)),
+            (torch_forward, ()),
+            (torch_step, (tq, tk, tv)),
+        ],
+        repeats,
+    ), diff
 
 
 def main():
@@ -113,15 +128,18 @@ def main():
         f"forward + backward, best of {args.repeats}"
     )
     print()
-    header = ("T", "posenc", "PyTorch", "posenc speed-up", "max abs grad diff")
+    header = (
+        "T", "posenc fwd", "posenc fwd+bwd", "PyTorch fwd", "PyTorch fwd+bwd",
+        "speed-up (fwd+bwd)", "max abs grad diff",
+    )
     rows = []
     for tokens in args.tokens:
-        posenc_time, torch_time, diff = case(tokens, args.heads, args.head_dim, args.repeats)
+        times, diff = case(tokens, args.heads, args.head_dim, args.repeats)
+        _, posenc_step, _, torch_step = times
         rows.append((
             str(tokens),
-            f"{posenc_time * 1e3:.1f} ms",
-            f"{torch_time * 1e3:.1f} ms",
-            f"{torch_time / posenc_time:.2f}x",
+            *(f"{t * 1e3:.1f} ms" for t in times),
+            f"{torch_step / posenc_step:.2f}x",
             f"{diff:.1e}",
         ))
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
