@@ -26,6 +26,11 @@ on ``append``, ``attend`` rotating only the new queries, and the position
 moves of a live cache (``context_shift``, ``roll_sink_window`` for attention
 sinks) re-rotating the moved keys exactly.
 
+Training: ``attention_forward`` returns attention's output with each row's
+log-sum-exp, and ``attention_backward`` turns the gradient of that output
+into the gradients of q, k and v (``posenc.torch.attention`` runs both as
+its autograd Function).
+
 PyTorch API: ``posenc.torch`` (imported on demand, so numpy users do not pay
 for torch).
 
@@ -68,6 +73,8 @@ from posenc._core import (
     apply_rope_qk,
     apply_rope_qk_inplace,
     attention,
+    attention_backward,
+    attention_forward,
     default_inv_freq,
     embed_tokens,
     llama4_vision_positions,
@@ -443,6 +450,8 @@ __all__ = [
     "apply_rope_qk",
     "apply_rope_qk_inplace",
     "attention",
+    "attention_backward",
+    "attention_forward",
     "default_inv_freq",
     "embed_tokens",
     "llama4_vision_positions",

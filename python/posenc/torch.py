@@ -1676,15 +1676,88 @@ def _key_intervals(key_mask):
     return intervals
 
 
-def _attend(qs, ks, vs, qp, kp, key_mask, target, kernel, options):
+class _Attention(torch.autograd.Function):
+    """posenc's kernel with its backward pass (posenc/attention_backward.h).
+    q, k, v: tokens-first CPU views [..., tokens, heads, dim], float32 or
+    bfloat16; out is float32. The forward pass keeps each row's log-sum-exp,
+    from which the backward pass recomputes the scores tile by tile (no
+    T x T buffer in either). q and k are saved un-rotated: RoPE is applied
+    inside both passes and the kernel returns the gradients of the
+    un-rotated q and k. The backward pass is itself not differentiable: a
+    second derivative needs the PyTorch definition (float64 tensors run
+    it)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, qpos, kpos, options):
+        out, lse = _core.attention_forward(
+            _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
+            bfloat16=q.dtype is torch.bfloat16, **options,
+        )
+        out, lse = torch.from_numpy(out), torch.from_numpy(lse)
+        # The float32 out, not its bfloat16 rounding: the backward pass's
+        # d_out . out term then matches the forward pass exactly.
+        ctx.save_for_backward(q, k, v, qpos, kpos, out, lse)
+        ctx.options = options
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, v, qpos, kpos, out, lse = ctx.saved_tensors
+        # autograd may hand over an expanded gradient (of a sum, say).
+        d_out = _head_view(d_out.to(torch.float32))
+        dq, dk, dv = _core.attention_backward(
+            _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
+            out=out.numpy(), lse=lse.numpy(), d_out=d_out.numpy(),
+            bfloat16=q.dtype is torch.bfloat16, **ctx.options,
+        )
+        # The kernel's gradients are float32; a bfloat16 input gets bfloat16.
+        grads = (
+            torch.from_numpy(g).to(t.dtype) for g, t in ((dq, q), (dk, k), (dv, v))
+        )
+        return (*grads, None, None, None)
+
+
+def _trained_attention(qs, ks, vs, qp, kp, options, intervals):
+    """The kernel through _Attention (float32 out), or None when the call is
+    one the Function does not cover (a masked batch without elements). With
+    key intervals, one Function per batch element on its kept keys; a row
+    without keys gets zeros, as in the kernel's inference path."""
+    options = dict(options, scale=options["scale"] or 0.0)
+    if intervals is None:
+        return _Attention.apply(qs, ks, vs, qp, kp, options)
+    if not intervals:
+        return None
+    rows = []
+    for index, (begin, end) in intervals:
+        q_row = qs[index]
+        if begin == end:
+            rows.append(q_row.new_zeros(q_row.shape[:-1] + vs.shape[-1:], dtype=torch.float32))
+            continue
+        rows.append(
+            _Attention.apply(
+                q_row, ks[index][begin:end], vs[index][begin:end],
+                _at(qp, index), _at(kp, index)[..., begin:end], options,
+            )
+        )
+    return torch.stack(rows).reshape(qs.shape[:-1] + vs.shape[-1:])
+
+
+def _attend(qs, ks, vs, qp, kp, key_mask, target, kernel, options, records=False):
     """One attention over posenc-layout views: the kernel -> float32 (into
-    target, a float32 view, when given), else the PyTorch definition -> its
-    compute type. A key mask whose kept keys are one interval per row runs
-    the kernel on that interval; any other runs the definition."""
+    target, a float32 view, when given; through its autograd Function when
+    autograd records, never into target then), else the PyTorch definition
+    -> its compute type. A key mask whose kept keys are one interval per row
+    runs the kernel on that interval; any other runs the definition."""
     intervals = None
     if kernel and key_mask is not None:
         intervals = _key_intervals(key_mask)
         kernel = intervals is not None
+    if kernel and records:
+        result = _trained_attention(qs, ks, vs, qp, kp, options, intervals)
+        if result is not None:
+            return result
+        kernel = False
     if kernel:
         result = target
         if result is None:
@@ -1750,10 +1823,17 @@ def attention(
 
     Where it runs: plain CPU float32 and bfloat16 tensors run posenc's fused
     kernel (no T x T buffer; see posenc.attention for its bfloat16
-    arithmetic). Everything else runs the same definition in PyTorch
-    operations, differentiable: CUDA and other devices, meta and fake
-    tensors, float16 and float64, and any call where autograd records a
-    tensor that requires grad (the kernel has no backward yet).
+    arithmetic). When autograd records (a tensor requires grad), the kernel
+    runs as an autograd Function with the kernel's backward pass
+    (FlashAttention-2 style: scores recomputed from a saved log-sum-exp, no
+    T x T buffer; deterministic for any thread count); gradients of
+    bfloat16 inputs come back in bfloat16, computed in float32. The kernel's
+    backward is not differentiable again (a second derivative raises
+    RuntimeError). Everything else runs the same definition in PyTorch
+    operations, differentiable to any order: CUDA and other devices, meta
+    and fake tensors, float16 and float64 (which ``torch.autograd.gradcheck``
+    needs), and an attention_mask whose kept keys are not one interval per
+    row.
     """
     if _plain_attention_call(
         q, k, v, query_positions, key_positions, out, causal, alibi, rope, scale, window
@@ -1811,16 +1891,13 @@ def attention(
     )
     if rope is not None and not isinstance(rope, _core.Rope):
         rope = rope.rope_at(qpos, kpos)  # a length rule reads every position of the call
-    kernel = (
-        q.dtype in _ATTENTION_DTYPES
-        and _on_kernel(q, k, v, qpos, kpos, mask, out)
-        and not _records(q, k, v)
-    )
+    kernel = q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos, mask, out)
+    records = _records(q, k, v)
     options = dict(causal=causal, alibi=alibi, rope=rope, window=window, scale=scale)
     if segments is not None:
         result = torch.cat([
             _attend(q_view[qa:qb], k_view[ka:kb], v_view[ka:kb], qpos[qa:qb], kpos[ka:kb],
-                    None, None, kernel, options)
+                    None, None, kernel, options, records)
             for qa, qb, ka, kb in segments
         ])
     else:
@@ -1830,7 +1907,9 @@ def attention(
             view = _tokens_first("attention", "out", out, qkv_format)
             if view.shape == q_view.shape[:-1] + v_view.shape[-1:] and view.stride(-1) == 1:
                 target = view
-        result = _attend(q_view, k_view, v_view, qpos, kpos, mask, target, kernel, options)
+        result = _attend(
+            q_view, k_view, v_view, qpos, kpos, mask, target, kernel, options, records
+        )
         if target is not None and result is target:
             return out
     if qkv_format == "bhsd":

@@ -6,6 +6,7 @@
 #include "batch.h"
 #include "bindings.h"
 #include "posenc/attention.h"
+#include "posenc/attention_backward.h"
 #include "posenc/npy.h"
 #include "posenc/self_extend.h"
 
@@ -15,10 +16,24 @@ namespace {
 constexpr std::string_view kFn = "attention";
 
 template <typename A, typename B>
-void RequireBatchOf(const BatchedHeads<A>& q, const BatchedHeads<B>& view, std::string_view name) {
-  Require(view.batch_shape == q.batch_shape, kFn, std::string(name) + ".shape[:-3]",
+void RequireBatchOf(const BatchedHeads<A>& q, const BatchedHeads<B>& view, std::string_view name,
+                    std::string_view function = kFn) {
+  Require(view.batch_shape == q.batch_shape, function, std::string(name) + ".shape[:-3]",
           "equal q's batch dims " + NpyShapeString(q.batch_shape),
           NpyShapeString(view.batch_shape));
+}
+
+// posenc.attention's keywords as options; the fields after window keep their defaults (named
+// here, not listed in braces, which would leave the rest to -Wmissing-field-initializers).
+AttentionOptions KeywordOptions(bool causal, std::optional<Alibi> alibi, std::optional<Rope> rope,
+                                double scale, int64_t window) {
+  AttentionOptions options;
+  options.causal = causal;
+  options.alibi = std::move(alibi);
+  options.rope = std::move(rope);
+  options.scale = scale;
+  options.window = window;
+  return options;
 }
 
 // Attention or Self-Extend on one batch element: call(validate_only, q, k, v, query_pos,
@@ -83,6 +98,163 @@ py::object AttentionOf(const py::object& q_arg, const py::object& k_arg, const p
   return out_object;
 }
 
+constexpr std::string_view kForwardFn = "attention_forward";
+constexpr std::string_view kBackwardFn = "attention_backward";
+
+// q, k and v of a training call, their batch dims checked before the positions are read (the
+// order of posenc.attention's checks, so the same mistake gets the same message).
+template <typename T>
+struct QkvViews {
+  BatchedHeads<const T> q, k, v;
+
+  QkvViews(std::string_view function, const py::object& q_arg, const py::object& k_arg,
+           const py::object& v_arg)
+      : q(ViewHeads<const T>(q_arg, function, "q")),
+        k(ViewHeads<const T>(k_arg, function, "k")),
+        v(ViewHeads<const T>(v_arg, function, "v")) {
+    RequireBatchOf(q, k, "k", function);
+    RequireBatchOf(q, v, "v", function);
+  }
+};
+
+// The inputs of a training call with their positions, read as posenc.attention reads them.
+template <typename T>
+struct TrainingInputs : QkvViews<T> {
+  BatchPositions query_pos, key_pos;
+  std::vector<int64_t> out_shape;  // [..., q_tokens, num_heads, value_dim]
+  std::vector<int64_t> lse_shape;  // [..., q_tokens, num_heads]
+
+  TrainingInputs(std::string_view function, const py::object& q_arg, const py::object& k_arg,
+                 const py::object& v_arg, const py::object& query_positions,
+                 const py::object& key_positions)
+      : QkvViews<T>(function, q_arg, k_arg, v_arg),
+        query_pos(query_positions, this->q.batch_shape, this->q.first.tokens, function,
+                  "query_positions"),
+        key_pos(key_positions.is_none() ? query_positions : key_positions, this->k.batch_shape,
+                this->k.first.tokens, function, "key_positions") {
+    lse_shape = this->q.batch_shape;
+    lse_shape.insert(lse_shape.end(), {this->q.first.tokens, this->q.first.num_heads});
+    out_shape = lse_shape;
+    out_shape.push_back(this->v.first.head_dim);
+  }
+
+  // One batch element's log-sum-exp in a C-contiguous [..., q_tokens, num_heads] array.
+  template <typename L>
+  std::span<L> LseAt(L* data, int64_t b) const {
+    const int64_t rows = this->q.first.tokens * this->q.first.num_heads;
+    return {data + b * rows, static_cast<size_t>(rows)};
+  }
+};
+
+// A new float32 array of `shape`, refused past the cap before anything is allocated.
+py::array_t<float> NewFloatArray(const std::vector<int64_t>& shape, std::string_view function,
+                                 std::string_view name) {
+  RequireOutputSize(shape, sizeof(float), function, std::string(name) + ".shape", "float32");
+  return py::array_t<float>(shape);
+}
+
+// posenc.attention_forward: out and the true log-sum-exp, both new float32 arrays.
+template <typename T>
+py::tuple ForwardOf(const AttentionOptions& options, const py::object& q_arg,
+                    const py::object& k_arg, const py::object& v_arg,
+                    const py::object& query_positions, const py::object& key_positions) {
+  const TrainingInputs<T> in(kForwardFn, q_arg, k_arg, v_arg, query_positions, key_positions);
+  py::array_t<float> out_array = NewFloatArray(in.out_shape, kForwardFn, "out");
+  py::array_t<float> lse_array = NewFloatArray(in.lse_shape, kForwardFn, "lse");
+  const auto out = ViewHeads<float>(out_array, kForwardFn, "out");
+  float* lse = lse_array.mutable_data();
+  // AttentionForward validates as Attention plus lse's size, which is ours and right by
+  // construction: ValidateAttention is its whole check on arguments the caller chose.
+  const auto run = [&](bool validate_only, int64_t b) {
+    if (validate_only) {
+      ValidateAttention(options, in.q.At(b), in.k.At(b), in.v.At(b), in.query_pos.At(b),
+                        in.key_pos.At(b), out.At(b));
+    } else {
+      AttentionForward(options, in.q.At(b), in.k.At(b), in.v.At(b), in.query_pos.At(b),
+                       in.key_pos.At(b), out.At(b), in.LseAt(lse, b));
+    }
+  };
+  if (in.q.BatchCount() == 0) {
+    ValidateAttention(options, NoTokens(in.q), NoTokens(in.k), NoTokens(in.v),
+                      std::span<const int64_t>(), std::span<const int64_t>(), NoTokens(out));
+  } else {
+    RunEachElement(kForwardFn, in.q.BatchCount(), run, in.q, in.k, in.v, out);
+  }
+  return py::make_tuple(out_array, lse_array);
+}
+
+// The validators take out as written; they read no element of it.
+Heads<float> AsWritten(Heads<const float> view) {
+  return {const_cast<float*>(view.data), view.tokens,       view.num_heads,
+          view.head_dim,                 view.token_stride, view.head_stride};
+}
+
+// A float32 argument of the backward pass with exactly `shape`.
+BatchedHeads<const float> SavedHeads(const py::object& value, std::string_view name,
+                                     const std::vector<int64_t>& shape) {
+  auto view = ViewHeads<const float>(value, kBackwardFn, name);
+  const std::vector<int64_t> given = ShapeOf(AsArray(value, kBackwardFn, name));
+  Require(given == shape, kBackwardFn, std::string(name) + ".shape",
+          "be " + NpyShapeString(shape) + " (q's tokens and heads, v's value_dim)",
+          NpyShapeString(given));
+  return view;
+}
+
+// posenc.attention_backward: dq, dk and dv, new float32 arrays shaped like q, k and v.
+template <typename T>
+py::tuple BackwardOf(const AttentionOptions& options, const py::object& q_arg,
+                     const py::object& k_arg, const py::object& v_arg,
+                     const py::object& query_positions, const py::object& key_positions,
+                     const py::object& out_arg, const py::object& lse_arg,
+                     const py::object& d_out_arg) {
+  const TrainingInputs<T> in(kBackwardFn, q_arg, k_arg, v_arg, query_positions, key_positions);
+  const auto out = SavedHeads(out_arg, "out", in.out_shape);
+  const auto d_out = SavedHeads(d_out_arg, "d_out", in.out_shape);
+  const py::array lse_array = AsArray(lse_arg, kBackwardFn, "lse");
+  RequireDtype<float>(lse_array, kBackwardFn, "lse");
+  Require(ShapeOf(lse_array) == in.lse_shape, kBackwardFn, "lse.shape",
+          "be " + NpyShapeString(in.lse_shape) + " (q's tokens and heads)",
+          ShapeString(lse_array));
+  // The library reads each element's lse as one dense span.
+  Require((lse_array.flags() & py::array::c_style) != 0, kBackwardFn, "lse", "be C-contiguous",
+          "a strided array");
+  const auto* lse = static_cast<const float*>(lse_array.data());
+  const auto shape_of = [](const auto& view) {
+    std::vector<int64_t> shape = view.batch_shape;
+    shape.insert(shape.end(), {view.first.tokens, view.first.num_heads, view.first.head_dim});
+    return shape;
+  };
+  py::array_t<float> dq_array = NewFloatArray(shape_of(in.q), kBackwardFn, "dq");
+  py::array_t<float> dk_array = NewFloatArray(shape_of(in.k), kBackwardFn, "dk");
+  py::array_t<float> dv_array = NewFloatArray(shape_of(in.v), kBackwardFn, "dv");
+  const auto dq = ViewHeads<float>(dq_array, kBackwardFn, "dq");
+  const auto dk = ViewHeads<float>(dk_array, kBackwardFn, "dk");
+  const auto dv = ViewHeads<float>(dv_array, kBackwardFn, "dv");
+  // Validation first: ValidateAttention checks the inputs and options of every element, the
+  // shapes above checked out, lse and d_out. What is left to AttentionBackward (memory shared
+  // between lse, out, d_out and the inputs) can only fail once writing has begun, but it writes
+  // into the new gradient arrays alone, which the caller never sees then.
+  const auto run = [&](bool validate_only, int64_t b) {
+    if (validate_only) {
+      ValidateAttention(options, in.q.At(b), in.k.At(b), in.v.At(b), in.query_pos.At(b),
+                        in.key_pos.At(b), AsWritten(out.At(b)));
+    } else {
+      AttentionBackward(options, in.q.At(b), in.k.At(b), in.v.At(b), in.query_pos.At(b),
+                        in.key_pos.At(b), out.At(b), in.LseAt(lse, b), d_out.At(b),
+                        {dq.At(b), dk.At(b), dv.At(b), {}});
+    }
+  };
+  if (in.q.BatchCount() == 0) {
+    ValidateAttention(options, NoTokens(in.q), NoTokens(in.k), NoTokens(in.v),
+                      std::span<const int64_t>(), std::span<const int64_t>(),
+                      AsWritten(NoTokens(out)));
+  } else {
+    RunEachElement(kBackwardFn, in.q.BatchCount(), run, in.q, in.k, in.v, out, d_out, dq, dk,
+                   dv);
+  }
+  return py::make_tuple(dq_array, dk_array, dv_array);
+}
+
 }  // namespace
 
 void BindAttention(py::module_& m) {
@@ -92,7 +264,8 @@ void BindAttention(py::module_& m) {
          const py::object& query_positions, const py::object& key_positions, bool causal,
          std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
          const py::object& out, bool bfloat16) {
-        const PlainAttention call{{causal, std::move(alibi), std::move(rope), scale, window}};
+        const PlainAttention call{
+            KeywordOptions(causal, std::move(alibi), std::move(rope), scale, window)};
         return bfloat16
                    ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
                    : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
@@ -121,13 +294,62 @@ CPUs with AVX512-BF16 the softmax weights are rounded to bfloat16 for the weight
 output within 2^-9 max|v| of the exact result), at about 1.8x the float32 speed.)");
 
   m.def(
+      "attention_forward",
+      [](const py::object& q, const py::object& k, const py::object& v,
+         const py::object& query_positions, const py::object& key_positions, bool causal,
+         std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
+         bool bfloat16) {
+        const AttentionOptions options =
+            KeywordOptions(causal, std::move(alibi), std::move(rope), scale, window);
+        return bfloat16 ? ForwardOf<BFloat16>(options, q, k, v, query_positions, key_positions)
+                        : ForwardOf<float>(options, q, k, v, query_positions, key_positions);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
+      py::arg("key_positions") = py::none(), py::kw_only(), py::arg("causal") = false,
+      py::arg("alibi") = py::none(), py::arg("rope") = py::none(), py::arg("scale") = 0.0,
+      py::arg("window") = 0, py::arg("bfloat16") = false,
+      R"(The forward pass of training (posenc/attention_backward.h): posenc.attention with the same
+arguments, returning (out, lse), both new float32 arrays: out [..., q_tokens, num_heads,
+value_dim] and lse [..., q_tokens, num_heads], each row's log-sum-exp of its visible scores
+(-inf for a row that sees no key). attention_backward takes both back.)");
+
+  m.def(
+      "attention_backward",
+      [](const py::object& q, const py::object& k, const py::object& v,
+         const py::object& query_positions, const py::object& key_positions,
+         const py::object& out, const py::object& lse, const py::object& d_out, bool causal,
+         std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
+         bool bfloat16) {
+        const AttentionOptions options =
+            KeywordOptions(causal, std::move(alibi), std::move(rope), scale, window);
+        return bfloat16 ? BackwardOf<BFloat16>(options, q, k, v, query_positions, key_positions,
+                                               out, lse, d_out)
+                        : BackwardOf<float>(options, q, k, v, query_positions, key_positions, out,
+                                            lse, d_out);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
+      py::arg("key_positions") = py::none(), py::kw_only(), py::arg("out"), py::arg("lse"),
+      py::arg("d_out"), py::arg("causal") = false, py::arg("alibi") = py::none(),
+      py::arg("rope") = py::none(), py::arg("scale") = 0.0, py::arg("window") = 0,
+      py::arg("bfloat16") = false,
+      R"(The backward pass of attention_forward (FlashAttention-2 style: scores recomputed tile by
+tile from q, k and lse, no T x T buffer): given the same q, k, v, positions and options, its out
+and lse, and d_out, the gradient of a loss with respect to out (float32, out's shape; any strides
+with the last dim contiguous), returns (dq, dk, dv), new float32 arrays shaped like q, k and v.
+q and k are the un-rotated inputs: with rope they are rotated again inside, and dq, dk are the
+gradients with respect to the un-rotated q and k. ALiBi slopes and masks are constants. A query
+that sees no key gives zero gradients. Deterministic: the same bits for any number of threads.
+bfloat16=True reads q, k and v as attention_forward does (bfloat16 bits) and computes in
+float32; the gradients stay float32.)");
+
+  m.def(
       "self_extend_attention",
       [](const py::object& q, const py::object& k, const py::object& v,
          const py::object& query_positions, const py::object& key_positions, int64_t group_size,
          int64_t neighbor_window, const Rope& rope, bool causal, double scale, int64_t window,
          const py::object& out, bool bfloat16) {
-        AttentionOptions options{causal, std::nullopt, rope, scale, window};
-        const GroupedAttention call{std::move(options), SelfExtend{group_size, neighbor_window}};
+        const GroupedAttention call{KeywordOptions(causal, std::nullopt, rope, scale, window),
+                                    SelfExtend{group_size, neighbor_window}};
         return bfloat16
                    ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
                    : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
