@@ -27,6 +27,18 @@ bool HasBf16DotProducts() {
 }
 
 namespace {
+int bf16_dot_override = -1;  // SetBf16DotProductsForTest: -1 none, else 0 or 1
+}  // namespace
+
+bool Bf16DotProductsPay() {
+  // __builtin_cpu_is reads the vendor from cpuid once, as __builtin_cpu_supports does.
+  static const bool pay = HasBf16DotProducts() && __builtin_cpu_is("amd");
+  return bf16_dot_override >= 0 ? bf16_dot_override == 1 && HasBf16DotProducts() : pay;
+}
+
+void SetBf16DotProductsForTest(int use) { bf16_dot_override = use; }
+
+namespace {
 
 // Lanes [0, count) set, for masked loads of a row's last partial vector.
 POSENC_AVX512_BF16 inline __mmask32 FirstLanes32(size_t count) {
@@ -298,6 +310,8 @@ POSENC_AVX512_BF16 void WeightedValueRowsBf16(const float* p, size_t p_stride, s
 #else  // no AVX512-BF16 code on this machine or compiler
 
 bool HasBf16DotProducts() { return false; }
+bool Bf16DotProductsPay() { return false; }
+void SetBf16DotProductsForTest(int) {}
 void ScoresBf16(const uint16_t*, size_t, const uint16_t*, size_t, size_t, size_t, float, float*,
                 size_t) {}
 void PairValueRowsBf16(const uint16_t*, size_t, size_t, size_t, size_t, uint32_t*) {}

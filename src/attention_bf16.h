@@ -25,6 +25,19 @@ constexpr size_t kFloatsPerVector = 16;
 // and compilers, where they must not be called).
 bool HasBf16DotProducts();
 
+// Whether the attention kernel multiplies bfloat16 inputs with these functions on this CPU: when
+// it has them and runs vdpbf16ps at twice the multiply-adds of its float32 FMAs (AMD Zen 4 and
+// Zen 5: two pipes each). Intel's Xeons (Sapphire and Emerald Rapids) run vdpbf16ps on one port
+// against two FMA ports, so the same peak: there the kernel widens bfloat16 to float32 and runs
+// its float32 products, which measured faster (prefill 214 against 164 GFLOP/s,
+// docs/PERFORMANCE.md). Chosen per CPU, so every call on a machine gives the same bits.
+bool Bf16DotProductsPay();
+
+// Tests: 1 makes Bf16DotProductsPay() true wherever HasBf16DotProducts() is, 0 false, -1 back to
+// this CPU's choice, so that both arithmetics of the kernel are tested on any machine that has
+// AVX512-BF16. Not thread-safe; never called by the library.
+void SetBf16DotProductsForTest(int use);
+
 // s[r s_stride + j] = scale (q_r . k_j) for the four rows r of the block and keys j < keys. q
 // rows are bfloat16 bits, q_stride elements apart, zero-padded to a multiple of kBf16PerVector
 // past dim; key j's dim elements start at k + j k_stride and are read where they lie (the last

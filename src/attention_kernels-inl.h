@@ -103,7 +103,7 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
   const bool every_head = tiles == 1;
   // AVX512-BF16 for bfloat16 inputs where the CPU has it (attention_bf16.h).
   const bool bf16_dot =
-      std::is_same_v<T, hwy::bfloat16_t> && kBf16DotTarget && internal::HasBf16DotProducts();
+      std::is_same_v<T, hwy::bfloat16_t> && kBf16DotTarget && internal::Bf16DotProductsPay();
   const int64_t heads_per_item = every_head ? a.num_kv_heads : 1;
   const int64_t head_groups = a.num_kv_heads / heads_per_item;
   const int64_t chunk_keys = KeyChunkKeys(tiles * head_groups, a.kv_tokens);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_bf16.h"
 #include "posenc/attention.h"
 #include "posenc/error.h"
 #include "posenc/heads.h"
@@ -24,6 +25,21 @@ namespace posenc {
 namespace {
 
 using testing_support::ForEachSimdTarget;
+
+// Runs body with the kernel's bfloat16 arithmetic as this CPU chooses it, then, where the CPU has
+// AVX512-BF16, with each of the two forced (internal::Bf16DotProductsPay): bfloat16 dot products
+// and float32 products of widened inputs are both held to every check on such a machine.
+template <typename F>
+void ForEachBf16Arithmetic(F&& body) {
+  body();
+  if (!internal::HasBf16DotProducts()) return;
+  for (const int use : {0, 1}) {
+    SCOPED_TRACE(use == 1 ? "AVX512-BF16 dot products" : "bfloat16 widened to float32");
+    internal::SetBf16DotProductsForTest(use);
+    body();
+  }
+  internal::SetBf16DotProductsForTest(-1);
+}
 
 // How far Attention's output may be from the reference's, absolute (values lie in [-1, 1]).
 // float32: the kernel's float32 dot products, exp and sums against double, a few ulps of the
@@ -92,9 +108,9 @@ Output Reference(const AttentionOptions& options, const Tensor<T>& q, const Tens
                  const Tensor<T>& v, const std::vector<int64_t>& query_pos,
                  const std::vector<int64_t>& key_pos) {
   Output out(static_cast<size_t>(q.view.tokens * q.view.num_heads * v.view.head_dim));
-  AttentionReference(options, q.Widened(), k.Widened(), v.Widened(), query_pos, key_pos,
-                     Heads<float>::Dense(out.data(), q.view.tokens, q.view.num_heads,
-                                         v.view.head_dim));
+  AttentionReference(
+      options, q.Widened(), k.Widened(), v.Widened(), query_pos, key_pos,
+      Heads<float>::Dense(out.data(), q.view.tokens, q.view.num_heads, v.view.head_dim));
   return out;
 }
 
@@ -107,11 +123,10 @@ void ExpectNear(const Output& got, const Output& want, double tolerance, const s
 
 // The kernel against the reference (double, on the widened inputs) on every compiled SIMD target.
 template <typename T>
-void ExpectMatchesReference(const AttentionOptions& options, const Tensor<T>& q,
-                            const Tensor<T>& k, const Tensor<T>& v,
-                            const std::vector<int64_t>& query_pos,
+void ExpectMatchesReference(const AttentionOptions& options, const Tensor<T>& q, const Tensor<T>& k,
+                            const Tensor<T>& v, const std::vector<int64_t>& query_pos,
                             const std::vector<int64_t>& key_pos, const std::string& what,
-                           double tolerance = kTolerance<T>) {
+                            double tolerance = kTolerance<T>) {
   const Output want = Reference(options, q, k, v, query_pos, key_pos);
   ForEachSimdTarget([&](int64_t) {
     ExpectNear(Run(options, q, k, v, query_pos, key_pos), want, tolerance, what);
@@ -125,9 +140,9 @@ struct Shape {
 // Odd sizes around the tile edges (4 query rows, 64 keys) and every vector width (4, 8, 16
 // floats): head_dim 40 and 72 are no multiple of 16, 33 none of anything.
 constexpr Shape kShapes[] = {
-    {1, 1, 1, 1, 32, 32},       {3, 3, 2, 1, 40, 40},      {5, 7, 8, 8, 72, 72},
-    {17, 17, 4, 2, 33, 24},     {65, 65, 8, 1, 64, 64},    {63, 129, 4, 4, 128, 128},
-    {1, 300, 8, 2, 256, 256},   {131, 131, 2, 1, 256, 72}, {300, 300, 2, 1, 40, 40},
+    {1, 1, 1, 1, 32, 32},     {3, 3, 2, 1, 40, 40},      {5, 7, 8, 8, 72, 72},
+    {17, 17, 4, 2, 33, 24},   {65, 65, 8, 1, 64, 64},    {63, 129, 4, 4, 128, 128},
+    {1, 300, 8, 2, 256, 256}, {131, 131, 2, 1, 256, 72}, {300, 300, 2, 1, 40, 40},
 };
 
 std::string Describe(const Shape& s, const AttentionOptions& o) {
@@ -183,22 +198,26 @@ void CheckAgainstReference() {
 }
 
 TEST(AttentionKernel, MatchesReferenceAcrossShapesFloat32) { CheckAgainstReference<float>(); }
-TEST(AttentionKernel, MatchesReferenceAcrossShapesBFloat16) { CheckAgainstReference<BFloat16>(); }
+TEST(AttentionKernel, MatchesReferenceAcrossShapesBFloat16) {
+  ForEachBf16Arithmetic([] { CheckAgainstReference<BFloat16>(); });
+}
 
 // bfloat16 without RoPE (which rounds rotated q and k back to bfloat16): beyond float32, the
 // kernel rounds only the softmax weights, to bfloat16 for the weighted values where AVX512-BF16
 // multiplies them (posenc/attention.h). Each weight moves by at most 2^-9 of itself, so with
 // values in [-1, 1] the output stays within 2^-9 of the reference, float32 sums aside.
 TEST(AttentionKernel, BFloat16OutputsWithinTheWeightRounding) {
-  uint32_t seed = 500;
-  for (const Shape& s : kShapes) {
-    const ShapeInputs<BFloat16> in(s, seed);
-    for (int c = 0; c < 4; ++c) {  // without RoPE
-      const AttentionOptions options = Combination(c, s, seed);
-      ExpectMatchesReference(options, in.q, in.k, in.v, in.query_pos, in.key_pos,
-                             Describe(s, options), 0x1p-9 + kTolerance<float>);
+  ForEachBf16Arithmetic([] {
+    uint32_t seed = 500;
+    for (const Shape& s : kShapes) {
+      const ShapeInputs<BFloat16> in(s, seed);
+      for (int c = 0; c < 4; ++c) {  // without RoPE
+        const AttentionOptions options = Combination(c, s, seed);
+        ExpectMatchesReference(options, in.q, in.k, in.v, in.query_pos, in.key_pos,
+                               Describe(s, options), 0x1p-9 + kTolerance<float>);
+      }
     }
-  }
+  });
 }
 
 // Decode: query t alone against keys 0 .. t is row t of the causal prefill, for the last steps
@@ -237,7 +256,7 @@ TEST(AttentionKernel, DecodeStepEqualsLastRowsOfPrefillFloat32) {
   CheckDecodeEqualsPrefill<float>();
 }
 TEST(AttentionKernel, DecodeStepEqualsLastRowsOfPrefillBFloat16) {
-  CheckDecodeEqualsPrefill<BFloat16>();
+  ForEachBf16Arithmetic([] { CheckDecodeEqualsPrefill<BFloat16>(); });
 }
 
 // Long decode: few query rows per KV head make few work items, so the kernel splits the keys
@@ -253,8 +272,8 @@ void CheckSplitKeyDecode() {
     bool early_queries;
   };
   constexpr DecodeShape kDecodeShapes[] = {
-      {1, 1000, 8, 8, 64, false},  {1, 1000, 8, 4, 40, false}, {3, 1000, 8, 1, 64, true},
-      {1, 8192, 8, 1, 64, false},  {2, 8192, 8, 2, 72, false}, {1, 8192, 4, 4, 128, true},
+      {1, 1000, 8, 8, 64, false}, {1, 1000, 8, 4, 40, false}, {3, 1000, 8, 1, 64, true},
+      {1, 8192, 8, 1, 64, false}, {2, 8192, 8, 2, 72, false}, {1, 8192, 4, 4, 128, true},
   };
   uint32_t seed = 100;
   for (const DecodeShape& s : kDecodeShapes) {
@@ -270,8 +289,7 @@ void CheckSplitKeyDecode() {
       options.alibi = Alibi{.num_heads = s.num_heads};
       options.rope = Rope::Default(s.head_dim);
       const std::string what =
-          Describe({s.q_tokens, s.kv_tokens, s.num_heads, s.num_kv_heads, s.head_dim,
-                    s.head_dim},
+          Describe({s.q_tokens, s.kv_tokens, s.num_heads, s.num_kv_heads, s.head_dim, s.head_dim},
                    options) +
           (s.early_queries ? " early queries" : "");
       ExpectMatchesReference(options, q, k, v, query_pos, key_pos, what);
@@ -281,7 +299,7 @@ void CheckSplitKeyDecode() {
 
 TEST(AttentionKernel, SplitKeyDecodeMatchesReferenceFloat32) { CheckSplitKeyDecode<float>(); }
 TEST(AttentionKernel, SplitKeyDecodeMatchesReferenceBFloat16) {
-  CheckSplitKeyDecode<BFloat16>();
+  ForEachBf16Arithmetic([] { CheckSplitKeyDecode<BFloat16>(); });
 }
 
 // Positions in the millions: the kernel still matches the reference there, and since RoPE scores
@@ -315,7 +333,9 @@ void CheckLongPositions() {
 }
 
 TEST(AttentionKernel, LongPositionsStayAccurateFloat32) { CheckLongPositions<float>(); }
-TEST(AttentionKernel, LongPositionsStayAccurateBFloat16) { CheckLongPositions<BFloat16>(); }
+TEST(AttentionKernel, LongPositionsStayAccurateBFloat16) {
+  ForEachBf16Arithmetic([] { CheckLongPositions<BFloat16>(); });
+}
 
 // ALiBi's bias -slope (i - j) and the key-position-only form slope j differ by -slope i, a
 // constant along each query's row, which softmax removes: without a causal mask (the one other
@@ -339,7 +359,9 @@ void CheckAlibiBiasForms() {
 }
 
 TEST(AttentionKernel, AlibiBiasFormsAgreeFloat32) { CheckAlibiBiasForms<float>(); }
-TEST(AttentionKernel, AlibiBiasFormsAgreeBFloat16) { CheckAlibiBiasForms<BFloat16>(); }
+TEST(AttentionKernel, AlibiBiasFormsAgreeBFloat16) {
+  ForEachBf16Arithmetic([] { CheckAlibiBiasForms<BFloat16>(); });
+}
 
 // Sliding windows against the reference: windows of 1 (the query's own key), 7 (inside one key
 // tile), 64 (one key tile) and 100 (straddling two), so that key tiles are skipped whole, masked
@@ -349,7 +371,7 @@ TEST(AttentionKernel, AlibiBiasFormsAgreeBFloat16) { CheckAlibiBiasForms<BFloat1
 template <typename T>
 void CheckWindowAgainstReference() {
   constexpr Shape kWindowShapes[] = {
-      {3, 3, 2, 1, 40, 40},     {17, 17, 4, 2, 33, 24},     {65, 65, 8, 1, 64, 64},
+      {3, 3, 2, 1, 40, 40},      {17, 17, 4, 2, 33, 24},    {65, 65, 8, 1, 64, 64},
       {63, 129, 4, 4, 128, 128}, {131, 131, 2, 1, 256, 72}, {300, 300, 2, 1, 40, 40},
   };
   uint32_t seed = 200;
@@ -367,9 +389,9 @@ void CheckWindowAgainstReference() {
           options.window = window;
           options.causal = combination & 1;
           if (combination & 2) options.alibi = Alibi{.num_heads = s.num_heads};
-          if (combination & 4) options.rope = Rope::Default(s.head_dim, 10000.0,
-                                                            RopeLayout::kHalfSplit,
-                                                            s.head_dim / 2 * 2);
+          if (combination & 4)
+            options.rope =
+                Rope::Default(s.head_dim, 10000.0, RopeLayout::kHalfSplit, s.head_dim / 2 * 2);
           const std::string what = Describe(s, options) + (reversed ? " reversed keys" : "");
           ExpectMatchesReference(options, q, k, v, query_pos, key_pos, what);
         }
@@ -380,7 +402,7 @@ void CheckWindowAgainstReference() {
 
 TEST(AttentionKernel, WindowMatchesReferenceFloat32) { CheckWindowAgainstReference<float>(); }
 TEST(AttentionKernel, WindowMatchesReferenceBFloat16) {
-  CheckWindowAgainstReference<BFloat16>();
+  ForEachBf16Arithmetic([] { CheckWindowAgainstReference<BFloat16>(); });
 }
 
 // Decode against 8192 cached keys with a window of 4096 (and 100): split-K cuts the keys into
@@ -414,8 +436,7 @@ void CheckWindowDecode() {
         if (causal) options.alibi = Alibi{.num_heads = s.num_heads};
         options.rope = Rope::Default(s.head_dim);
         const std::string what =
-            Describe({s.q_tokens, s.kv_tokens, s.num_heads, s.num_kv_heads, s.head_dim,
-                      s.head_dim},
+            Describe({s.q_tokens, s.kv_tokens, s.num_heads, s.num_kv_heads, s.head_dim, s.head_dim},
                      options) +
             (s.early_queries ? " early queries" : "");
         ExpectMatchesReference(options, q, k, v, query_pos, key_pos, what);
@@ -425,7 +446,9 @@ void CheckWindowDecode() {
 }
 
 TEST(AttentionKernel, WindowDecodeMatchesReferenceFloat32) { CheckWindowDecode<float>(); }
-TEST(AttentionKernel, WindowDecodeMatchesReferenceBFloat16) { CheckWindowDecode<BFloat16>(); }
+TEST(AttentionKernel, WindowDecodeMatchesReferenceBFloat16) {
+  ForEachBf16Arithmetic([] { CheckWindowDecode<BFloat16>(); });
+}
 
 // The bfloat16 overload goes through the same validation as float32, before out is touched.
 TEST(AttentionKernel, BFloat16OverloadValidatesLikeFloat32) {
@@ -454,7 +477,6 @@ TEST(AttentionKernel, BFloat16OverloadValidatesLikeFloat32) {
   }
   for (const float x : out) EXPECT_EQ(x, 7.0f);
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // NaN and inf propagate as in the math (and PyTorch): out_i = sum over the keys query i sees of
@@ -498,9 +520,8 @@ void CheckNonFinitePropagates() {
   };
   // Prefill over several query and key tiles; decode with split keys (600 keys, 2 chunks), at
   // the end of the cache and a third of the way in (causal hides the rest).
-  constexpr Case kCases[] = {{"prefill", 70, 150, 0},
-                             {"decode", 1, 600, 599},
-                             {"early decode", 2, 600, 200}};
+  constexpr Case kCases[] = {
+      {"prefill", 70, 150, 0}, {"decode", 1, 600, 599}, {"early decode", 2, 600, 200}};
   constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
   constexpr float kInf = std::numeric_limits<float>::infinity();
   struct Poisoned {
@@ -508,9 +529,11 @@ void CheckNonFinitePropagates() {
     char tensor;  // 'q', 'k' or 'v'
     float value;
   };
-  constexpr Poisoned kPoisons[] = {
-      {"NaN in q", 'q', kNaN}, {"NaN in k", 'k', kNaN}, {"inf in k", 'k', kInf},
-      {"NaN in v", 'v', kNaN}, {"inf in v", 'v', kInf}};
+  constexpr Poisoned kPoisons[] = {{"NaN in q", 'q', kNaN},
+                                   {"NaN in k", 'k', kNaN},
+                                   {"inf in k", 'k', kInf},
+                                   {"NaN in v", 'v', kNaN},
+                                   {"inf in v", 'v', kInf}};
   uint32_t seed = 900;
   for (const Case& c : kCases) {
     for (const Poisoned& poison : kPoisons) {
@@ -548,7 +571,7 @@ TEST(AttentionKernel, NonFiniteInputsPropagateAsInTheMathFloat32) {
   CheckNonFinitePropagates<float>();
 }
 TEST(AttentionKernel, NonFiniteInputsPropagateAsInTheMathBFloat16) {
-  CheckNonFinitePropagates<BFloat16>();
+  ForEachBf16Arithmetic([] { CheckNonFinitePropagates<BFloat16>(); });
 }
 
 // A NaN value row that the query sees reaches it even where its weight underflowed to 0 in
@@ -599,18 +622,28 @@ std::vector<std::pair<std::string, AttentionOptions>> NewLayerKinds(
   RelativeBias decoder = encoder;
   decoder.buckets.bidirectional = false;
   RelativeBias small{.buckets = {.num_buckets = 16, .max_distance = 20},
-                     .num_heads = s.num_heads, .table = small_table};
+                     .num_heads = s.num_heads,
+                     .table = small_table};
   RelativeBias wide = encoder;
   wide.buckets.max_distance = 100000;
   add("chunk 3", [](AttentionOptions& o) { o.chunk_size = 3; });
-  add("chunk 50 causal", [](AttentionOptions& o) { o.chunk_size = 50; o.causal = true; });
+  add("chunk 50 causal", [](AttentionOptions& o) {
+    o.chunk_size = 50;
+    o.causal = true;
+  });
   add("chunk 64 causal window 20", [](AttentionOptions& o) {
     o.chunk_size = 64;
     o.causal = true;
     o.window = 20;
   });
-  add("chunk 100 window 7", [](AttentionOptions& o) { o.chunk_size = 100; o.window = 7; });
-  add("chunk 1000 causal", [](AttentionOptions& o) { o.chunk_size = 1000; o.causal = true; });
+  add("chunk 100 window 7", [](AttentionOptions& o) {
+    o.chunk_size = 100;
+    o.window = 7;
+  });
+  add("chunk 1000 causal", [](AttentionOptions& o) {
+    o.chunk_size = 1000;
+    o.causal = true;
+  });
   add("query scale rope causal", [&](AttentionOptions& o) {
     o.query_scale = llama4;
     o.rope = Rope::Default(s.head_dim, 10000.0, RopeLayout::kHalfSplit, s.head_dim / 2 * 2);
@@ -666,7 +699,9 @@ void CheckNewLayerKinds() {
 }
 
 TEST(AttentionKernel, NewLayerKindsMatchReferenceFloat32) { CheckNewLayerKinds<float>(); }
-TEST(AttentionKernel, NewLayerKindsMatchReferenceBFloat16) { CheckNewLayerKinds<BFloat16>(); }
+TEST(AttentionKernel, NewLayerKindsMatchReferenceBFloat16) {
+  ForEachBf16Arithmetic([] { CheckNewLayerKinds<BFloat16>(); });
+}
 
 // Decode with every new option at once: query t alone against keys 0 .. t equals row t of the
 // prefill (the decode path reads the cache in place, token by token), and long decodes split
@@ -681,8 +716,8 @@ void CheckNewLayerKindsDecode() {
   options.causal = true;
   options.chunk_size = 24;
   options.query_scale = LogFloorQueryScale{.beta = 0.25, .floor_scale = 8.0};
-  options.relative_bias = RelativeBias{.buckets = {.bidirectional = false},
-                                       .num_heads = kHeads, .table = table};
+  options.relative_bias =
+      RelativeBias{.buckets = {.bidirectional = false}, .num_heads = kHeads, .table = table};
   const std::vector<int64_t> positions = PositionRange(0, kTokens);
   ForEachSimdTarget([&](int64_t) {
     const Output prefill = Run(options, q, k, v, positions, positions);
@@ -708,15 +743,17 @@ void CheckNewLayerKindsDecode() {
     decode.causal = true;
     decode.chunk_size = chunk;
     decode.query_scale = LogFloorQueryScale{.beta = 0.1, .floor_scale = 1024.0, .offset = 1};
-    decode.relative_bias = RelativeBias{.buckets = {.bidirectional = false}, .num_heads = 32,
-                                        .table = table32};
+    decode.relative_bias =
+        RelativeBias{.buckets = {.bidirectional = false}, .num_heads = 32, .table = table32};
     ExpectMatchesReference(decode, q1, k1, v1, {kCache - 1}, key_pos,
                            "decode 8192 keys chunk " + std::to_string(chunk));
   }
 }
 
 TEST(AttentionKernel, NewLayerKindsDecodeFloat32) { CheckNewLayerKindsDecode<float>(); }
-TEST(AttentionKernel, NewLayerKindsDecodeBFloat16) { CheckNewLayerKindsDecode<BFloat16>(); }
+TEST(AttentionKernel, NewLayerKindsDecodeBFloat16) {
+  ForEachBf16Arithmetic([] { CheckNewLayerKindsDecode<BFloat16>(); });
+}
 
 // Keys in another chunk are not part of the sum: NaN and inf in their keys and values reach no
 // query (the tiles they fill are skipped or masked), while the chunk's own keys still count.
@@ -749,7 +786,7 @@ TEST(AttentionKernel, ChunkHidesNonFiniteKeysOfOtherChunksFloat32) {
   CheckChunkHidesNonFinite<float>();
 }
 TEST(AttentionKernel, ChunkHidesNonFiniteKeysOfOtherChunksBFloat16) {
-  CheckChunkHidesNonFinite<BFloat16>();
+  ForEachBf16Arithmetic([] { CheckChunkHidesNonFinite<BFloat16>(); });
 }
 
 }  // namespace
