@@ -16,6 +16,9 @@
 // BFloat16::FromFloat (NaN stays a quiet NaN, values past the largest bfloat16 become inf)
 // except that it flushes float32 denormal inputs to zero; vectors holding a denormal are
 // rounded with the portable integer steps instead (a branch that real data almost never takes).
+//
+// The rows are also prefetched a little ahead (kPrefetchBytes in rope_bf16.cc): out of cache,
+// the hardware prefetchers alone left this loop waiting on memory.
 #pragma once
 
 #include <cstddef>

@@ -254,9 +254,9 @@ void RopeKernelT(const internal::RopeKernelArgs& args) {
   const PositionReader streams{args, half};
 
   // bfloat16 rows go through rope_bf16.h's AVX512-BF16 rotation where the CPU has it (its
-  // narrowing is one instruction instead of eight; see that header). Only the AVX-512 targets
-  // take it, so that the AVX2 target, which the tests run on the same CPU, still covers the
-  // portable narrowing; the bits are the same either way.
+  // narrowing is one instruction instead of eight, and it prefetches; see that header). Only the
+  // AVX-512 targets take it, so that the AVX2 target, which the tests run on the same CPU, still
+  // covers the portable narrowing; the bits are the same either way.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   constexpr bool kMayNarrowNatively = std::is_same_v<T, hwy::bfloat16_t>;
 #else
