@@ -26,12 +26,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "angles-inl.h"
-#include "kernel_threads.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "kernel_threads.h"
+#include "rope_bf16.h"
 #include "rope_kernels.h"
 #include "simd_storage-inl.h"
 
@@ -63,13 +65,12 @@ struct AngleState {
 // entry i is pair i. Interleaved: entries 2i and 2i + 1 are pair i, sin negated in the first.
 template <class DD>
 HWY_INLINE void FillCosSin(DD dd, int64_t pos, const double* HWY_RESTRICT pair_pos, bool advance,
-                           const double* HWY_RESTRICT freq_hi,
-                           const double* HWY_RESTRICT freq_lo,
-                           const double* HWY_RESTRICT step_cos,
-                           const double* HWY_RESTRICT step_sin, size_t pairs, double cos_scale,
-                           double sin_scale, bool interleaved, AngleState state,
-                           float* HWY_RESTRICT cos_out, float* HWY_RESTRICT sin_out) {
-  const hn::Rebind<float, DD> dfh;     // one float per double lane
+                           const double* HWY_RESTRICT freq_hi, const double* HWY_RESTRICT freq_lo,
+                           const double* HWY_RESTRICT step_cos, const double* HWY_RESTRICT step_sin,
+                           size_t pairs, double cos_scale, double sin_scale, bool interleaved,
+                           AngleState state, float* HWY_RESTRICT cos_out,
+                           float* HWY_RESTRICT sin_out) {
+  const hn::Rebind<float, DD> dfh;      // one float per double lane
   const hn::Repartition<float, DD> df;  // two floats per double lane
   const hn::RebindToUnsigned<DD> du64;
   const hn::Rebind<uint32_t, DD> du32h;
@@ -117,8 +118,8 @@ HWY_INLINE void FillCosSin(DD dd, int64_t pos, const double* HWY_RESTRICT pair_p
 
 // One vector of pairs (x0[i], x1[i]) -> (y0[i], y1[i]). In place is fine: both are loaded first.
 template <class DF, typename T>
-HWY_INLINE void RotateHalfSplitVec(DF df, const T* x0, const T* x1, const float* c,
-                                   const float* s, T* y0, T* y1) {
+HWY_INLINE void RotateHalfSplitVec(DF df, const T* x0, const T* x1, const float* c, const float* s,
+                                   T* y0, T* y1) {
   const auto a = LoadF32(df, x0), b = LoadF32(df, x1);
   const auto vc = hn::LoadU(df, c), vs = hn::LoadU(df, s);
   StoreF32(hn::MulSub(a, vc, hn::Mul(b, vs)), df, y0);
@@ -133,8 +134,7 @@ HWY_INLINE void RotateInterleavedVec(DF df, const T* x, const float* c, const fl
   RotateHalfSplitVec(df, x, x + 1, c, s + 1, y, y + 1);
 #else
   const auto v = LoadF32(df, x);
-  StoreF32(hn::MulAdd(v, hn::LoadU(df, c), hn::Mul(hn::Reverse2(df, v), hn::LoadU(df, s))), df,
-           y);
+  StoreF32(hn::MulAdd(v, hn::LoadU(df, c), hn::Mul(hn::Reverse2(df, v), hn::LoadU(df, s))), df, y);
 #endif
 }
 
@@ -158,8 +158,8 @@ HWY_INLINE void RotateRowHalfSplit(DF df, const T* in, T* out, size_t half, cons
 }
 
 template <class DF, typename T>
-HWY_INLINE void RotateRowInterleaved(DF df, const T* in, T* out, size_t rotary_dim,
-                                     const float* c, const float* s) {
+HWY_INLINE void RotateRowInterleaved(DF df, const T* in, T* out, size_t rotary_dim, const float* c,
+                                     const float* s) {
   // Whole pairs per step: the one-lane HWY_SCALAR target takes a pair at a time.
   const size_t n = HWY_TARGET == HWY_SCALAR ? 2 : hn::Lanes(df);
   size_t j = 0;
@@ -238,8 +238,7 @@ void RopeKernelT(const internal::RopeKernelArgs& args) {
   if (args.tokens > 1) {
     internal::Scratch<float> unused(4 * pairs);
     FillCosSin(dd, 1, nullptr, false, freq_hi, freq_lo, nullptr, nullptr, pairs, 1.0, 1.0, false,
-               AngleState{step.get(), step.get() + pairs}, unused.get(),
-               unused.get() + 2 * pairs);
+               AngleState{step.get(), step.get() + pairs}, unused.get(), unused.get() + 2 * pairs);
   }
   const double* HWY_RESTRICT step_cos = step.get();
   const double* HWY_RESTRICT step_sin = step.get() + pairs;
@@ -254,73 +253,96 @@ void RopeKernelT(const internal::RopeKernelArgs& args) {
 
   const PositionReader streams{args, half};
 
-  internal::ForRanges(args.tokens, args.tokens * rows * args.head_dim,
-                           [&](int64_t begin, int64_t end) {
-    internal::Scratch<float> table(4 * pairs);  // cos, then sin; 2 * pairs each
-    float* HWY_RESTRICT cos_table = table.get();
-    float* HWY_RESTRICT sin_table = table.get() + 2 * pairs;
-    internal::Scratch<double> state(2 * pairs);
-    internal::Scratch<double> pair_pos(streams.multi ? pairs : 0);
-    internal::Scratch<double> pair_step(streams.multi ? 2 * pairs : 0);  // cos, then sin
-    int step_pattern = 0;  // the streams that moved, as bits, when pair_step was last filled
-    int64_t advances = 0;
-    for (int64_t t = begin; t < end; ++t) {
-      bool moved[internal::kMaxRopeStreams] = {};  // filled only as far as Advances looked
-      const bool advance =
-          t > begin && streams.Advances(t - 1, t, moved) && advances < kMaxAdvances;
-      advances = advance ? advances + 1 : 0;
-      const double* token_step_cos = step_cos;
-      const double* token_step_sin = step_sin;
-      if (streams.multi) {
-        // Pair positions only for exact angles; steps per pair only when some stream stayed.
-        if (!advance) streams.PairPositions(t, pairs, pair_pos.get());
-        int pattern = 0;  // the streams that moved, as bits (read only when advancing)
-        for (int k = 0; advance && k < args.num_streams; ++k) pattern |= moved[k] ? 1 << k : 0;
-        if (advance && pattern != (1 << args.num_streams) - 1) {
-          // Along an image row the same streams move token after token: fill once per row.
-          if (pattern != step_pattern) {
-            streams.PairSteps(moved, step_cos, step_sin, pairs, pair_step.get(),
-                              pair_step.get() + pairs);
-            step_pattern = pattern;
+  // bfloat16 rows go through rope_bf16.h's AVX512-BF16 rotation where the CPU has it (its
+  // narrowing is one instruction instead of eight, and it prefetches; see that header). Only the
+  // AVX-512 targets take it, so that the AVX2 target, which the tests run on the same CPU, still
+  // covers the portable narrowing; the bits are the same either way.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  constexpr bool kMayNarrowNatively = std::is_same_v<T, hwy::bfloat16_t>;
+#else
+  constexpr bool kMayNarrowNatively = false;
+#endif
+  const bool native_bf16 = kMayNarrowNatively && internal::HasBf16Narrowing();
+
+  internal::ForRanges(
+      args.tokens, args.tokens * rows * args.head_dim, [&](int64_t begin, int64_t end) {
+        internal::Scratch<float> table(4 * pairs);  // cos, then sin; 2 * pairs each
+        float* HWY_RESTRICT cos_table = table.get();
+        float* HWY_RESTRICT sin_table = table.get() + 2 * pairs;
+        internal::Scratch<double> state(2 * pairs);
+        internal::Scratch<double> pair_pos(streams.multi ? pairs : 0);
+        internal::Scratch<double> pair_step(streams.multi ? 2 * pairs : 0);  // cos, then sin
+        int step_pattern = 0;  // the streams that moved, as bits, when pair_step was last filled
+        int64_t advances = 0;
+        for (int64_t t = begin; t < end; ++t) {
+          bool moved[internal::kMaxRopeStreams] = {};  // filled only as far as Advances looked
+          const bool advance =
+              t > begin && streams.Advances(t - 1, t, moved) && advances < kMaxAdvances;
+          advances = advance ? advances + 1 : 0;
+          const double* token_step_cos = step_cos;
+          const double* token_step_sin = step_sin;
+          if (streams.multi) {
+            // Pair positions only for exact angles; steps per pair only when some stream stayed.
+            if (!advance) streams.PairPositions(t, pairs, pair_pos.get());
+            int pattern = 0;  // the streams that moved, as bits (read only when advancing)
+            for (int k = 0; advance && k < args.num_streams; ++k) pattern |= moved[k] ? 1 << k : 0;
+            if (advance && pattern != (1 << args.num_streams) - 1) {
+              // Along an image row the same streams move token after token: fill once per row.
+              if (pattern != step_pattern) {
+                streams.PairSteps(moved, step_cos, step_sin, pairs, pair_step.get(),
+                                  pair_step.get() + pairs);
+                step_pattern = pattern;
+              }
+              token_step_cos = pair_step.get();
+              token_step_sin = pair_step.get() + pairs;
+            }
           }
-          token_step_cos = pair_step.get();
-          token_step_sin = pair_step.get() + pairs;
+          FillCosSin(dd, streams.At(0, t), streams.multi ? pair_pos.get() : nullptr, advance,
+                     freq_hi, freq_lo, token_step_cos, token_step_sin, pairs, args.cos_scale,
+                     args.sin_scale, interleaved, AngleState{state.get(), state.get() + pairs},
+                     cos_table, sin_table);
+          for (int n = 0; n < args.num_tensors; ++n) {
+            const internal::RopeTensor& x = args.tensors[n];
+            const T* in_token = static_cast<const T*>(x.in) + t * x.in_token_stride;
+            T* out_token = static_cast<T*>(x.out) + t * x.out_token_stride;
+            if (native_bf16) {
+              internal::RotateRowsBf16(interleaved, rotary_dim, cos_table, sin_table,
+                                       reinterpret_cast<const uint16_t*>(in_token + rotary_offset),
+                                       x.in_head_stride,
+                                       reinterpret_cast<uint16_t*>(out_token + rotary_offset),
+                                       x.out_head_stride, x.num_heads);
+            }
+            for (int64_t h = 0; h < x.num_heads; ++h) {
+              const T* in = in_token + h * x.in_head_stride;
+              T* out = out_token + h * x.out_head_stride;
+              if (native_bf16) {
+                // Rotated above, every head at once; only the pass-through features are left.
+              } else if (interleaved) {
+                RotateRowInterleaved(df, in + rotary_offset, out + rotary_offset, rotary_dim,
+                                     cos_table, sin_table);
+              } else {
+                RotateRowHalfSplit(df, in + rotary_offset, out + rotary_offset, half, cos_table,
+                                   sin_table);
+              }
+              if (in != out) {
+                if (lead_bytes != 0) std::memcpy(out, in, lead_bytes);
+                if (tail_bytes != 0) std::memcpy(out + rotary_end, in + rotary_end, tail_bytes);
+              }
+            }
+          }
         }
-      }
-      FillCosSin(dd, streams.At(0, t), streams.multi ? pair_pos.get() : nullptr, advance,
-                 freq_hi, freq_lo, token_step_cos, token_step_sin, pairs,
-                 args.cos_scale, args.sin_scale, interleaved,
-                 AngleState{state.get(), state.get() + pairs}, cos_table, sin_table);
-      for (int n = 0; n < args.num_tensors; ++n) {
-        const internal::RopeTensor& x = args.tensors[n];
-        const T* in_token = static_cast<const T*>(x.in) + t * x.in_token_stride;
-        T* out_token = static_cast<T*>(x.out) + t * x.out_token_stride;
-        for (int64_t h = 0; h < x.num_heads; ++h) {
-          const T* in = in_token + h * x.in_head_stride;
-          T* out = out_token + h * x.out_head_stride;
-          if (interleaved) {
-            RotateRowInterleaved(df, in + rotary_offset, out + rotary_offset, rotary_dim,
-                                 cos_table, sin_table);
-          } else {
-            RotateRowHalfSplit(df, in + rotary_offset, out + rotary_offset, half, cos_table,
-                               sin_table);
-          }
-          if (in != out) {
-            if (lead_bytes != 0) std::memcpy(out, in, lead_bytes);
-            if (tail_bytes != 0) std::memcpy(out + rotary_end, in + rotary_end, tail_bytes);
-          }
-        }
-      }
-    }
-  });
+      });
 }
 
 // The per-target entry point: picks the storage type.
 HWY_NOINLINE void RopeKernelImpl(const internal::RopeKernelArgs& args) {
   switch (args.storage) {
-    case StorageType::kFloat32: return RopeKernelT<float>(args);
-    case StorageType::kBFloat16: return RopeKernelT<hwy::bfloat16_t>(args);
-    case StorageType::kFloat16: return RopeKernelT<hwy::float16_t>(args);
+    case StorageType::kFloat32:
+      return RopeKernelT<float>(args);
+    case StorageType::kBFloat16:
+      return RopeKernelT<hwy::bfloat16_t>(args);
+    case StorageType::kFloat16:
+      return RopeKernelT<hwy::float16_t>(args);
   }
 }
 
