@@ -1,5 +1,7 @@
 #include "attention_bf16.h"
 
+#include "cpu_features.h"
+
 #if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)
 #define POSENC_HAVE_AVX512_BF16 1
 #include <immintrin.h>
@@ -19,20 +21,14 @@ namespace posenc::internal {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-bool HasBf16DotProducts() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512bf16");
-  return has;
-}
+bool HasBf16DotProducts() { return HasAvx512Bf16(); }
 
 namespace {
 int bf16_dot_override = -1;  // SetBf16DotProductsForTest: -1 none, else 0 or 1
 }  // namespace
 
 bool Bf16DotProductsPay() {
-  // __builtin_cpu_is reads the vendor from cpuid once, as __builtin_cpu_supports does.
-  static const bool pay = HasBf16DotProducts() && __builtin_cpu_is("amd");
+  static const bool pay = HasBf16DotProducts() && IsAmdCpu();
   return bf16_dot_override >= 0 ? bf16_dot_override == 1 && HasBf16DotProducts() : pay;
 }
 

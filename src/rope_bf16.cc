@@ -1,5 +1,7 @@
 #include "rope_bf16.h"
 
+#include "cpu_features.h"
+
 #if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)
 #define POSENC_ROPE_HAVE_AVX512_BF16 1
 #include <immintrin.h>
@@ -19,12 +21,7 @@ namespace posenc::internal {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-bool HasBf16Narrowing() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512bf16");
-  return has;
-}
+bool HasBf16Narrowing() { return HasAvx512Bf16(); }
 
 namespace {
 

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <memory>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,9 +18,9 @@
 #include "posenc/attention.h"
 #include "posenc/attention_backward.h"
 #include "posenc/heads.h"
+#include "posenc/positions.h"
 #include "posenc/kv_cache.h"
 #include "posenc/mrope.h"
-#include "posenc/positions.h"
 #include "posenc/rope.h"
 #include "posenc/runtime.h"
 #include "posenc/self_extend.h"
@@ -55,8 +55,8 @@ struct Entry {
   int threads;
   double bytes;
   Timing timing;
-  double flops = 0;         // useful floating-point work, for the compute-bound cases
-  double stream_bytes = 0;  // bytes a decode step must read at least once (the KV cache)
+  double flops = 0;          // useful floating-point work, for the compute-bound cases
+  double stream_bytes = 0;   // bytes a decode step must read at least once (the KV cache)
 };
 
 // One measurement: what it reports, what it runs, and how often (the scalar references take
@@ -144,18 +144,20 @@ template <typename T>
 void AddRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& positions, QK<T>& b,
                   std::vector<Case>& cases) {
   const std::string dtype = StorageTypeName(StorageTypeOf<T>());
-  const std::string shape = ShapeString(
-      {{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}}, {"q", "k"});
+  const std::string shape =
+      ShapeString({{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}},
+                  {"q", "k"});
   const double bytes = 2.0 * static_cast<double>(b.q.size() + b.k.size()) * sizeof(T);
   for (const RopeLayout layout : {RopeLayout::kHalfSplit, RopeLayout::kInterleaved}) {
     const std::string name = layout == RopeLayout::kHalfSplit ? "half_split" : "interleaved";
     const Rope rope = Rope::Default(s.head_dim, 10000.0, layout);
     cases.push_back({{"rope_forward", name, dtype, true, shape, threads, bytes, {}},
                      [&b, rope, &positions] { ApplyRope(rope, positions, b.qv, b.kv); }});
-    cases.push_back(
-        {{"rope_forward", name, dtype, false, shape, threads, bytes, {}}, [&b, rope, &positions] {
-           ApplyRope(rope, positions, Heads<const T>(b.qv), b.qo, Heads<const T>(b.kv), b.ko);
-         }});
+    cases.push_back({{"rope_forward", name, dtype, false, shape, threads, bytes, {}},
+                     [&b, rope, &positions] {
+                       ApplyRope(rope, positions, Heads<const T>(b.qv), b.qo,
+                                 Heads<const T>(b.kv), b.ko);
+                     }});
     cases.push_back({{"rope_reference_scalar", name, dtype, true, shape, 1, bytes, {}},
                      [&b, rope, &positions] {
                        ApplyRopeReference(rope, positions, b.qv, b.qv, RopeDirection::kForward);
@@ -192,8 +194,9 @@ template <typename T>
 void AddMRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& streams, QK<T>& b,
                    std::vector<Case>& cases) {
   const std::string dtype = StorageTypeName(StorageTypeOf<T>());
-  const std::string shape = ShapeString(
-      {{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}}, {"q", "k"});
+  const std::string shape =
+      ShapeString({{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}},
+                  {"q", "k"});
   const double bytes = 2.0 * static_cast<double>(b.q.size() + b.k.size()) * sizeof(T);
   const int64_t pairs = s.head_dim / 2;
   const PositionStreams view = PositionStreams::Dense(streams.data(), 3, s.tokens);
@@ -205,14 +208,8 @@ void AddMRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& str
     const bool in_blocks = layout == MropeSections::kBlocks;
     const MRope mrope =
         MRope::Sections(Rope::Default(s.head_dim, 1e6), in_blocks ? blocks : interleaved, layout);
-    cases.push_back({{"mrope_forward",
-                      in_blocks ? "sections" : "interleaved",
-                      dtype,
-                      true,
-                      shape,
-                      threads,
-                      bytes,
-                      {}},
+    cases.push_back({{"mrope_forward", in_blocks ? "sections" : "interleaved", dtype, true, shape,
+                      threads, bytes, {}},
                      [&b, mrope, view] { ApplyMRope(mrope, view, b.qv, b.kv); }});
   }
 }
@@ -256,19 +253,13 @@ void AddDecodeCase(const Shapes& s, int threads, DecodeBuffers<T>& decode,
   const std::string name = std::string("attention decode gqa ") +
                            (StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16");
   cases.push_back(
-      {{name,
-        "-",
-        StorageTypeName(StorageTypeOf<T>()),
-        false,
+      {{name, "-", StorageTypeName(StorageTypeOf<T>()), false,
         ShapeString({{1, s.decode_heads, s.head_dim},
                      {s.decode_keys, s.decode_kv_heads, s.head_dim},
                      {s.decode_keys, s.decode_kv_heads, s.head_dim}},
                     {"q", "k", "v"}),
-        threads,
-        kv_bytes + sizeof(T) * decode.q.size() + 4.0 * decode.out.size(),
-        {},
-        4.0 * s.decode_keys * s.head_dim * s.decode_heads,
-        kv_bytes},
+        threads, kv_bytes + sizeof(T) * decode.q.size() + 4.0 * decode.out.size(), {},
+        4.0 * s.decode_keys * s.head_dim * s.decode_heads, kv_bytes},
        [&decode, &s] {
          const auto view = [&s](const std::vector<T>& x) {
            return Heads<const T>::Dense(x.data(), s.decode_keys, s.decode_kv_heads, s.head_dim);
@@ -304,10 +295,9 @@ void AddCachedDecodeCases(const Shapes& s, int threads, DecodeBuffers<T>& decode
   // with the query rotated beforehand. Same memory, same numbers: they differ only in the query's
   // rotation (two caches would differ in how their pages were mapped, which showed here as 1.6x).
   const Rope rope = Rope::Default(s.head_dim, 500000.0);
-  auto cache = std::make_shared<KvCache<T>>(KvCacheOptions{.capacity = s.decode_keys,
-                                                           .kv_heads = s.decode_kv_heads,
-                                                           .head_dim = s.head_dim,
-                                                           .rope = rope});
+  auto cache = std::make_shared<KvCache<T>>(KvCacheOptions{
+      .capacity = s.decode_keys, .kv_heads = s.decode_kv_heads, .head_dim = s.head_dim,
+      .rope = rope});
   cache->Append(decode.key_pos, kv(decode.k), kv(decode.v));
   auto rotated_q = std::make_shared<std::vector<T>>(decode.q.size());
   ApplyRope(rope, decode.query_pos,
@@ -316,62 +306,40 @@ void AddCachedDecodeCases(const Shapes& s, int threads, DecodeBuffers<T>& decode
   const auto out = [&decode, &s] {
     return Heads<float>::Dense(decode.out.data(), 1, s.decode_heads, s.head_dim);
   };
-  cases.push_back(
-      {{"attention decode cache " + suffix,
-        "-",
-        dtype,
-        false,
-        shape,
-        threads,
-        bytes,
-        {},
-        flops,
-        kv_bytes},
-       [&decode, &s, cache, rotated_q, out] {
-         Attention({.causal = true},
-                   Heads<const T>::Dense(rotated_q->data(), 1, s.decode_heads, s.head_dim),
-                   cache->Keys(), cache->Values(), decode.query_pos, cache->Positions(), out());
-       }});
-  cases.push_back({{"attention decode cache rope " + suffix,
-                    "-",
-                    dtype,
-                    false,
-                    shape,
-                    threads,
-                    bytes,
-                    {},
-                    flops,
-                    kv_bytes},
+  cases.push_back({{"attention decode cache " + suffix, "-", dtype, false, shape, threads, bytes,
+                    {}, flops, kv_bytes},
+                   [&decode, &s, cache, rotated_q, out] {
+                     Attention({.causal = true},
+                               Heads<const T>::Dense(rotated_q->data(), 1, s.decode_heads,
+                                                     s.head_dim),
+                               cache->Keys(), cache->Values(), decode.query_pos,
+                               cache->Positions(), out());
+                   }});
+  cases.push_back({{"attention decode cache rope " + suffix, "-", dtype, false, shape, threads,
+                    bytes, {}, flops, kv_bytes},
                    [&decode, &s, cache, out] {
-                     cache->Attend(
-                         {.causal = true},
-                         Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim),
-                         decode.query_pos, out());
+                     cache->Attend({.causal = true},
+                                   Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads,
+                                                         s.head_dim),
+                                   decode.query_pos, out());
                    }});
   AttentionOptions rotate_all{.causal = true};
   rotate_all.rope = Rope::Default(s.head_dim, 500000.0);
-  cases.push_back({{"attention decode rope every key " + suffix,
-                    "-",
-                    dtype,
-                    false,
-                    shape,
-                    threads,
-                    bytes,
-                    {},
-                    flops,
-                    kv_bytes},
+  cases.push_back({{"attention decode rope every key " + suffix, "-", dtype, false, shape,
+                    threads, bytes, {}, flops, kv_bytes},
                    [&decode, &s, kv, rotate_all] {
-                     Attention(
-                         rotate_all,
-                         Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim),
-                         kv(decode.k), kv(decode.v), decode.query_pos, decode.key_pos,
-                         Heads<float>::Dense(decode.out.data(), 1, s.decode_heads, s.head_dim));
+                     Attention(rotate_all,
+                               Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads,
+                                                     s.head_dim),
+                               kv(decode.k), kv(decode.v), decode.query_pos, decode.key_pos,
+                               Heads<float>::Dense(decode.out.data(), 1, s.decode_heads,
+                                                   s.head_dim));
                    }});
 }
 
-// Causal prefill, plain, with ALiBi and with T5's relative bias, on q, k and v of one storage type.
-// Useful work is the lower triangle only: T (T + 1) / 2 (query, key) pairs per head, 2 head_dim
-// flops each for the score and 2 head_dim for the weighted value.
+// Causal prefill, plain, with ALiBi and with T5's relative bias, on q, k and v of one storage type. Useful work is the
+// lower triangle only: T (T + 1) / 2 (query, key) pairs per head, 2 head_dim flops each for the
+// score and 2 head_dim for the weighted value.
 template <typename T>
 void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
                      std::vector<Case>& cases) {
@@ -383,16 +351,15 @@ void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
   // T5's decoder bias (32 buckets, max distance 128), fused like ALiBi: its table outlives the
   // case, which holds a view of it.
   auto t5_table = std::make_shared<std::vector<float>>(32 * h);
-  for (size_t i = 0; i < t5_table->size(); ++i)
-    (*t5_table)[i] = -0.01f * static_cast<float>(i % 97);
+  for (size_t i = 0; i < t5_table->size(); ++i) (*t5_table)[i] = -0.01f * static_cast<float>(i % 97);
   for (const std::string bias : {"", "alibi ", "t5 "}) {
     AttentionOptions options{.causal = true};
     if (bias == "alibi ") options.alibi = Alibi{.num_heads = h};
     if (bias == "t5 ") {
-      options.relative_bias =
-          RelativeBias{.buckets = {.num_buckets = 32, .max_distance = 128, .bidirectional = false},
-                       .num_heads = h,
-                       .table = *t5_table};
+      options.relative_bias = RelativeBias{
+          .buckets = {.num_buckets = 32, .max_distance = 128, .bidirectional = false},
+          .num_heads = h,
+          .table = *t5_table};
     }
     const std::string name = "attention prefill causal " + bias +
                              (StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16");
@@ -414,27 +381,19 @@ void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
   const SelfExtend self_extend{.group_size = 4, .neighbor_window = std::max<int64_t>(1, t / 4)};
   const std::string suffix = StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16";
   for (const bool grouped : {false, true}) {
-    Case c{
-        {std::string("attention prefill causal ") + (grouped ? "self-extend " : "rope ") + suffix,
-         "-",
-         dtype,
-         false,
-         shape,
-         threads,
-         bytes,
-         {},
-         flops},
-        [&b, with_rope, self_extend, grouped, t, h, d] {
-          const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
-          const auto out = Heads<float>::Dense(b.prefill_out.data(), t, h, d);
-          if (grouped) {
-            SelfExtendAttention(with_rope, self_extend, view, view, view, b.prefill_pos,
-                                b.prefill_pos, out);
-          } else {
-            Attention(with_rope, view, view, view, b.prefill_pos, b.prefill_pos, out);
-          }
-        },
-        5};
+    Case c{{std::string("attention prefill causal ") + (grouped ? "self-extend " : "rope ") + suffix,
+            "-", dtype, false, shape, threads, bytes, {}, flops},
+           [&b, with_rope, self_extend, grouped, t, h, d] {
+             const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
+             const auto out = Heads<float>::Dense(b.prefill_out.data(), t, h, d);
+             if (grouped) {
+               SelfExtendAttention(with_rope, self_extend, view, view, view, b.prefill_pos,
+                                   b.prefill_pos, out);
+             } else {
+               Attention(with_rope, view, view, view, b.prefill_pos, b.prefill_pos, out);
+             }
+           },
+           5};
     cases.push_back(std::move(c));
   }
 }
@@ -506,9 +465,9 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   const std::string stream_shape = "[" + std::to_string(n) + "] (q+k)";
   cases.push_back({{"stream_copy", "-", "float32", false, stream_shape, threads, 8.0 * n, {}},
                    [&b, n] { bench::StreamCopy(b.stream_a.data(), b.stream_b.data(), n); }});
-  cases.push_back(
-      {{"stream_read_modify_write", "-", "float32", true, stream_shape, threads, 8.0 * n, {}},
-       [&b, n] { bench::StreamScaleInPlace(b.stream_a.data(), n, 0.999f); }});
+  cases.push_back({{"stream_read_modify_write", "-", "float32", true, stream_shape, threads,
+                    8.0 * n, {}},
+                   [&b, n] { bench::StreamScaleInPlace(b.stream_a.data(), n, 0.999f); }});
   cases.push_back({{"stream_fill", "-", "float32", false, stream_shape, threads, 4.0 * n, {}},
                    [&b, n] { bench::StreamFill(b.stream_b.data(), n, 1.0f); }});
   AddRopeCases(s, threads, b.positions, b.f32, cases);
@@ -519,16 +478,11 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
 
   // Thread scaling: the float32 half-split in-place case on one thread.
   const Rope plain = Rope::Default(s.head_dim);
-  const std::string qk_shape = ShapeString(
-      {{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}}, {"q", "k"});
-  cases.push_back({{"rope_forward",
-                    "half_split",
-                    "float32",
-                    true,
-                    qk_shape,
-                    1,
-                    2.0 * (b.single.q.size() + b.single.k.size()) * 4,
-                    {}},
+  const std::string qk_shape =
+      ShapeString({{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}},
+                  {"q", "k"});
+  cases.push_back({{"rope_forward", "half_split", "float32", true, qk_shape, 1,
+                    2.0 * (b.single.q.size() + b.single.k.size()) * 4, {}},
                    [&b, &plain, threads] {
                      SetThreadCount(1);
                      ApplyRope(plain, b.positions, b.single.qv, b.single.kv);
@@ -539,35 +493,29 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   constexpr int kDecodeCalls = 2000;
   const std::vector<int64_t> last = {s.tokens - 1};
   cases.push_back(
-      {{"rope_decode_step",
-        "half_split",
-        "float32",
-        true,
+      {{"rope_decode_step", "half_split", "float32", true,
         ShapeString({{1, s.heads, s.head_dim}, {1, s.kv_heads, s.head_dim}}, {"q", "k"}),
-        threads,
-        2.0 * (b.decode_q.size() + b.decode_k.size()) * 4,
-        {}},
+        threads, 2.0 * (b.decode_q.size() + b.decode_k.size()) * 4, {}},
        [&b, &plain, &last, &s] {
          for (int c = 0; c < kDecodeCalls; ++c) {
            ApplyRope(plain, last, Heads<float>::Dense(b.decode_q.data(), 1, s.heads, s.head_dim),
                      Heads<float>::Dense(b.decode_k.data(), 1, s.kv_heads, s.head_dim));
          }
        },
-       1 << 30,
-       kDecodeCalls});
+       1 << 30, kDecodeCalls});
 
   // The sinusoidal table: written once, never read.
   const Sinusoidal spec{.dim = s.table_dim};
   const std::string table_shape =
       "[" + std::to_string(s.table_positions) + "," + std::to_string(s.table_dim) + "]";
   const double table_bytes = 4.0 * b.table.size();
-  cases.push_back(
-      {{"sinusoidal_table", "-", "float32", false, table_shape, threads, table_bytes, {}},
-       [&b, &spec, &s] { FillSinusoidalTable(spec, s.table_positions, b.table); }});
-  cases.push_back(
-      {{"sinusoidal_reference_scalar", "-", "float32", false, table_shape, 1, table_bytes, {}},
-       [&b, &spec] { FillSinusoidalReference(spec, b.table_positions, b.table); },
-       1});
+  cases.push_back({{"sinusoidal_table", "-", "float32", false, table_shape, threads, table_bytes,
+                    {}},
+                   [&b, &spec, &s] { FillSinusoidalTable(spec, s.table_positions, b.table); }});
+  cases.push_back({{"sinusoidal_reference_scalar", "-", "float32", false, table_shape, 1,
+                    table_bytes, {}},
+                   [&b, &spec] { FillSinusoidalReference(spec, b.table_positions, b.table); },
+                   1});
 
   AddPrefillCases(s, threads, attention_f32, cases);
   AddPrefillCases(s, threads, attention_bf16, cases);
@@ -579,12 +527,12 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   const std::string kv_shape = ShapeString({{s.decode_keys, s.decode_kv_heads, s.head_dim},
                                             {s.decode_keys, s.decode_kv_heads, s.head_dim}},
                                            {"k", "v"});
-  cases.push_back(
-      {{kKvReadCase, "-", "float32", false, kv_shape, threads, kv_bytes, {}}, [&decode] {
-         volatile float sink = bench::StreamRead(decode.k.data(), decode.k.size()) +
-                               bench::StreamRead(decode.v.data(), decode.v.size());
-         (void)sink;
-       }});
+  cases.push_back({{kKvReadCase, "-", "float32", false, kv_shape, threads, kv_bytes, {}},
+                   [&decode] {
+                     volatile float sink = bench::StreamRead(decode.k.data(), decode.k.size()) +
+                                           bench::StreamRead(decode.v.data(), decode.v.size());
+                     (void)sink;
+                   }});
   AddDecodeCase(s, threads, decode, cases);
   AddDecodeCase(s, threads, decode_bf16, cases);
   AddCachedDecodeCases(s, threads, decode, cases);
@@ -701,21 +649,22 @@ void AddBenchCommand(CLI::App& app) {
       name_width = std::max(name_width, static_cast<int>(e.operation.size()));
       shape_width = std::max(shape_width, static_cast<int>(e.shape.size()));
     }
-    std::printf("%-*s %-11s %-8s %-5s %-3s %-*s %10s %12s %12s %8s %7s\n", name_width, "operation",
-                "layout", "dtype", "place", "thr", shape_width, "shape", "MB moved", "best",
-                "median", "GB/s", "ratio");
+    std::printf("%-*s %-11s %-8s %-5s %-3s %-*s %10s %12s %12s %8s %7s\n", name_width,
+                "operation", "layout", "dtype", "place", "thr", shape_width, "shape", "MB moved",
+                "best", "median", "GB/s", "ratio");
     for (const Entry& e : entries) {
       const double rate = e.bytes / e.timing.best_s;
       const bool ns = e.timing.best_s < 1e-4;
       std::printf("%-*s %-11s %-8s %-5s %3d %-*s %10.2f %9.3f %s %9.3f %s %8.2f %7.3f\n",
                   name_width, e.operation.c_str(), e.layout.c_str(), e.dtype.c_str(),
-                  e.in_place ? "in" : "out", e.threads, shape_width, e.shape.c_str(), e.bytes / 1e6,
+                  e.in_place ? "in" : "out", e.threads, shape_width, e.shape.c_str(),
+                  e.bytes / 1e6,
                   e.timing.best_s * (ns ? 1e9 : 1e3), ns ? "ns" : "ms",
                   e.timing.median_s * (ns ? 1e9 : 1e3), ns ? "ns" : "ms", rate / 1e9,
                   rate / bandwidth);
     }
-    std::printf("\n%-*s %10s %10s %14s\n", name_width, "attention (useful causal work)", "GFLOP/s",
-                "of peak", "x stream time");
+    std::printf("\n%-*s %10s %10s %14s\n", name_width, "attention (useful causal work)",
+                "GFLOP/s", "of peak", "x stream time");
     for (const Entry& e : entries) {
       if (e.flops == 0) continue;
       const double gflops = e.flops / e.timing.best_s / 1e9;
