@@ -1,6 +1,6 @@
 #include "model.h"
 
-#include <cmath>
+#include <optional>
 
 #include "positions_autograd.h"
 
@@ -54,30 +54,22 @@ CharModelImpl::CharModelImpl(const ModelShape& shape, PositionMethod method)
 torch::Tensor CharModelImpl::Attention(Block& block, const torch::Tensor& x,
                                        const torch::Tensor& positions, const Rope& rope,
                                        const LongContext& reading) {
-  const int64_t batch = x.size(0), n = x.size(1), h = shape_.heads, dh = head_dim();
-  // [batch, tokens, 3, heads, head_dim]: q, k and v each [batch, tokens, heads, head_dim].
-  const torch::Tensor qkv = block.qkv(x).view({batch, n, 3, h, dh});
-  torch::Tensor q = qkv.select(2, 0), k = qkv.select(2, 1);
-  const torch::Tensor v = qkv.select(2, 2);
+  const int64_t batch = x.size(0), n = x.size(1);
+  // [batch, tokens, 3, heads, head_dim]: q, k and v of each token side by side.
+  const torch::Tensor qkv = block.qkv(x).view({batch, n, 3, shape_.heads, head_dim()});
   if (reading.kind != LongContext::Kind::kFull) {
+    const torch::Tensor q = qkv.select(2, 0), k = qkv.select(2, 1), v = qkv.select(2, 2);
     const torch::Tensor mixed =
         reading.kind == LongContext::Kind::kSelfExtend
             ? SelfExtendRead(q, k, v, rope, reading.self_extend)
             : SinkRead(q, k, v, rope, reading.sinks, reading.cache, reading.positions);
     return block.proj(mixed.reshape({batch, n, shape_.d_model}));
   }
-  if (method_ == PositionMethod::kRope) {
-    q = ApplyRopeAutograd(q, positions, rope);
-    k = ApplyRopeAutograd(k, positions, rope);
-  }
-  // [batch, heads, queries, keys]
-  torch::Tensor scores = torch::matmul(q.transpose(1, 2), k.permute({0, 2, 3, 1})) /
-                         std::sqrt(static_cast<double>(dh));
-  if (method_ == PositionMethod::kAlibi) scores = AddAlibiAutograd(scores, positions);
-  const torch::Tensor future = torch::ones({n, n}, torch::kBool).triu(1);
-  scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-  const torch::Tensor mixed = torch::matmul(torch::softmax(scores, -1), v.transpose(1, 2));
-  return block.proj(mixed.transpose(1, 2).reshape({batch, n, shape_.d_model}));
+  const std::optional<Rope> rotation =
+      method_ == PositionMethod::kRope ? std::optional<Rope>(rope) : std::nullopt;
+  const torch::Tensor mixed =
+      CausalAttentionAutograd(qkv, positions, rotation, method_ == PositionMethod::kAlibi);
+  return block.proj(mixed.reshape({batch, n, shape_.d_model}));
 }
 
 torch::Tensor CharModelImpl::forward(const torch::Tensor& ids, const Rope& rope,

@@ -1,9 +1,11 @@
 // The study's model: a tiny pre-norm causal transformer over characters. Only the position
 // method changes between arms; it enters in one of three places, all served by posenc:
 //   learned / sinusoidal: added to the token embeddings (LookupLearnedAutograd, SinusoidalTable);
-//   RoPE: q and k rotated inside attention (ApplyRopeAutograd, with any Rope: scaled or not);
-//   ALiBi: a bias on the attention scores (AddAlibiAutograd);
+//   RoPE: q and k rotated inside attention (with any Rope: scaled or not);
+//   ALiBi: a bias on the attention scores;
 //   none (NoPE): nothing; only the causal mask tells the model where it is.
+// Attention itself is posenc's, forward and backward (CausalAttentionAutograd), with RoPE and
+// ALiBi as its options.
 #pragma once
 
 #include <torch/torch.h>

@@ -1,9 +1,10 @@
 #include "positions_autograd.h"
 
 #include <span>
-#include <vector>
 
 #include "posenc/alibi.h"
+#include "posenc/attention.h"
+#include "posenc/attention_backward.h"
 #include "posenc/heads.h"
 #include "posenc/learned.h"
 #include "posenc/sinusoidal.h"
@@ -93,31 +94,89 @@ class LearnedLookupFunction : public torch::autograd::Function<LearnedLookupFunc
   }
 };
 
-// The [heads, queries, keys] bias of posenc's ALiBi for one window of positions.
-torch::Tensor AlibiBiasTable(const torch::Tensor& positions, int64_t heads) {
-  const std::vector<double> slopes = AlibiSlopes(Alibi{.num_heads = heads});
-  const int64_t n = positions.numel();
-  const int64_t* pos = positions.data_ptr<int64_t>();
-  torch::Tensor bias = torch::empty({heads, n, n}, torch::kFloat32);
-  float* out = bias.data_ptr<float>();
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        *out++ = static_cast<float>(AlibiBias(slopes[h], pos[i], pos[j]));
-      }
-    }
-  }
-  return bias;
+// Part p (0: q, 1: k, 2: v) of batch element b of a contiguous [batch, tokens, 3, heads, head_dim]
+// tensor, as a posenc view: the token stride skips the other two parts.
+template <typename T>
+Heads<T> QkvPart(const torch::Tensor& qkv, int64_t b, int64_t p) {
+  return {qkv.data_ptr<float>() + b * qkv.stride(0) + p * qkv.stride(2),
+          qkv.size(1),
+          qkv.size(3),
+          qkv.size(4),
+          qkv.stride(1),
+          qkv.stride(3)};
 }
 
-class AlibiFunction : public torch::autograd::Function<AlibiFunction> {
+// Batch element b of a contiguous [batch, tokens, heads, dim] tensor.
+template <typename T>
+Heads<T> BatchHeads(const torch::Tensor& x, int64_t b) {
+  return Heads<T>::Dense(x.data_ptr<float>() + b * x.stride(0), x.size(1), x.size(2), x.size(3));
+}
+
+// Batch element b of a contiguous [batch, tokens, heads] log-sum-exp tensor.
+template <typename T>
+std::span<T> BatchRow(const torch::Tensor& lse, int64_t b) {
+  return {lse.data_ptr<float>() + b * lse.stride(0), static_cast<size_t>(lse.stride(0))};
+}
+
+// The options forward and backward share, rebuilt from what the context saved (an empty inv_freq:
+// no RoPE).
+AttentionOptions CausalOptions(int64_t heads, int64_t head_dim, bool alibi,
+                               const torch::Tensor& inv_freq, double attention_factor,
+                               int64_t layout) {
+  AttentionOptions options;
+  options.causal = true;
+  if (alibi) options.alibi = Alibi{.num_heads = heads};
+  if (inv_freq.numel() > 0) options.rope = RopeFrom(inv_freq, attention_factor, layout, head_dim);
+  return options;
+}
+
+// One posenc call per batch element: every element shares the positions, and each call threads
+// over heads and tiles itself (a call at the study's shapes is large enough for OpenMP).
+class CausalAttentionFunction : public torch::autograd::Function<CausalAttentionFunction> {
  public:
-  static torch::Tensor forward(AutogradContext*, const torch::Tensor& scores,
-                               const torch::Tensor& positions) {
-    return scores + AlibiBiasTable(positions, scores.size(1));
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in,
+                               const torch::Tensor& positions, bool alibi,
+                               const torch::Tensor& inv_freq, double attention_factor,
+                               int64_t layout) {
+    const torch::Tensor qkv = qkv_in.contiguous();
+    const int64_t batch = qkv.size(0), tokens = qkv.size(1), heads = qkv.size(3);
+    const AttentionOptions options =
+        CausalOptions(heads, qkv.size(4), alibi, inv_freq, attention_factor, layout);
+    const std::span<const int64_t> pos = Int64Span(positions);
+    torch::Tensor out = torch::empty({batch, tokens, heads, qkv.size(4)}, qkv.options());
+    // Each row's log-sum-exp: all the backward pass needs to recompute the softmax tile by tile.
+    torch::Tensor lse = torch::empty({batch, tokens, heads}, qkv.options());
+    for (int64_t b = 0; b < batch; ++b) {
+      AttentionForward(options, QkvPart<const float>(qkv, b, 0), QkvPart<const float>(qkv, b, 1),
+                       QkvPart<const float>(qkv, b, 2), pos, pos, BatchHeads<float>(out, b),
+                       BatchRow<float>(lse, b));
+    }
+    ctx->save_for_backward({qkv, positions, inv_freq, out, lse});
+    ctx->saved_data["alibi"] = alibi;
+    ctx->saved_data["attention_factor"] = attention_factor;
+    ctx->saved_data["layout"] = layout;
+    return out;
   }
-  static variable_list backward(AutogradContext*, variable_list grad_outputs) {
-    return {grad_outputs[0], torch::Tensor()};  // d(scores + constant) / d scores = identity
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &qkv = saved[0], &out = saved[3], &lse = saved[4];
+    const AttentionOptions options = CausalOptions(
+        qkv.size(3), qkv.size(4), ctx->saved_data["alibi"].toBool(), saved[2],
+        ctx->saved_data["attention_factor"].toDouble(), ctx->saved_data["layout"].toInt());
+    const std::span<const int64_t> pos = Int64Span(saved[1]);
+    const torch::Tensor d_out = grad_outputs[0].contiguous();
+    // Every element is written (dq, dk, dv fill their parts), so no zeroing.
+    torch::Tensor d_qkv = torch::empty_like(qkv);
+    for (int64_t b = 0; b < qkv.size(0); ++b) {
+      AttentionBackward(options, QkvPart<const float>(qkv, b, 0), QkvPart<const float>(qkv, b, 1),
+                        QkvPart<const float>(qkv, b, 2), pos, pos, BatchHeads<const float>(out, b),
+                        BatchRow<const float>(lse, b), BatchHeads<const float>(d_out, b),
+                        {.dq = QkvPart<float>(d_qkv, b, 0),
+                         .dk = QkvPart<float>(d_qkv, b, 1),
+                         .dv = QkvPart<float>(d_qkv, b, 2)});
+    }
+    return {d_qkv,           torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -136,8 +195,18 @@ torch::Tensor LookupLearnedAutograd(const torch::Tensor& table, const torch::Ten
   return LearnedLookupFunction::apply(table, positions.contiguous());
 }
 
-torch::Tensor AddAlibiAutograd(const torch::Tensor& scores, const torch::Tensor& positions) {
-  return AlibiFunction::apply(scores, positions.contiguous());
+torch::Tensor CausalAttentionAutograd(const torch::Tensor& qkv, const torch::Tensor& positions,
+                                      const std::optional<Rope>& rope, bool alibi) {
+  TORCH_CHECK(qkv.scalar_type() == torch::kFloat32 && qkv.dim() == 5 && qkv.size(2) == 3,
+              "[study] expected float32 qkv [batch, tokens, 3, heads, head_dim]");
+  TORCH_CHECK(positions.scalar_type() == torch::kInt64 && positions.numel() == qkv.size(1),
+              "[study] expected int64 positions [tokens]");
+  if (rope) rope->Validate();
+  const torch::Tensor inv_freq =
+      rope ? torch::tensor(rope->inv_freq, torch::kFloat64) : torch::empty({0}, torch::kFloat64);
+  return CausalAttentionFunction::apply(qkv, positions.contiguous(), alibi, inv_freq,
+                                        rope ? rope->attention_factor : 1.0,
+                                        static_cast<int64_t>(rope ? rope->layout : RopeLayout{}));
 }
 
 torch::Tensor SinusoidalTable(const torch::Tensor& positions, int64_t d_model) {

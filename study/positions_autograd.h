@@ -1,10 +1,12 @@
 // posenc's position methods as torch autograd functions, so that a libtorch model trains through
 // posenc's own kernels: the forward pass calls posenc, and so does the backward pass (the inverse
-// rotation for RoPE, the gradient scatter for a learned table). Nothing here re-implements a
-// position method in torch ops.
+// rotation for RoPE, the gradient scatter for a learned table, the attention backward pass with
+// RoPE and ALiBi inside). Nothing here re-implements a position method in torch ops.
 #pragma once
 
 #include <torch/torch.h>
+
+#include <optional>
 
 #include "posenc/rope.h"
 
@@ -20,10 +22,14 @@ torch::Tensor ApplyRopeAutograd(const torch::Tensor& x, const torch::Tensor& pos
 // posenc::AccumulateLearnedGradient of the incoming one.
 torch::Tensor LookupLearnedAutograd(const torch::Tensor& table, const torch::Tensor& positions);
 
-// scores: float32 [batch, heads, queries, keys], queries and keys both at `positions`. Returns
-// scores + ALiBi bias (posenc::AlibiSlopes / AlibiBias for `heads` heads); the bias is a constant,
-// so the gradient passes through unchanged.
-torch::Tensor AddAlibiAutograd(const torch::Tensor& scores, const torch::Tensor& positions);
+// qkv: float32 [batch, tokens, 3, heads, head_dim], each token's q, k and v side by side (as a
+// fused projection writes them, not yet rotated); positions: int64 [tokens], shared by the batch,
+// queries and keys alike. Returns causal attention [batch, tokens, heads, head_dim], scale
+// 1 / sqrt(head_dim), by posenc::AttentionForward: q and k rotated by `rope` inside when given,
+// ALiBi's bias for the heads (posenc::Alibi) when `alibi`. The gradient, d qkv in qkv's layout,
+// is posenc::AttentionBackward: no [tokens, tokens] score matrix exists in either pass.
+torch::Tensor CausalAttentionAutograd(const torch::Tensor& qkv, const torch::Tensor& positions,
+                                      const std::optional<Rope>& rope, bool alibi);
 
 // The sinusoidal table [tokens, d_model] at `positions` (posenc::FillSinusoidal), a constant.
 torch::Tensor SinusoidalTable(const torch::Tensor& positions, int64_t d_model);

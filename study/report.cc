@@ -248,8 +248,8 @@ std::string CacheReadingSection(const Table& t, const Settings& s) {
   for (int64_t m : s.multiples) {
     const int64_t length = m * L;
     const SelfExtend se = SelfExtendFor(s, length);
-    md << "| " << length << " | " << se.group_size << " | "
-       << (L - W) * se.group_size + W << " | " << se.GroupQueryPosition(length - 1) << " |\n";
+    md << "| " << length << " | " << se.group_size << " | " << (L - W) * se.group_size + W << " | "
+       << se.GroupQueryPosition(length - 1) << " |\n";
   }
   const auto c = [&](const char* key, Protocol p, int64_t m) { return t.Get(key, p, m).mean; };
   const int64_t top = s.multiples.back();
@@ -291,9 +291,9 @@ void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s
   fig.file_stem = "loss_vs_length_" + ProtocolName(p);
   fig.width = 1900;
   fig.height = 600;
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
-                          "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#006400",
-                          "#ff1493", "#00008b"};
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+                          "#000000", "#006400", "#ff1493", "#00008b"};
   constexpr size_t kColors = sizeof colors / sizeof colors[0];
   std::ostringstream plot;
   plot << "set multiplot layout 1,3 title 'Held-out loss against evaluation length ("
@@ -313,20 +313,19 @@ void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s
   };
   for (int panel = 0; panel < 3; ++panel) {
     // Head room above the curves for the key (one line per arm).
-    plot << "set title '" << titles[panel] << "'\nset offsets 0, 0, "
-         << (panel == 1 ? 1.6 : 1.0) << ", 0\nplot ";
+    plot << "set title '" << titles[panel] << "'\nset offsets 0, 0, " << (panel == 1 ? 1.6 : 1.0)
+         << ", 0\nplot ";
     int drawn = 0;
     for (size_t i = 0; i < arms.size(); ++i) {
-      const bool in_panel =
-          panel_of(arms[i]) == panel || (panel > 0 && arms[i].key == "rope");
+      const bool in_panel = panel_of(arms[i]) == panel || (panel > 0 && arms[i].key == "rope");
       const std::string rows = LossRows(t, arms[i].key, p, s);
       if (!in_panel || rows.empty()) continue;
       std::string name = "a";
       name += std::to_string(i);  // (not "a" + ...: GCC 12 warns falsely of overlapping copies)
       if (panel == 0 || !arms[i].base) fig.data.push_back({name, rows});
       plot << (drawn++ ? ", " : "") << "$" << name << " using 1:2:3:4 with yerrorlines lw 2 dt "
-           << (arms[i].key.ends_with("-ft") ? 2 : 1) << " pt 7 ps 0.6 lc rgb '" << colors[i % kColors]
-           << "' title '" << arms[i].label << "'";
+           << (arms[i].key.ends_with("-ft") ? 2 : 1) << " pt 7 ps 0.6 lc rgb '"
+           << colors[i % kColors] << "' title '" << arms[i].label << "'";
     }
     plot << "\n";
   }
@@ -466,11 +465,16 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "and backward call posenc): learned absolute (`LookupLearnedRows` / "
      << "`AccumulateLearnedGradient`; the table has " << s.shape.learned_rows << " rows and "
      << "only the first " << L << " are ever trained, so longer windows read rows still at "
-     << "their initialisation), sinusoidal (`FillSinusoidal`), RoPE (`ApplyRope`, half-split; "
-     << "the backward pass is the inverse rotation), ALiBi (`AlibiSlopes` / `AlibiBias` on the "
-     << "scores), NoPE (nothing: the causal mask only). The stretched RoPE variants get their "
-     << "frequencies from `ComputeRopeFrequencies` in exact (double) mode: PI = linear s = "
-     << s.finetune_factor << "; NTK-aware = base x s^(d/(d-2)); dynamic NTK = Hugging Face's "
+     << "their initialisation), sinusoidal (`FillSinusoidal`), RoPE (half-split, q and k "
+     << "rotated inside attention; their gradients turned back by the rotation's transpose), "
+     << "ALiBi (the paper's slopes, `Alibi`, a bias inside attention), NoPE (nothing: the causal "
+     << "mask only). Attention itself is posenc's kernel in training and evaluation, forward and "
+     << "backward (`AttentionForward` / `AttentionBackward`, FlashAttention-2 style: causal, "
+     << "with RoPE or ALiBi as its options, no window x window score matrix in either pass); "
+     << "only the Self-Extend and sinks readings below attend their own way. The stretched RoPE "
+     << "variants get their frequencies from `ComputeRopeFrequencies` in exact (double) mode: "
+     << "PI = linear s = " << s.finetune_factor
+     << "; NTK-aware = base x s^(d/(d-2)); dynamic NTK = Hugging Face's "
      << "`dynamic` with factor 1 and max_position_embeddings " << L
      << " (NTK-aware with s = window / " << L << " for windows past " << L
      << "); YaRN s = " << s.finetune_factor << ", beta_fast " << s.yarn_beta_fast << ", beta_slow "
@@ -479,8 +483,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "only attention changes): Self-Extend (`SelfExtendAttention`, Jin et al. 2024) with "
      << "neighbour window W = " << s.self_extend_window << " and the group size G per length "
      << "(below); attention sinks (StreamingLLM, Xiao et al. 2023): the cache holds "
-     << s.sink_tokens << " sinks and the latest " << L - s.sink_tokens << " characters, "
-     << L << " in all (the training length), with positions as slots in the cache "
+     << s.sink_tokens << " sinks and the latest " << L - s.sink_tokens << " characters, " << L
+     << " in all (the training length), with positions as slots in the cache "
      << "(StreamingLLM's choice, `SinkPositions::kCache`) or as in the text (`kText`). Each "
      << "window is read at once with the masks and positions a token-by-token decode through "
      << "`KvCache` and `RollSinkWindow` would give (the study's tests check the two agree).\n\n";

@@ -4,11 +4,15 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
+#include <string>
+#include <vector>
 
 #include "arms.h"
 #include "long_context.h"
 #include "model.h"
+#include "posenc/alibi.h"
 #include "positions_autograd.h"
 
 namespace posenc::study {
@@ -72,17 +76,6 @@ TEST(StudyAutograd, LearnedLookupGathersRowsAndSumsRepeatedGradients) {
   EXPECT_TRUE(torch::equal(table.grad(), expected));
 }
 
-TEST(StudyAutograd, AlibiAddsThePaperBiasAndPassesTheGradient) {
-  const torch::Tensor scores = torch::zeros({1, 8, 4, 4}).requires_grad_();
-  const torch::Tensor out = AddAlibiAutograd(scores, torch::arange(4, torch::kInt64));
-  // 8 heads: slopes 1/2, 1/4, ..., 1/256; bias(i, j) = -slope * (i - j).
-  EXPECT_FLOAT_EQ(out[0][0][3][1].item<float>(), -0.5f * 2);
-  EXPECT_FLOAT_EQ(out[0][7][3][0].item<float>(), -3.0f / 256);
-  EXPECT_FLOAT_EQ(out[0][2][2][2].item<float>(), 0.0f);
-  out.sum().backward();
-  EXPECT_TRUE(torch::equal(scores.grad(), torch::ones({1, 8, 4, 4})));
-}
-
 TEST(StudyAutograd, SinusoidalTableIsTheTransformerFormula) {
   const torch::Tensor table = SinusoidalTable(torch::tensor({0, 1, 5}, torch::kInt64), 4);
   EXPECT_FLOAT_EQ(table[1][0].item<float>(), static_cast<float>(std::sin(1.0)));
@@ -108,6 +101,100 @@ TEST(StudyModel, EveryMethodIsCausal) {
     EXPECT_TRUE(torch::allclose(before.slice(1, 0, 15), after.slice(1, 0, 15)))
         << MethodName(method) << ": an earlier position saw a later token";
     EXPECT_FALSE(torch::allclose(before.slice(1, 15), after.slice(1, 15))) << MethodName(method);
+  }
+}
+
+// The model's logits with attention composed in torch ops from the model's own parameters
+// (matmul, ALiBi bias, causal mask, softmax, matmul; RoPE by ApplyRopeAutograd), as the model
+// computed them before it trained through posenc's attention.
+torch::Tensor ComposedLogits(CharModel& model, const torch::Tensor& ids, const Rope& rope) {
+  namespace F = torch::nn::functional;
+  const auto p = model->named_parameters();
+  const ModelShape& shape = model->shape();
+  const int64_t batch = ids.size(0), n = ids.size(1), h = shape.heads, d = shape.d_model;
+  const int64_t dh = model->head_dim();
+  const PositionMethod method = model->method();
+  const torch::Tensor positions = torch::arange(n, torch::kInt64);
+  const auto norm = [&](const std::string& name, const torch::Tensor& x) {
+    return F::layer_norm(
+        x, F::LayerNormFuncOptions({d}).weight(p[name + ".weight"]).bias(p[name + ".bias"]));
+  };
+  const auto linear = [&](const std::string& name, const torch::Tensor& x) {
+    return F::linear(x, p[name + ".weight"], p[name + ".bias"]);
+  };
+  torch::Tensor x = F::embedding(ids, p["tokens.weight"]);
+  if (method == PositionMethod::kLearned) x = x + p["learned"].slice(0, 0, n);
+  if (method == PositionMethod::kSinusoidal) x = x + SinusoidalTable(positions, d);
+  // [heads, queries, keys]: ALiBi's -slope * (i - j), or nothing.
+  torch::Tensor bias = torch::zeros({h, n, n});
+  if (method == PositionMethod::kAlibi) {
+    const torch::Tensor slopes = torch::tensor(AlibiSlopes(Alibi{.num_heads = h})).view({h, 1, 1});
+    const torch::Tensor distance = positions.unsqueeze(1) - positions.unsqueeze(0);
+    bias = (-slopes * distance.to(torch::kFloat64)).to(torch::kFloat32);
+  }
+  const torch::Tensor future = torch::ones({n, n}, torch::kBool).triu(1);
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    const std::string b = "block" + std::to_string(l) + "_";
+    const torch::Tensor qkv = linear(b + "qkv", norm(b + "norm1", x)).view({batch, n, 3, h, dh});
+    torch::Tensor q = qkv.select(2, 0), k = qkv.select(2, 1);
+    const torch::Tensor v = qkv.select(2, 2);
+    if (method == PositionMethod::kRope) {
+      q = ApplyRopeAutograd(q, positions, rope);
+      k = ApplyRopeAutograd(k, positions, rope);
+    }
+    torch::Tensor scores =
+        torch::matmul(q.transpose(1, 2), k.permute({0, 2, 3, 1})) / std::sqrt(double(dh)) + bias;
+    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+    const torch::Tensor mixed = torch::matmul(torch::softmax(scores, -1), v.transpose(1, 2));
+    x = x + linear(b + "proj", mixed.transpose(1, 2).reshape({batch, n, d}));
+    x = x + linear(b + "down", torch::gelu(linear(b + "up", norm(b + "norm2", x))));
+  }
+  return linear("head", norm("final_norm", x));
+}
+
+// Training through posenc's attention (forward and backward) gives the loss and every parameter
+// gradient of the composed attention, for each position method and each Rope the arms train or
+// read with (YaRN's attention factor included), on windows longer than the training length.
+TEST(StudyModel, PosencAttentionTrainsLikeComposedAttention) {
+  Settings s;
+  s.shape = ModelShape{.vocab = 11, .d_model = 64, .heads = 4, .layers = 2, .learned_rows = 64};
+  s.train_length = 16;
+  const int64_t n = 40;  // 2.5x: dynamic NTK stretches
+  struct Case {
+    PositionMethod method;
+    Stretch stretch;
+  };
+  const Case cases[] = {
+      {PositionMethod::kLearned, Stretch::kNone}, {PositionMethod::kSinusoidal, Stretch::kNone},
+      {PositionMethod::kRope, Stretch::kNone},    {PositionMethod::kRope, Stretch::kPi},
+      {PositionMethod::kRope, Stretch::kNtk},     {PositionMethod::kRope, Stretch::kDynamicNtk},
+      {PositionMethod::kRope, Stretch::kYarn},    {PositionMethod::kAlibi, Stretch::kNone},
+      {PositionMethod::kNone, Stretch::kNone}};
+  for (const Case& c : cases) {
+    const std::string name = MethodName(c.method) + "/" + StretchName(c.stretch);
+    torch::manual_seed(5);
+    CharModel model(s.shape, c.method);
+    const Rope rope = RopeFor(s, c.stretch, n);
+    const torch::Tensor ids = torch::randint(0, 11, {3, n}, torch::kInt64);
+    const torch::Tensor targets = torch::randint(0, 11, {3 * n}, torch::kInt64);
+    const auto loss_of = [&](const torch::Tensor& logits) {
+      return torch::nn::functional::cross_entropy(logits.reshape({-1, 11}), targets);
+    };
+    const std::vector<torch::Tensor> params = model->parameters();
+    const torch::Tensor loss = loss_of(model->forward(ids, rope));
+    const torch::Tensor expected = loss_of(ComposedLogits(model, ids, rope));
+    EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-5 * expected.item<double>())
+        << name;
+    const auto grads = torch::autograd::grad({loss}, params);
+    const auto expected_grads = torch::autograd::grad({expected}, params);
+    const auto names = model->named_parameters().keys();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const double scale = expected_grads[i].abs().max().item<double>();
+      ASSERT_GT(scale, 0.0) << name << " " << names[i];
+      // float32 sums in a different order (tiles, online softmax): a few ulps of the largest.
+      EXPECT_LT((grads[i] - expected_grads[i]).abs().max().item<double>(), 2e-5 * scale)
+          << name << " " << names[i];
+    }
   }
 }
 
@@ -201,9 +288,10 @@ TEST(StudyLongContext, SelfExtendEqualsItsFormula) {
   const torch::Tensor got = SelfExtendRead(q, k, v, rope, se);
   EXPECT_LT((got.to(torch::kFloat64) - expected).abs().max().item<double>(), 2e-5);
   // And it is not plain attention: far keys moved.
-  const torch::Tensor plain = torch::matmul(
-      torch::softmax(scores(pos, pos).masked_fill(distance < 0, -INFINITY), -1),
-      v.to(torch::kFloat64).transpose(1, 2)).transpose(1, 2);
+  const torch::Tensor plain =
+      torch::matmul(torch::softmax(scores(pos, pos).masked_fill(distance < 0, -INFINITY), -1),
+                    v.to(torch::kFloat64).transpose(1, 2))
+          .transpose(1, 2);
   EXPECT_GT((got.to(torch::kFloat64) - plain).abs().max().item<double>(), 1e-3);
 }
 
