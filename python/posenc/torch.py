@@ -2331,3 +2331,13 @@ class KVCache:
 
     def __repr__(self):
         return f"KVCache({repr(self._cache)[len('KvCache('):]}"
+
+
+# Context-parallel attention, posenc.torch.distributed: imported last, when every name it uses
+# from here exists. posenc.torch is a module, not a package, so the submodule is registered under
+# its dotted name as well: `import posenc.torch.distributed` then finds it in sys.modules.
+import sys as _sys  # noqa: E402
+
+from posenc import distributed  # noqa: E402
+
+_sys.modules[__name__ + ".distributed"] = distributed

@@ -1,0 +1,267 @@
+"""posenc.torch.distributed: ring attention over gloo on loopback against
+single-process posenc.torch.attention over the whole sequence, and a rank that
+dies mid-ring."""
+
+import datetime
+import os
+import queue
+import socket
+import time
+import traceback
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+import posenc  # noqa: E402
+import posenc.torch as pt  # noqa: E402
+import posenc.torch.distributed as cp  # noqa: E402
+
+T = 48  # a multiple of 2 * world for world 1, 2 and 4 (zigzag needs that)
+HEADS, KV_HEADS, DIM = 4, 2, 16
+OFFSET = 5  # global positions start here: nothing may assume they start at 0
+ROPE = posenc.Rope.default(DIM, 500.0)
+
+CASES = {
+    "causal": dict(causal=True),
+    "causal_alibi": dict(causal=True, alibi=posenc.Alibi(HEADS)),
+    "causal_rope": dict(causal=True, rope=ROPE),
+    "causal_window_alibi_rope": dict(
+        causal=True, window=7, alibi=posenc.Alibi(HEADS), rope=ROPE, scale=0.3
+    ),
+    "full_rope_batched": dict(rope=ROPE, batch=2),
+    "window_not_causal": dict(window=5),
+    "rope_module_bhsd": dict(
+        causal=True, rope=pt.RotaryEmbedding(DIM, layout="interleaved"), qkv_format="bhsd"
+    ),
+}
+TIMEOUT_S = 20  # the process group's timeout; joins wait a little longer
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def full_inputs(case, seed):
+    """q, k, v and the output gradient of the whole sequence, the same on
+    every rank (a fixed seed)."""
+    g = torch.Generator().manual_seed(seed)
+    batch = (case["batch"],) if "batch" in case else ()
+    q = torch.randn(*batch, T, HEADS, DIM, generator=g)
+    k = torch.randn(*batch, T, KV_HEADS, DIM, generator=g)
+    v = torch.randn(*batch, T, KV_HEADS, DIM, generator=g)
+    d_out = torch.randn(*batch, T, HEADS, DIM, generator=g)
+    return q, k, v, d_out
+
+
+def options_of(case):
+    return {key: value for key, value in case.items() if key != "batch"}
+
+
+def tokens_dim(case):
+    return 1 if "batch" in case else 0
+
+
+def to_format(t, case):
+    return t.transpose(-2, -3) if case.get("qkv_format") == "bhsd" else t
+
+
+def run_case(name, case, scheme, rank, world, seed):
+    """This rank's shard through the ring, forward and backward; on rank 0
+    the gathered results against the single-process attention: the largest
+    differences relative to each tensor's scale."""
+    q, k, v, d_out = full_inputs(case, seed)
+    index = cp.shard_positions(T, world, rank, scheme)
+    dim = tokens_dim(case)
+    shard = [to_format(t.index_select(dim, index), case) for t in (q, k, v, d_out)]
+    qs, ks, vs = (t.clone().requires_grad_() for t in shard[:3])
+    out = cp.context_parallel_attention(qs, ks, vs, index + OFFSET, **options_of(case))
+    out.backward(shard[3])
+    results = [out.detach(), qs.grad, ks.grad, vs.grad]
+    results = [to_format(t, case).contiguous() for t in results]  # back to tokens-first
+    gathered = []
+    for t in results:
+        parts = [torch.empty_like(t) for _ in range(world)]
+        dist.all_gather(parts, t)
+        gathered.append(parts)
+    if rank != 0:
+        return None
+    # Reassemble the whole sequence from every rank's shard.
+    full = []
+    for parts, like in zip(gathered, (d_out, q, k, v)):
+        whole = torch.empty_like(like)
+        for r, part in enumerate(parts):
+            whole.index_copy_(dim, cp.shard_positions(T, world, r, scheme), part)
+        full.append(whole)
+    # The reference: one process, the whole sequence.
+    qr, kr, vr = (to_format(t, case).clone().requires_grad_() for t in (q, k, v))
+    positions = torch.arange(T, dtype=torch.int64) + OFFSET
+    ref = pt.attention(qr, kr, vr, positions, positions, **options_of(case))
+    ref.backward(to_format(d_out, case))
+    want = [to_format(t, case) for t in (ref.detach(), qr.grad, kr.grad, vr.grad)]
+    errors = {}
+    for label, got, expect in zip(("out", "dq", "dk", "dv"), full, want):
+        scale = float(expect.abs().max()) or 1.0
+        errors[label] = float((got - expect).abs().max()) / scale
+    return errors
+
+
+def worker(rank, world, port, scheme_list, seed, results, die_rank):
+    """A rank: joins the gloo group, runs every case (or, with die_rank,
+    dies mid-ring on that rank) and reports to results."""
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+            timeout=datetime.timedelta(seconds=TIMEOUT_S),
+        )
+        if die_rank is not None:
+            if rank == die_rank:
+                real = cp._block_forward
+                calls = [0]
+
+                def dying(*args, **kwargs):
+                    calls[0] += 1
+                    if calls[0] == 2:  # after the first block: mid-ring
+                        os._exit(3)
+                    return real(*args, **kwargs)
+
+                cp._block_forward = dying
+            case = CASES["causal"]
+            q, k, v, _ = full_inputs(case, seed)
+            index = cp.shard_positions(T, world, rank)
+            q, k, v = (t.index_select(0, index).requires_grad_() for t in (q, k, v))
+            # The forward and backward rings: a rank downstream of the dead one may have
+            # received all it needs for the forward pass before the death, never the backward.
+            cp.context_parallel_attention(q, k, v, index, causal=True).sum().backward()
+            results.put((rank, "finished", None))
+            return
+        report = {}
+        for scheme in scheme_list:
+            for name, case in CASES.items():
+                errors = run_case(name, case, scheme, rank, world, seed)
+                if errors is not None:
+                    report[f"{scheme}/{name}"] = errors
+        results.put((rank, "ok", report))
+    except BaseException as error:  # reported to the parent, which fails the test
+        results.put((rank, "error", f"{type(error).__name__}: {error}\n{traceback.format_exc()}"))
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+
+
+def run_ranks(world, schemes=("zigzag", "contiguous"), die_rank=None, limit_s=TIMEOUT_S + 25):
+    """Starts world ranks and collects one report per rank that reports;
+    every process has ended (killed past the limit) when it returns."""
+    context = torch.multiprocessing.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    processes = [
+        context.Process(
+            target=worker, args=(rank, world, port, schemes, 1234, results, die_rank),
+            daemon=True,
+        )
+        for rank in range(world)
+    ]
+    for p in processes:
+        p.start()
+    reports = {}
+    deadline = time.monotonic() + limit_s
+    try:
+        expected = world - (die_rank is not None)
+        while len(reports) < expected and time.monotonic() < deadline:
+            try:
+                rank, kind, payload = results.get(timeout=0.5)
+            except queue.Empty:
+                if all(not p.is_alive() for p in processes) and results.empty():
+                    break
+                continue
+            reports[rank] = (kind, payload)
+        for p in processes:
+            p.join(timeout=max(deadline - time.monotonic(), 1.0))
+    finally:
+        for p in processes:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    return reports, processes
+
+
+# float32 rounding: the merge by log-sum-exp and the blockwise sums reorder
+# float32 additions; differences are a few ulps of each tensor's scale.
+TOLERANCE = 4e-6
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_ring_matches_single_process(world):
+    reports, processes = run_ranks(world)
+    failures = {r: payload for r, (kind, payload) in reports.items() if kind != "ok"}
+    assert not failures, failures
+    assert sorted(reports) == list(range(world)), reports
+    report = reports[0][1]
+    assert len(report) == 2 * len(CASES)
+    worst = {case: max(errors.values()) for case, errors in report.items()}
+    assert all(e < TOLERANCE for e in worst.values()), report
+    assert all(p.exitcode == 0 for p in processes), [p.exitcode for p in processes]
+
+
+def test_rank_dying_mid_ring_fails_the_others():
+    world, die = 4, 1
+    start = time.monotonic()
+    reports, processes = run_ranks(world, die_rank=die)
+    elapsed = time.monotonic() - start
+    assert processes[die].exitcode == 3
+    survivors = [r for r in range(world) if r != die]
+    assert sorted(reports) == survivors, reports
+    for r in survivors:
+        kind, message = reports[r]
+        assert kind == "error", (r, kind, message)
+        assert "context_parallel_attention" in message or "gloo" in message.lower(), message
+    assert all(not p.is_alive() for p in processes)
+    assert elapsed < TIMEOUT_S + 25
+
+
+def test_shard_positions():
+    assert cp.shard_positions(8, 2, 0).tolist() == [0, 1, 6, 7]
+    assert cp.shard_positions(8, 2, 1).tolist() == [2, 3, 4, 5]
+    assert cp.shard_positions(8, 2, 1, "contiguous").tolist() == [4, 5, 6, 7]
+    assert cp.shard_positions(6, 1, 0).tolist() == list(range(6))
+    for world in (1, 2, 3, 4):
+        for scheme in ("zigzag", "contiguous"):
+            every = torch.cat([cp.shard_positions(24, world, r, scheme) for r in range(world)])
+            assert sorted(every.tolist()) == list(range(24))
+    with pytest.raises(posenc.Error, match=r"\[shard_positions\] seq_len must be a positive "
+                       r"multiple of 4 .*got 6"):
+        cp.shard_positions(6, 2, 0)
+    with pytest.raises(posenc.Error, match=r"\[shard_positions\] rank must be in \[0, world\)"):
+        cp.shard_positions(8, 2, 2)
+    with pytest.raises(posenc.Error, match=r"\[shard_positions\] scheme must be"):
+        cp.shard_positions(8, 2, 0, "striped")
+    with pytest.raises(posenc.Error, match=r"\[shard_positions\] world must be an int"):
+        cp.shard_positions(8, 2.0, 0)
+
+
+def test_arguments_checked_before_the_ring():
+    q = torch.randn(4, 2, 8)
+    pos = torch.arange(4)
+    with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] positions must be"):
+        cp.context_parallel_attention(q, q, q, pos.to(torch.int32))
+    with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] k.shape must have"):
+        cp.context_parallel_attention(q, q[:3], q[:3], pos)
+    with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] q must have dtype"):
+        cp.context_parallel_attention(q.double(), q, q, pos)
+    if not dist.is_initialized():
+        with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] group must"):
+            cp.context_parallel_attention(q, q, q, pos)
+
+
+def test_names():
+    assert pt.distributed is cp
+    assert cp.context_parallel_attention.__module__ == "posenc.distributed"
