@@ -9,8 +9,9 @@ log-sum-exp, so every rank ends with the exact attention of its queries over
 the whole sequence. Every position rule reads the global positions: RoPE
 rotates by them, ALiBi biases by global distances, causal and window masks
 follow global order. The backward pass runs the ring again: dq accumulates
-locally, and each block's dk and dv travel with the block until they reach
-its owner (summed in a fixed order: the same bits on every run).
+locally, and the other ranks' shares of each block's dk and dv travel with
+the block, summed on the way, until they reach its owner (a fixed summation
+order: the same bits on every run).
 
 ``shard_positions`` gives the global positions a rank holds: "zigzag" (rank r
 holds chunks r and 2 * world - 1 - r of 2 * world, so that causal work is
@@ -227,17 +228,18 @@ def _ring_forward(q, k, v, positions, ring, options):
 
 def _ring_backward(q, k, v, positions, out, lse, d_out, ring, options):
     """(dq, dk, dv) of the local shard. The K/V blocks go round as in the
-    forward pass; each block carries a float32 accumulator of its dk and dv
-    to which every rank adds its queries' share, in ring order from the
-    owner, and which ends back at the owner after one more hop."""
+    forward pass. The owner keeps its own queries' share of its block's dk
+    and dv; from the next rank on, the block carries a float32 accumulator to
+    which each rank adds its share (in ring order: a fixed summation order)
+    and which reaches the owner after the last step: world - 1 hops, a ring
+    reduce-scatter's minimum."""
     layout = _layout(positions, k, v)
     current = _pack(positions, k, v)
     spare = torch.empty_like(current) if ring.world > 1 else None
     kv_numel = k.numel() + v.numel()
-    dq = None
+    dq = own = None
     grad_in = None  # the pending receive of the next block's accumulator
     sends = []
-    accumulator = None
     for step in range(ring.world):
         requests = []
         if step < ring.world - 1:
@@ -249,25 +251,25 @@ def _ring_backward(q, k, v, positions, out, lse, d_out, ring, options):
         share = torch.cat([dk_b.reshape(-1), dv_b.reshape(-1)])
         ring._count("compute_s", time.perf_counter() - start)
         if step == 0:
-            accumulator = share
+            own = share
         else:
-            ring.wait([grad_in[0]], step, "a dk/dv accumulator")
-            start = time.perf_counter()
-            accumulator = grad_in[1] + share  # the owner's side first: a fixed order
-            ring._count("compute_s", time.perf_counter() - start)
-        if ring.world > 1:
+            accumulator = share
+            if step > 1:
+                ring.wait([grad_in[0]], step, "a dk/dv accumulator")
+                start = time.perf_counter()
+                accumulator = grad_in[1] + share  # the upstream sum first: a fixed order
+                ring._count("compute_s", time.perf_counter() - start)
             sends.append(ring.send(accumulator, _TAG_GRAD))
             buffer = torch.empty(kv_numel, dtype=torch.float32)
             grad_in = (ring.recv(buffer, _TAG_GRAD), buffer)
         ring.wait(requests, step, "a K/V block")
         current, spare = spare, current
     if ring.world > 1:
-        # After world steps the accumulator of this rank's own block arrives
-        # from the previous rank, complete.
+        # The other ranks' shares of this rank's block arrive, summed, from the previous rank.
         ring.wait([grad_in[0]] + sends, ring.world, "a dk/dv accumulator")
-        accumulator = grad_in[1]
-    dk = accumulator[: k.numel()].view(k.shape)
-    dv = accumulator[k.numel() :].view(v.shape)
+        own = own + grad_in[1]
+    dk = own[: k.numel()].view(k.shape)
+    dv = own[k.numel() :].view(v.shape)
     return dq, dk, dv
 
 
