@@ -335,11 +335,12 @@ def _agree(ring, q, k, v, positions):
     sized from the local block); one small all_gather checks it before the
     ring starts and gives the global largest position (a length-dependent
     RoPE rule reads it)."""
-    dims = [q.dim()] + list(q.shape) + list(k.shape) + list(v.shape)
-    info = torch.tensor(
-        dims + [_pt._ATTENTION_DTYPES.index(q.dtype), int(positions.max()) if len(positions) else -1],
-        dtype=torch.int64,
-    )
+    # A fixed length (shapes padded to 4 dims with -1): all_gather needs equal sizes.
+    dims = [q.dim()]
+    for t in (q, k, v):
+        dims += [-1] * (4 - t.dim()) + list(t.shape)
+    largest = int(positions.max()) if len(positions) else -1
+    info = torch.tensor(dims + [_pt._ATTENTION_DTYPES.index(q.dtype), largest], dtype=torch.int64)
     gathered = [torch.empty_like(info) for _ in range(ring.world)]
     dist.all_gather(gathered, info, group=ring.group)
     for rank, other in enumerate(gathered):
@@ -348,7 +349,7 @@ def _agree(ring, q, k, v, positions):
                 _FN, "q, k, v",
                 f"have the same shapes and dtype on every rank of the group (rank {rank}: "
                 f"{other[:-1].tolist()}, this rank {ring.rank}: {info[:-1].tolist()} as "
-                "[dim, q.shape, k.shape, v.shape, dtype])",
+                "[q.dim(), q.shape, k.shape, v.shape (each padded to 4 dims by -1), dtype])",
                 "different shards",
             )
     return max(int(other[-1]) for other in gathered)

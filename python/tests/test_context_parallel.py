@@ -119,6 +119,14 @@ def worker(rank, world, port, scheme_list, seed, results, die_rank):
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
             timeout=datetime.timedelta(seconds=TIMEOUT_S),
         )
+        if die_rank == "mismatch":
+            # Rank 1 holds fewer tokens: every rank must refuse before the ring starts.
+            tokens = 12 if rank == 0 else 8
+            q = torch.randn(tokens, HEADS, DIM)
+            kv = torch.randn(tokens, KV_HEADS, DIM)
+            cp.context_parallel_attention(q, kv, kv, torch.arange(tokens) + rank * 12)
+            results.put((rank, "finished", None))
+            return
         if die_rank is not None:
             if rank == die_rank:
                 real = cp._block_forward
@@ -175,7 +183,7 @@ def run_ranks(world, schemes=("zigzag", "contiguous"), die_rank=None, limit_s=TI
     reports = {}
     deadline = time.monotonic() + limit_s
     try:
-        expected = world - (die_rank is not None)
+        expected = world - isinstance(die_rank, int)
         while len(reports) < expected and time.monotonic() < deadline:
             try:
                 rank, kind, payload = results.get(timeout=0.5)
@@ -226,6 +234,18 @@ def test_rank_dying_mid_ring_fails_the_others():
         assert "context_parallel_attention" in message or "gloo" in message.lower(), message
     assert all(not p.is_alive() for p in processes)
     assert elapsed < TIMEOUT_S + 25
+
+
+def test_ranks_with_different_shards_refuse():
+    reports, processes = run_ranks(2, die_rank="mismatch")
+    assert sorted(reports) == [0, 1], reports
+    for kind, message in reports.values():
+        assert kind == "error", message
+        assert message.startswith(
+            "Error: [context_parallel_attention] q, k, v must have the same shapes and dtype on "
+            "every rank of the group"
+        ), message
+    assert all(not p.is_alive() for p in processes)
 
 
 def test_shard_positions():
