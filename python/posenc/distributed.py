@@ -259,7 +259,10 @@ def _ring_backward(q, k, v, positions, out, lse, d_out, ring, options):
                 start = time.perf_counter()
                 accumulator = grad_in[1] + share  # the upstream sum first: a fixed order
                 ring._count("compute_s", time.perf_counter() - start)
-            sends.append(ring.send(accumulator, _TAG_GRAD))
+            # At most one accumulator in flight: holding every sent one until the end
+            # would cost world - 1 float32 shards of memory.
+            ring.wait(sends, step, "a dk/dv accumulator")
+            sends = [ring.send(accumulator, _TAG_GRAD)]
             buffer = torch.empty(kv_numel, dtype=torch.float32)
             grad_in = (ring.recv(buffer, _TAG_GRAD), buffer)
         ring.wait(requests, step, "a K/V block")
