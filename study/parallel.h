@@ -7,7 +7,8 @@
 
 namespace posenc::study::parallel {
 
-// Starts MPI when built with it (a process started without a launcher is a job of one rank).
+// Starts MPI when built with it and started by an MPI launcher (mpirun, mpiexec, srun); a process
+// started on its own is a job of one rank without it.
 void Init(int* argc, char*** argv);
 void Finalize();
 
