@@ -1,6 +1,8 @@
 // The whole study, in order: train every run (resuming any that was interrupted), measure every
 // arm at every length with both protocols, then write the report. Each stage skips what an
 // earlier invocation already finished, so running it again after an interruption resumes it.
+// Under MPI the runs and evaluations are spread over the ranks (a fine-tune after its base run,
+// an evaluation after its run), which share --out; rank 0 writes the report once all are done.
 #pragma once
 
 #include <filesystem>
