@@ -777,7 +777,10 @@ TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {
                            "attention decode cache f32", "attention decode cache bf16",
                            "attention decode cache rope f32", "attention decode cache rope bf16",
                            "attention decode rope every key f32",
-                           "attention decode rope every key bf16"}));
+                           "attention decode rope every key bf16",
+                           "attention backward causal f32", "attention backward causal alibi f32",
+                           "attention backward causal bf16",
+                           "attention backward causal alibi bf16"}));
 }
 
 }  // namespace
