@@ -168,7 +168,8 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
       const size_t b = blocks[i];
       for (size_t r = 0; r < kRowBlock; ++r) {
         float* p = scores(h, b) + r * t.score_stride;
-        OnlineSoftmaxRow(df, a, t, p, tk, tiles[h].rows[b * kRowBlock + r]);
+        OnlineSoftmaxRow(df, a, t.score_stride, t.key_offset, p, tk,
+                         tiles[h].rows[b * kRowBlock + r]);
       }
     }
   }

@@ -114,8 +114,8 @@ void PackKeys(const internal::AttentionKernelArgs& a, const Tiles& t, PackedKeys
 // Passes (1) to (3) of one packed key tile for the query tile qt, over the row blocks that see
 // a key of it (with ordered positions, causal leaves a contiguous run of them).
 template <typename T>
-void AttendPackedTile(const internal::AttentionKernelArgs& a, Tiles& t, const PackedKeyTile& kt,
-                      QueryTile& qt) {
+void AttendPackedTile(const internal::AttentionKernelArgs& a, const Tiles& t,
+                      const PackedKeyTile& kt, QueryTile& qt) {
   const hn::ScalableTag<float> df;
   const size_t n = hn::Lanes(df);
   const TileKeys& tk = kt.keys;
@@ -138,9 +138,9 @@ void AttendPackedTile(const internal::AttentionKernelArgs& a, Tiles& t, const Pa
     TileGemm(df, qt.q + r0 * t.dim, t.dim, 1, kt.k_t, kKeyTile, static_cast<size_t>(a.head_dim),
              scores, t.score_stride, rows, kKeyTile, false);
   }
-  t.key_offset = const_cast<float*>(kt.key_offset);
   for (size_t r = 0; r < rows; ++r) {
-    OnlineSoftmaxRow(df, a, t, scores + r * t.score_stride, tk, qt.rows[r0 + r]);
+    OnlineSoftmaxRow(df, a, t.score_stride, kt.key_offset, scores + r * t.score_stride, tk,
+                     qt.rows[r0 + r]);
   }
   // (3) O = O correction + P V; row blocks at a mask edge of a tile whose values hold inf or
   // NaN skip the keys they do not see (WeightedVisibleValues), as in decode.

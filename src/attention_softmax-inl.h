@@ -111,27 +111,28 @@ HWY_INLINE void BiasAndMask(DF df, const internal::AttentionKernelArgs& a, size_
   }
 }
 
-// Passes (1) after the product and (2) for one row: turns its scores into weights p and updates
-// its running max and sum.
+// Passes (1) after the product and (2) for one row: turns its `width` scores at s into weights p
+// and updates its running max and sum (key_offset as for BiasAndMask).
 template <class DF>
-HWY_INLINE void OnlineSoftmaxRow(DF df, const internal::AttentionKernelArgs& a, const Tiles& t,
-                                 float* HWY_RESTRICT s, const TileKeys& tk, RowState& row) {
+HWY_INLINE void OnlineSoftmaxRow(DF df, const internal::AttentionKernelArgs& a, size_t width,
+                                 const float* HWY_RESTRICT key_offset, float* HWY_RESTRICT s,
+                                 const TileKeys& tk, RowState& row) {
   const size_t n = hn::Lanes(df);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const size_t keys = tk.keys;
-  BiasAndMask(df, a, t.score_stride, t.key_offset, s, tk, row);
+  BiasAndMask(df, a, width, key_offset, s, tk, row);
 
   // NaN: a NaN score (a NaN in q or k, or inf - inf) must make the row NaN, as softmax does in
   // the math and in PyTorch. Max may drop NaN (x86 keeps its second operand), so NaN is carried
   // by the weights instead: Exp turns NaN into 0, and the blend below restores it, which makes
   // the sum and the output NaN. A max that drops every NaN stays finite or -inf; -inf is checked.
   auto vmax = hn::Set(df, kNegInf);
-  for (size_t j = 0; j < t.score_stride; j += n) vmax = hn::Max(vmax, hn::LoadU(df, s + j));
+  for (size_t j = 0; j < width; j += n) vmax = hn::Max(vmax, hn::LoadU(df, s + j));
   float new_max = MaxKeepingNaN(row.max, hn::GetLane(hn::MaxOfLanes(df, vmax)));
   if (new_max == kNegInf) {
     if (std::none_of(s, s + keys, [](float x) { return std::isnan(x); })) {
       // nothing visible yet: all weights 0, state unchanged
-      std::fill(s, s + t.score_stride, 0.0f);
+      std::fill(s, s + width, 0.0f);
       row.correction = 1.0f;
       return;
     }
@@ -141,7 +142,7 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const internal::AttentionKernelArgs& a, 
   row.max = new_max;
   const auto vnew_max = hn::Set(df, new_max);
   auto vsum = hn::Zero(df);
-  for (size_t j = 0; j < t.score_stride; j += n) {
+  for (size_t j = 0; j < width; j += n) {
     const auto x = hn::Sub(hn::LoadU(df, s + j), vnew_max);
     const auto p = hn::IfThenElse(hn::IsNaN(x), x, hn::Exp(df, x));  // exp(-inf) = 0
     vsum = hn::Add(vsum, p);
