@@ -3,12 +3,13 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
+PACKAGE_BUILD ?= build-package
 FUZZ_SECONDS ?= 55
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 DEMO_DIR ?= posenc-demo
 
-.PHONY: all setup configure build demo study test test-sanitizers test-fuzz install clean
+.PHONY: all setup configure build demo study test test-sanitizers test-fuzz install package clean
 
 all: build
 
@@ -81,5 +82,14 @@ fuzz-run-%:
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
+# The Debian package $(PACKAGE_BUILD)/posenc_<version>_<arch>.deb: library, headers, CMake and
+# pkg-config files and the CLI under /usr (multiarch libdir), for `apt install ./posenc_*.deb`.
+# Its own build directory: prefix /usr, and no tests, Python module or study to build.
+package: setup
+	@cmake -S . -B $(PACKAGE_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	  -DPOSENC_BUILD_TESTS=OFF -DPOSENC_BUILD_PYTHON=OFF -DPOSENC_BUILD_STUDY=OFF >/dev/null
+	@cmake --build $(PACKAGE_BUILD) -j $(JOBS)
+	@cd $(PACKAGE_BUILD) && cpack -G DEB
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(DEMO_DIR) study-runs-quick
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(PACKAGE_BUILD) $(DEMO_DIR) study-runs-quick
