@@ -179,6 +179,29 @@ TEST(HostileCli, ConfigTextCannotReachTheTerminalAsEscapeSequences) {
       << run.output;
 }
 
+// The argument parser's own messages quote what was typed: a file name, an unknown option, a
+// value outside a set. An argument holding escape sequences must reach the terminal as text there
+// too, and the message must still say what was wrong.
+TEST(HostileCli, ArgumentsCannotReachTheTerminalAsEscapeSequencesThroughTheParser) {
+  const fs::path dir = Scratch("parser-terminal");
+  const std::string hostile = "x\x1b]0;owned\x07\x1b[2J\u009b2J";
+  const std::vector<std::vector<std::string>> runs = {
+      {"inspect", hostile + ".json"},                         // a file that does not exist
+      {"inspect", Config("llama2-7b.json"), "--" + hostile},  // an unknown option
+      {"table", "sinusoidal", "--positions", hostile},        // a number that is not one
+      {"table", hostile},                                     // a scheme outside the set
+      {"alibi", "--heads", "4", hostile},                     // an extra argument
+  };
+  for (const std::vector<std::string>& arguments : runs) {
+    const CliResult run = Posenc(arguments, dir);
+    EXPECT_NE(run.status, 0) << arguments[1];
+    EXPECT_EQ(run.output.find('\x1b'), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("\xc2\x9b"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("x\\x1b]0;owned\\x07\\x1b[2J\\xc2\\x9b2J"), std::string::npos)
+        << run.output;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // No lost data: a failed write leaves the old file as it was and exits non-zero.
 

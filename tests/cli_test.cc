@@ -134,6 +134,32 @@ TEST(CliTable, BadDimIsAClearError) {
       << run.output;
 }
 
+// The version posenc prints is the one CMakeLists.txt declares (project(posenc VERSION x.y.z)).
+TEST(CliVersion, IsTheProjectVersion) {
+  const std::string cmake = ReadFile(std::filesystem::path(POSENC_SOURCE_DIR) / "CMakeLists.txt");
+  const size_t at = cmake.find("project(posenc VERSION ");
+  ASSERT_NE(at, std::string::npos);
+  const size_t begin = at + std::string("project(posenc VERSION ").size();
+  const std::string version = cmake.substr(begin, cmake.find(' ', begin) - begin);
+  const CliRun run = Cli("--version");
+  EXPECT_EQ(run.status, 0);
+  EXPECT_EQ(run.output, "posenc " + version + "\n");
+}
+
+// A mistyped subcommand is named, with the nearest one; an unrelated word gets the list only.
+TEST(CliSubcommand, MistypedNameSuggestsTheNearest) {
+  CliRun run = Cli("inspekt tests/configs/llama2-7b.json");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(run.output,
+            "posenc: [posenc] subcommand must be one of demo, table, alibi, inspect, rope, bench, "
+            "serve (did you mean 'inspect'?), got 'inspekt'\n");
+  run = Cli("frobnicate");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(run.output,
+            "posenc: [posenc] subcommand must be one of demo, table, alibi, inspect, rope, bench, "
+            "serve, got 'frobnicate'\n");
+}
+
 TEST(CliAlibi, SlopesForEightAndTwelveHeads) {
   CliRun run = Cli("alibi --heads 8 --json");
   ASSERT_EQ(run.status, 0) << run.output;

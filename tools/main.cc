@@ -1,9 +1,16 @@
 // posenc: the position signals of transformers, on the command line.
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "commands.h"
 #include "posenc/error.h"
@@ -26,6 +33,43 @@ bool FlushStandardOutput() {
   return false;
 }
 
+// The number of single-character edits (insert, delete, replace) that turn a into b.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t replace = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, replace});
+    }
+  }
+  return row[b.size()];
+}
+
+// CLI11 answers a mistyped subcommand with "A subcommand is required", which names neither what
+// was typed nor what was meant. Throws naming both when a word stands where a subcommand must
+// (posenc <command>, posenc table <scheme>) and is none.
+void CheckSubcommands(const CLI::App& app, std::span<char* const> words) {
+  const std::vector<const CLI::App*> commands = app.get_subcommands({});
+  if (commands.empty() || words.empty() || words[0][0] == '-') return;
+  const std::string typed = words[0];
+  std::string names, nearest;
+  size_t best = SIZE_MAX;
+  for (const CLI::App* command : commands) {
+    if (command->check_name(typed)) return CheckSubcommands(*command, words.subspan(1));
+    names += (names.empty() ? "" : ", ") + command->get_name();
+    const size_t distance = EditDistance(typed, command->get_name());
+    if (distance < best) best = distance, nearest = command->get_name();
+  }
+  const std::string hint = best <= 2 ? " (did you mean '" + nearest + "'?)" : "";
+  const std::string function = app.get_parent() ? "posenc " + app.get_name() : "posenc";
+  throw posenc::Error("[" + function + "] subcommand must be one of " + names + hint + ", got '" +
+                      typed + "'");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -34,6 +78,7 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"posenc: positional encodings for transformers (learned, sinusoidal, RoPE, ALiBi)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "posenc " POSENC_VERSION);
   posenc::cli::AddDemoCommand(app);
   posenc::cli::AddTableCommand(app);
   posenc::cli::AddAlibiCommand(app);
@@ -43,9 +88,15 @@ int main(int argc, char** argv) {
   posenc::cli::AddServeCommand(app);
   int status = 0;
   try {
+    CheckSubcommands(app, std::span<char* const>(argv + 1, argc - 1));
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    status = app.exit(e);
+    // The parser's messages quote the arguments (a file name, an option's value): printed as
+    // text too, so that an argument holding an escape sequence cannot reach the terminal as one.
+    std::ostringstream out, err;
+    status = app.exit(e, out, err);
+    std::cout << out.str();
+    std::cerr << posenc::cli::PrintableLines(err.str());
   } catch (const std::exception& e) {
     // Messages quote configs and paths: printed so that no escape sequence reaches the terminal.
     std::cerr << "posenc: " << posenc::cli::Printable(e.what()) << "\n";

@@ -1,5 +1,6 @@
 #include "printable.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace posenc::cli {
@@ -57,6 +58,18 @@ std::string Printable(std::string_view text) {
     }
     out.append(text.substr(i, length));
     i += length;
+  }
+  return out;
+}
+
+std::string PrintableLines(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    out += Printable(text.substr(begin, end - begin));
+    if (end < text.size()) out += '\n';
+    begin = end + 1;
   }
   return out;
 }

@@ -12,4 +12,8 @@ namespace posenc::cli {
 // is kept as it is.
 std::string Printable(std::string_view text);
 
+// Printable line by line: the line breaks of a message stay line breaks, every other control
+// character is escaped.
+std::string PrintableLines(std::string_view text);
+
 }  // namespace posenc::cli
