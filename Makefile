@@ -1,5 +1,6 @@
-# posenc: `make demo` and `make test` set up everything they need on Debian 12 (the packages in
-# scripts/setup.sh, only those missing), configure, build and run.
+# posenc: `make demo` and `make test` set up what they need on Debian 12 (the packages in
+# scripts/setup.sh, only those missing), configure, build and run. `make demo` installs and builds
+# only the library and the posenc tool; `make test` everything.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
@@ -9,21 +10,27 @@ JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 DEMO_DIR ?= posenc-demo
 
-.PHONY: all setup configure build demo study test test-sanitizers test-fuzz install package clean
+.PHONY: all setup setup-demo configure build demo study test test-sanitizers test-fuzz install package clean
 
 all: build
 
 setup:
 	@bash scripts/setup.sh
 
+setup-demo:
+	@bash scripts/setup.sh demo
+
 configure: setup
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPOSENC_BUILD_TESTS=ON >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The lesson, reproduced: a report on stdout, figures and report.html in $(DEMO_DIR)/.
-demo: build
+# The lesson, reproduced: a report on stdout, figures and report.html in $(DEMO_DIR)/. Builds the
+# library and the posenc tool only (a few minutes on 2 cores), in the same folder as `make build`.
+demo: setup-demo
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target posenc_cli
 	@./$(BUILD)/tools/posenc demo --out $(DEMO_DIR)
 
 # The length-extrapolation study: trains and evaluates every arm (about 45 minutes on 2 cores),
@@ -85,7 +92,7 @@ install: build
 # The Debian package $(PACKAGE_BUILD)/posenc_<version>_<arch>.deb: library, headers, CMake and
 # pkg-config files and the CLI under /usr (multiarch libdir), for `apt install ./posenc_*.deb`.
 # Its own build directory: prefix /usr, and no tests, Python module or study to build.
-package: setup
+package: setup-demo
 	@cmake -S . -B $(PACKAGE_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
 	  -DPOSENC_BUILD_TESTS=OFF -DPOSENC_BUILD_PYTHON=OFF -DPOSENC_BUILD_STUDY=OFF >/dev/null
 	@cmake --build $(PACKAGE_BUILD) -j $(JOBS)
