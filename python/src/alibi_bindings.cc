@@ -53,8 +53,11 @@ and shard_heads select a tensor-parallel shard (shard_heads = 0: all heads from 
           },
           [](const py::tuple& state) {
             Require(state.size() == 4, "alibi", "pickled state", "hold 4 fields", state.size());
-            Alibi alibi{state[0].cast<int64_t>(), state[1].cast<double>(),
-                        state[2].cast<int64_t>(), state[3].cast<int64_t>()};
+            constexpr std::string_view kAlibi = "alibi", kInt = "be an int";
+            Alibi alibi{StateField<int64_t>(state, 0, kAlibi, "num_heads", kInt),
+                        StateField<double>(state, 1, kAlibi, "max_bias", "be a float"),
+                        StateField<int64_t>(state, 2, kAlibi, "head_offset", kInt),
+                        StateField<int64_t>(state, 3, kAlibi, "shard_heads", kInt)};
             alibi.Validate();
             return alibi;
           }))

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "posenc/npy.h"
+#include "posenc/positions.h"
 
 namespace posenc::python {
 
@@ -49,6 +50,32 @@ BatchPositions::BatchPositions(const py::object& positions, std::span<const int6
               NpyShapeString(batched),
           NpyShapeString(shape));
   all_ = {array_.data(), static_cast<size_t>(array_.size())};
+  RequirePositions(function, array_, name);  // every element's before any is run
+}
+
+void RequirePositions(std::string_view function, const py::array& positions,
+                      std::string_view name) {
+  RequireDtype<int64_t>(positions, function, name);
+  using Contiguous = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+  const Contiguous array = Contiguous::ensure(positions);  // a strided one is copied: small
+  const std::span<const int64_t> all(array.data(), static_cast<size_t>(array.size()));
+  const auto bad = std::find_if(all.begin(), all.end(),
+                                [](int64_t p) { return p < 0 || p > kMaxPosition; });
+  if (bad == all.end()) return;
+  if (array.ndim() == 0) return ValidatePosition(function, name, *bad);
+  // The bad entry's row is named by its index over the leading dims; ValidatePositions names
+  // the entry within the row.
+  const int64_t tokens = array.shape(array.ndim() - 1);
+  const int64_t row = (bad - all.begin()) / tokens;
+  std::vector<int64_t> index(static_cast<size_t>(array.ndim() - 1));
+  for (int64_t rest = row, d = array.ndim() - 1; d-- > 0; rest /= array.shape(d)) {
+    index[static_cast<size_t>(d)] = rest % array.shape(d);
+  }
+  std::string row_name(name);
+  for (int64_t i : index) row_name.append("[").append(std::to_string(i)).append("]");
+  const auto row_begin = static_cast<size_t>(row * tokens);
+  ValidatePositions(function, all.subspan(row_begin, static_cast<size_t>(tokens)), tokens,
+                    row_name);
 }
 
 std::optional<std::span<const int64_t>> BatchPositions::Folded(int64_t batch_count) {

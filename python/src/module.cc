@@ -5,6 +5,7 @@
 #include "arrays.h"
 #include "bindings.h"
 #include "posenc/error.h"
+#include "posenc/positions.h"
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "posenc: position encodings for transformers (C++ core).";
@@ -12,6 +13,19 @@ PYBIND11_MODULE(_core, m) {
   // callers may catch either, and the message is the library's.
   pybind11::register_exception<posenc::Error>(m, "Error", PyExc_ValueError);
   m.attr("MAX_OUTPUT_BYTES") = posenc::python::kMaxOutputBytes;
+  m.attr("MAX_POSITION") = posenc::kMaxPosition;
+  // The position rule in one place for the Python front ends too: the torch paths that do not
+  // reach a binding (float64, float16, other devices) check their positions here first.
+  m.def(
+      "validate_positions",
+      [](std::string_view function, const pybind11::object& positions, std::string_view name) {
+        posenc::python::RequirePositions(
+            function, posenc::python::Int64Array(positions, function, name), name);
+      },
+      pybind11::arg("function"), pybind11::arg("positions"), pybind11::arg("name") = "positions",
+      R"(Raises posenc.Error unless every position (an int, or an int64 array of any shape) is in
+[0, 2^32] (kMaxPosition), with the message of every other API: "[function] name[i][j] must be
+<= 2^32 = 4294967296 (kMaxPosition, ...), got ...".)");
   posenc::python::BindRope(m);
   posenc::python::BindAbsolute(m);
   posenc::python::BindAlibi(m);

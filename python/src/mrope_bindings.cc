@@ -97,6 +97,7 @@ class BatchStreams {
     std::string rule = "be (streams, tokens) = " + NpyShapeString(shared);
     if (batch_ndim > 0) rule += " or (streams, *batch, tokens) = " + NpyShapeString(batched);
     Require(fits, kFn, "positions.shape", rule, NpyShapeString(shape));
+    RequirePositions(kFn, array_, "positions");  // every element's before any is run
     // Strides in elements; a unit dim's stride is never used, so it is 0.
     const auto stride = [&](int64_t i) {
       return shape[i] == 1
@@ -502,9 +503,12 @@ f_1, f_3, ...; half-split. head_dim a multiple of 4.)")
           },
           [](const py::tuple& state) {
             Require(state.size() == 3, "mrope", "pickled state", "hold 3 fields", state.size());
-            MRope mrope{.rope = state[0].cast<Rope>(),
-                        .num_streams = state[2].cast<int64_t>(),
-                        .pair_stream = state[1].cast<std::vector<int64_t>>()};
+            MRope mrope{
+                .rope = StateField<Rope>(state, 0, "mrope", "rope", "be a posenc.Rope"),
+                .num_streams =
+                    StateField<int64_t>(state, 2, "mrope", "num_streams", "be an int"),
+                .pair_stream = StateField<std::vector<int64_t>>(state, 1, "mrope", "pair_stream",
+                                                                "be a list of ints")};
             mrope.Validate();
             return mrope;
           }))

@@ -155,12 +155,16 @@ V2/V3 MLA: head_dim 192, rotary_offset 128, rotary_dim 64).)")
           },
           [](const py::tuple& state) {
             Require(state.size() == 6, "rope", "pickled state", "hold 6 fields", state.size());
-            Rope rope{.head_dim = state[0].cast<int64_t>(),
-                      .rotary_dim = state[1].cast<int64_t>(),
-                      .layout = state[2].cast<RopeLayout>(),
-                      .inv_freq = state[3].cast<std::vector<double>>(),
-                      .attention_factor = state[4].cast<double>(),
-                      .rotary_offset = state[5].cast<int64_t>()};
+            constexpr std::string_view kRope = "rope", kInt = "be an int";
+            Rope rope{
+                .head_dim = StateField<int64_t>(state, 0, kRope, "head_dim", kInt),
+                .rotary_dim = StateField<int64_t>(state, 1, kRope, "rotary_dim", kInt),
+                .layout = StateField<RopeLayout>(state, 2, kRope, "layout", "be a RopeLayout"),
+                .inv_freq = StateField<std::vector<double>>(state, 3, kRope, "inv_freq",
+                                                            "be a list of floats"),
+                .attention_factor =
+                    StateField<double>(state, 4, kRope, "attention_factor", "be a float"),
+                .rotary_offset = StateField<int64_t>(state, 5, kRope, "rotary_offset", kInt)};
             rope.Validate();
             return rope;
           }))

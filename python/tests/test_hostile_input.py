@@ -233,11 +233,11 @@ ERRORS = {
         "got list of float32",
     ),
     # Positions: the library's one rule, checked for every batch element
-    # before the first is written (the index is within the element's list).
+    # before the first is written (the index is the entry's in the array given).
     "HF layout in place, later element's position too large": (
         hf_layout_later_position_too_large,
-        "[rope] positions[2] must be <= 2^32 = 4294967296 (kMaxPosition, where "
-        "float32 RoPE stops being accurate), got 1099511627776 (in batch element 1)",
+        "[rope] positions[1][2] must be <= 2^32 = 4294967296 (kMaxPosition, where "
+        "float32 RoPE stops being accurate), got 1099511627776",
     ),
     "alibi_bias, negative position": (
         call_only(lambda: posenc.alibi_bias(posenc.Alibi(4), [0, -1])),

@@ -395,7 +395,7 @@ NUMPY_ERRORS = {
     ),
     "position too large, later element": (
         lambda x: posenc.apply_mrope_inplace(MROPE, big_positions(), x),
-        "[mrope] positions[1][6] must be <= 2^32 = 4294967296 (kMaxPosition, where "
+        "[mrope] positions[1][1][2] must be <= 2^32 = 4294967296 (kMaxPosition, where "
         "float32 RoPE stops being accurate), got 1152921504606846976",
     ),
     "head_dim": (

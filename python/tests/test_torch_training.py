@@ -344,12 +344,13 @@ def test_attention_backward_messages_name_the_argument():
     with pytest.raises(posenc.Error, match=r"\[attention_forward\] v.shape\[:-3\] must equal "
                        r"q's batch dims \(2,\), got \(1,\)"):
         posenc.attention_forward(q, k, v[:1], positions)
-    # Every batch element is validated before any runs; the message says which one failed.
+    # Every batch element is validated before any runs; the message names the entry.
     bad = np.stack([positions, positions - 10])
-    with pytest.raises(posenc.Error, match=r"query_pos\[0\] must be >= 0, got -10 "
-                       r"\(in batch element 1\)"):
+    with pytest.raises(posenc.Error, match=r"^\[attention_forward\] query_positions\[1\]\[0\] "
+                       r"must be >= 0, got -10$"):
         posenc.attention_forward(q, k, v, bad, np.stack([positions, positions]))
-    with pytest.raises(posenc.Error, match=r"\(in batch element 1\)"):
+    with pytest.raises(posenc.Error, match=r"^\[attention_backward\] query_positions\[1\]\[0\] "
+                       r"must be >= 0, got -10$"):
         posenc.attention_backward(q, k, v, bad, np.stack([positions, positions]), out=out,
                                   lse=lse, d_out=out)
 
