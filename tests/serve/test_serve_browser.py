@@ -3,6 +3,7 @@ the page, moves the waves slider and reads the chart's data back, uploads a real
 its pair classes, and fails on any JavaScript console error. A screenshot goes into the build
 folder (serve-explorer.png beside the posenc binary's folder)."""
 
+import json
 import math
 import pathlib
 
@@ -142,3 +143,39 @@ def test_the_explorer_in_a_browser(server, browser):
     # JavaScript error.
     errors = [e for e in console_errors(browser) if "400 (Bad Request)" not in e["message"]]
     assert errors == []
+
+
+HOSTILE_TEXT = [
+    '<img src=x onerror="document.title=\'pwned\'">',
+    "<script>document.title='pwned'</script>",
+    '<svg onload="document.title=\'pwned\'"></svg>',
+    "&lt;b&gt; & <b>bold</b>",
+]
+
+
+def test_text_from_a_config_is_shown_as_text(server, browser):
+    """Configs whose model_type (and a rope_scaling value that reaches an error message) hold
+    HTML, pasted into the Stretching panel: no script runs, no element is made, and the text is
+    shown literally."""
+    browser.get(server)
+    browser.execute_async_script(
+        "const done = arguments[0]; window.posenc.ready.then(() => done());")
+    browser.execute_script("document.title = 'explorer';")
+    for text in HOSTILE_TEXT:
+        config = {"model_type": text, "hidden_size": 512, "num_attention_heads": 8,
+                  "rope_theta": 10000.0}
+        bad = dict(config, rope_scaling={"rope_type": text, "factor": 2.0})
+        for pasted, where in ((config, "stretch-facts"), (bad, "stretch-error")):
+            browser.execute_script(
+                "const t = document.getElementById('stretch-text'); t.value = arguments[0];"
+                "document.getElementById('stretch-source').value = 'pasted';"
+                "t.dispatchEvent(new Event('input'));", json.dumps(pasted))
+            shown = wait_for(browser, f"window.posenc.pending === 0 && "
+                             f"document.getElementById('{where}').textContent")
+            # The error message quotes the value with its quotes escaped: up to the first quote.
+            assert (text if where == "stretch-facts" else text.split('"')[0]) in shown, shown
+            assert browser.title == "explorer"
+            made = browser.execute_script(
+                "return document.querySelectorAll('main img, main script, main svg').length;")
+            assert made == 0
+    assert [e for e in console_errors(browser) if "pwned" in e["message"]] == []
