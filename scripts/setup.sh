@@ -23,7 +23,7 @@ packages=(
   libopenblas0-pthread         # OpenBLAS behind libtorch (the reference BLAS is several times slower)
   bible-kjv bible-kjv-text     # the study's text: the King James Bible and the `bible` reader
   libopenmpi-dev openmpi-bin   # Open MPI: `mpirun -n N posenc_study` spreads the study's runs (optional)
-  libcpp-httplib-dev pkgconf   # posenc serve: the HTTP server (found through pkg-config)
+  libmicrohttpd-dev pkgconf    # posenc serve: the HTTP server, event-driven so slow clients hold no thread
   libjs-chart.js               # posenc serve: the charts of the explorer page
   chromium chromium-driver python3-selenium  # the explorer's test in a real (headless) browser
 )

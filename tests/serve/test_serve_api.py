@@ -194,7 +194,7 @@ BAD = {
     "unknown endpoint": (
         "api/stretching",
         "[serve] endpoint must be one of waves, similarity, order, rope, stretch, alibi, checks, "
-        "got stretching",
+        "got 'stretching'",
     ),
     "unknown bundled config": (
         "api/stretch?config=../../etc/passwd",

@@ -22,6 +22,7 @@
 #include "posenc/sinusoidal.h"
 #include "rope_report.h"
 #include "serve/embedded_files.h"
+#include "serve/text.h"
 
 namespace posenc::serve {
 namespace {
@@ -29,16 +30,6 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kFn = "serve";
-
-// A value as error messages show it: quoted, cut, control characters replaced.
-std::string Quoted(std::string_view text) {
-  constexpr size_t kShown = 40;  // a long value is cut in the message, never echoed whole
-  std::string shown(text.substr(0, kShown));
-  for (char& c : shown) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return "'" + shown + (text.size() > kShown ? "...'" : "'");
-}
 
 // The query parameters of one request, read by name and type; Finish() refuses the ones no
 // endpoint reads, so that a misspelt control is an error rather than a silent default.
@@ -146,7 +137,10 @@ json Waves(Params& p) {
   const int64_t position = p.Int("position", 0, 0, 100000);
   const int64_t span = p.Int("span", 100, 1, 100000);
   const int64_t samples = p.Int("samples", 201, 2, 1001);
-  const std::vector<int64_t> columns = p.IntList("columns", {0, 2, 4, 6}, 0, spec.dim - 1, 8);
+  // By default columns 0, 2, 4 and 6, those of them that the table has (d = 4: 0 and 2).
+  std::vector<int64_t> default_columns;
+  for (int64_t c = 0; c <= 6 && c < spec.dim; c += 2) default_columns.push_back(c);
+  const std::vector<int64_t> columns = p.IntList("columns", default_columns, 0, spec.dim - 1, 8);
   p.Finish();
   json pairs = json::array();
   for (int64_t i = 0; i < spec.dim / 2; ++i) {
@@ -180,7 +174,7 @@ json Similarity(Params& p) {
   const Sinusoidal spec{.dim = p.Int("d", 32, 2, 256),
                         .base = p.Real("base", 10000.0, 1.0001, 1e9)};
   Require(spec.dim % 2 == 0, kFn, "d", "be even (sin and cos pairs)", spec.dim);
-  const int64_t query = p.Int("query", 20, 0, tokens - 1);
+  const int64_t query = p.Int("query", std::min<int64_t>(20, tokens - 1), 0, tokens - 1);
   p.Finish();
   std::vector<float> table(static_cast<size_t>(tokens * spec.dim));
   FillSinusoidalTable(spec, tokens, table);
@@ -318,16 +312,20 @@ Synthetic SyntheticConfig(Params& p) {
 // attention factor and the layers, as `posenc inspect` tells it. The config is the request's
 // body (uploaded or pasted), a bundled one (`config`), or a synthetic Llama (`rope_type`,
 // `factor`, `original`, `head_dim`, `base`).
-json Stretch(Params& p, std::string_view body) {
+json Stretch(Params& p, std::optional<std::string_view> body) {
   const std::optional<std::string> bundled = p.Text("config");
   const std::optional<std::string> layer = p.Text("layer");
   int64_t seq_len = p.Int("seq_len", 0, 0, int64_t{1} << 40);
   std::string text;
   std::string source;
-  if (!body.empty()) {
+  if (body) {
+    // A POST is an upload: an empty body is an error, not the synthetic model.
+    Require(!body->empty(), kFn, "body", "be a config.json (a JSON object)", "an empty body");
+    Require(IsUtf8(*body), kFn, "body", "be UTF-8 text (a config.json)",
+            "bytes that are not UTF-8");
     Require(!bundled && !p.Has("rope_type"), kFn, "config",
             "come from one place: the body, config= or rope_type=", "more than one");
-    text = std::string(body);
+    text = std::string(*body);
     source = "uploaded";
   } else if (bundled) {
     const std::vector<std::string> names = BundledConfigs();
@@ -502,15 +500,23 @@ const std::vector<std::string>& Endpoints() {
   return names;
 }
 
-nlohmann::json Answer(const std::string& endpoint, const Query& query, std::string_view body) {
+nlohmann::json Answer(const std::string& endpoint, const Query& query,
+                      std::optional<std::string_view> body) {
+  // Every value is text the answer may quote, and JSON strings are UTF-8: checked first.
+  for (const auto& [name, value] : query) {
+    Require(IsUtf8(name), kFn, "query", "name parameters in UTF-8", Quoted(name));
+    const bool plain = name.size() <= 40 && std::all_of(name.begin(), name.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || c == '_';
+    });  // a name that could be a parameter's is named as one; any other is quoted below
+    Require(IsUtf8(value), kFn, plain ? name : "query", "be UTF-8 text", Quoted(value));
+  }
   Params params(query);
   if (endpoint == "stretch") return Stretch(params, body);
   const auto found = Handlers().find(endpoint);
   Require(found != Handlers().end(), kFn, "endpoint",
-          "be one of waves, similarity, order, rope, stretch, alibi, checks",
-          endpoint.substr(0, 40));
-  Require(body.empty(), kFn, "body", "be empty (only stretch reads one: a config.json)",
-          std::to_string(body.size()) + " bytes");
+          "be one of waves, similarity, order, rope, stretch, alibi, checks", Quoted(endpoint));
+  Require(!body || body->empty(), kFn, "body", "be empty (only stretch reads one: a config.json)",
+          std::to_string(body ? body->size() : 0) + " bytes");
   return found->second(params);
 }
 

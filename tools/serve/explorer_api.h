@@ -5,6 +5,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,11 +19,12 @@ using Query = std::map<std::string, std::string>;
 // "rope", "stretch", "alibi", "checks".
 const std::vector<std::string>& Endpoints();
 
-// Answers /api/<endpoint>?<query> with the request's body (empty for a GET; only "stretch" reads
-// one: a config.json). Throws posenc::Error naming the parameter, the rule and the value for bad
-// input (an unknown parameter and a body where none is read included), and for an unknown
-// endpoint.
-nlohmann::json Answer(const std::string& endpoint, const Query& query, std::string_view body = {});
+// Answers /api/<endpoint>?<query> with the request's body (none for a GET; only "stretch" reads
+// one: a config.json, which must then be UTF-8 and not empty). Throws posenc::Error naming the
+// parameter, the rule and the value for bad input (a name or value that is not UTF-8, an unknown
+// parameter and a body where none is read included), and for an unknown endpoint.
+nlohmann::json Answer(const std::string& endpoint, const Query& query,
+                      std::optional<std::string_view> body = std::nullopt);
 
 // The embedded file of that name (serve/embedded_files.h); throws posenc::Error when none is.
 std::string_view Embedded(std::string_view name);
