@@ -757,6 +757,21 @@ TEST(CliRope, ShapeAndPositionMismatchesAreClearErrors) {
   EXPECT_NE(run.output.find("must describe a RoPE model"), std::string::npos) << run.output;
 }
 
+// The text report fits a 100-column terminal, names the baselines of its run, and gives every
+// entry of the JSON report one row (the JSON is the full record).
+TEST(CliBench, QuickTextFitsOneHundredColumns) {
+  const CliRun run = Cli("bench --quick --repeats 1");
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::istringstream lines(run.output);
+  size_t rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_LE(line.size(), 100u) << line;
+    if (line.rfind("  rope_forward half_split ", 0) == 0) ++rows;
+  }
+  EXPECT_NE(run.output.find("baselines of this run: float32 FMA peak "), std::string::npos);
+  EXPECT_EQ(rows, 5u) << run.output;  // f32 and bf16, in place and not, and f32 on one thread
+}
+
 TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {
   // A smoke run on tiny shapes: the report's structure, never a time.
   const CliRun run = Cli("bench --quick --json --repeats 1");

@@ -1,5 +1,7 @@
 // posenc bench: memory bandwidth and the kernels, measured in one process so that every kernel
 // is reported as a fraction of the bandwidth this machine shows right now.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -538,8 +540,15 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   AddCachedDecodeCases(s, threads, decode, cases);
   AddCachedDecodeCases(s, threads, decode_bf16, cases);
 
+  // A progress line on a terminal (a full run takes minutes); nothing in a pipe or a file.
+  const bool progress = isatty(STDERR_FILENO);
+  const auto report = [&](const std::string& stage) {
+    if (progress) std::fprintf(stderr, "\r\033[Kposenc bench: %s", stage.c_str());
+  };
+  report("warming up (" + std::to_string(cases.size()) + " entries)");
   for (Case& c : cases) c.run();  // warm-up: page in buffers, resolve the dispatch
   for (int r = 0; r < repeats; ++r) {
+    report("round " + std::to_string(r + 1) + " of " + std::to_string(repeats));
     for (Case& c : cases) {
       if (static_cast<int>(c.seconds.size()) >= c.max_repeats) continue;
       const auto start = std::chrono::steady_clock::now();
@@ -549,6 +558,7 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
           c.calls_per_run);
     }
   }
+  if (progress) std::fprintf(stderr, "\r\033[K");
   Results results;
   for (Case& c : cases) {
     std::sort(c.seconds.begin(), c.seconds.end());
@@ -575,6 +585,65 @@ double KvReadBandwidth(const std::vector<Entry>& entries) {
     if (e.operation == kKvReadCase) return e.bytes / e.timing.best_s;
   }
   return 0;
+}
+
+// A time with the unit that keeps it readable: "29.4 us", "1.73 ms".
+std::string FormatSeconds(double seconds) {
+  const char* unit = "s";
+  double value = seconds;
+  if (seconds < 1e-6) {
+    unit = "ns", value = seconds * 1e9;
+  } else if (seconds < 1e-3) {
+    unit = "us", value = seconds * 1e6;
+  } else if (seconds < 1) {
+    unit = "ms", value = seconds * 1e3;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, value < 100 ? "%.2f %s" : "%.1f %s", value, unit);
+  return text;
+}
+
+std::string ShortDtype(const std::string& dtype) {
+  return dtype == "float32" ? "f32" : dtype == "bfloat16" ? "bf16" : dtype;
+}
+
+// The report as text within 100 columns: entries grouped under their shape (the longest column),
+// each named by operation and layout; the attention entries once more against the FMA peak.
+void PrintTable(const std::vector<Entry>& entries, double peak, double bandwidth, double kv_read,
+                int repeats) {
+  std::printf("posenc bench: %s, SIMD target %s, %d threads, best of %d rounds\n",
+              CpuModel().c_str(), SimdTargetName().c_str(), ThreadCount(), repeats);
+  std::printf("baselines of this run: float32 FMA peak %.1f GFLOP/s, in-place bandwidth %.1f GB/s\n",
+              peak / 1e9, bandwidth / 1e9);
+  const auto name = [](const Entry& e) {
+    return e.layout == "-" ? e.operation : e.operation + " " + e.layout;
+  };
+  int width = 9;
+  for (const Entry& e : entries) width = std::max(width, static_cast<int>(name(e).size()));
+  std::string shape;
+  for (const Entry& e : entries) {
+    if (e.shape != shape) {
+      shape = e.shape;
+      std::printf("\n%s\n  %-*s %-4s %-5s %3s %10s %10s %7s %6s\n", shape.c_str(), width,
+                  "operation", "type", "place", "thr", "best", "median", "GB/s", "ratio");
+    }
+    const double rate = e.bytes / e.timing.best_s;
+    std::printf("  %-*s %-4s %-5s %3d %10s %10s %7.2f %6.3f\n", width, name(e).c_str(),
+                ShortDtype(e.dtype).c_str(), e.in_place ? "in" : "out", e.threads,
+                FormatSeconds(e.timing.best_s).c_str(), FormatSeconds(e.timing.median_s).c_str(),
+                rate / 1e9, rate / bandwidth);
+  }
+  std::printf("\n  %-*s %8s %8s %14s\n", width, "attention (useful causal work)", "GFLOP/s",
+              "of peak", "x stream time");
+  for (const Entry& e : entries) {
+    if (e.flops == 0) continue;
+    const double gflops = e.flops / e.timing.best_s / 1e9;
+    std::printf("  %-*s %8.1f %8.3f", width, e.operation.c_str(), gflops, gflops * 1e9 / peak);
+    if (e.stream_bytes > 0) std::printf(" %14.2f", e.timing.best_s * kv_read / e.stream_bytes);
+    std::printf("\n");
+  }
+  std::printf("\nratio: GB/s over the in-place bandwidth of the same run\n"
+              "x stream time: a decode step's time over one read of its KV cache\n");
 }
 
 }  // namespace
@@ -639,42 +708,7 @@ void AddBenchCommand(CLI::App& app) {
       std::cout << out.dump(2) << "\n";
       return;
     }
-    std::printf("posenc bench: %s, SIMD target %s, %d threads, best of %d runs\n",
-                CpuModel().c_str(), SimdTargetName().c_str(), ThreadCount(), options->repeats);
-    std::printf("float32 FMA peak: %.1f GFLOP/s (%s vectors, %d threads)\n", peak / 1e9,
-                SimdTargetName().c_str(), ThreadCount());
-    // Columns as wide as their longest entry (attention's names and shapes are long).
-    int name_width = 9, shape_width = 5;
-    for (const Entry& e : entries) {
-      name_width = std::max(name_width, static_cast<int>(e.operation.size()));
-      shape_width = std::max(shape_width, static_cast<int>(e.shape.size()));
-    }
-    std::printf("%-*s %-11s %-8s %-5s %-3s %-*s %10s %12s %12s %8s %7s\n", name_width,
-                "operation", "layout", "dtype", "place", "thr", shape_width, "shape", "MB moved",
-                "best", "median", "GB/s", "ratio");
-    for (const Entry& e : entries) {
-      const double rate = e.bytes / e.timing.best_s;
-      const bool ns = e.timing.best_s < 1e-4;
-      std::printf("%-*s %-11s %-8s %-5s %3d %-*s %10.2f %9.3f %s %9.3f %s %8.2f %7.3f\n",
-                  name_width, e.operation.c_str(), e.layout.c_str(), e.dtype.c_str(),
-                  e.in_place ? "in" : "out", e.threads, shape_width, e.shape.c_str(),
-                  e.bytes / 1e6,
-                  e.timing.best_s * (ns ? 1e9 : 1e3), ns ? "ns" : "ms",
-                  e.timing.median_s * (ns ? 1e9 : 1e3), ns ? "ns" : "ms", rate / 1e9,
-                  rate / bandwidth);
-    }
-    std::printf("\n%-*s %10s %10s %14s\n", name_width, "attention (useful causal work)",
-                "GFLOP/s", "of peak", "x stream time");
-    for (const Entry& e : entries) {
-      if (e.flops == 0) continue;
-      const double gflops = e.flops / e.timing.best_s / 1e9;
-      std::printf("%-*s %10.1f %10.3f", name_width, e.operation.c_str(), gflops,
-                  gflops * 1e9 / peak);
-      if (e.stream_bytes > 0) {
-        std::printf(" %14.2f", e.timing.best_s * kv_read / e.stream_bytes);
-      }
-      std::printf("\n");
-    }
+    PrintTable(entries, peak, bandwidth, kv_read, options->repeats);
   });
 }
 
