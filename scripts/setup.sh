@@ -1,32 +1,45 @@
 #!/usr/bin/env bash
-# Installs the Debian packages posenc needs to build, test and draw its figures, only those that
-# are missing. Run as root (or with sudo available). Safe to run again: it does nothing when all
-# packages are present.
+# Installs the Debian packages posenc needs, only those that are missing. Run as root (or with
+# sudo available). Safe to run again: it does nothing when all packages are present.
+#
+#   scripts/setup.sh demo   what the library, the posenc tool and its demo need (make demo)
+#   scripts/setup.sh        everything: also the tests, Python, the study, the fuzzers (make test)
 set -euo pipefail
 
+profile="${1:-all}"
+case "$profile" in
+  demo | all) ;;
+  *) echo "scripts/setup.sh: profile must be 'demo' or 'all', got '$profile'" >&2; exit 2 ;;
+esac
+
+# The library, the posenc tool and its figures.
 packages=(
   build-essential cmake        # compiler and build system
-  libgtest-dev libgmock-dev    # unit tests
   libcli11-dev                 # command-line parsing for the posenc tool
-  nlohmann-json3-dev           # JSON output of the CLI, golden test data
+  nlohmann-json3-dev           # Hugging Face config.json files, JSON output of the CLI
   gnuplot-nox                  # draws the demo's figures (PNG through cairo, and SVG)
   libhwy-dev                   # Google Highway: SIMD kernels with runtime CPU dispatch
   libsleef-dev                 # SLEEF: torch's float32 pow, for Hugging Face's exact RoPE bits
-  libbenchmark-dev             # Google Benchmark: bench/posenc_benchmarks
-  python3-dev pybind11-dev     # the Python extension module, built against Debian's python3
-  python3-numpy                # numpy arrays in and out of the Python bindings
-  python3-torch                # posenc.torch: autograd Functions and modules over the bindings
-  python3-pytest               # the Python tests, run through CTest
-  clang libclang-rt-14-dev     # libFuzzer (clang's -fsanitize=fuzzer) for fuzz/hf_config_fuzzer
-  libomp-dev                   # OpenMP for the library when clang builds it for the fuzzer
-  libtorch-dev                 # libtorch (C++): trains the models of the study (study/)
-  libopenblas0-pthread         # OpenBLAS behind libtorch (the reference BLAS is several times slower)
-  bible-kjv bible-kjv-text     # the study's text: the King James Bible and the `bible` reader
-  libopenmpi-dev openmpi-bin   # Open MPI: `mpirun -n N posenc_study` spreads the study's runs (optional)
   libmicrohttpd-dev pkgconf    # posenc serve: the HTTP server, event-driven so slow clients hold no thread
   libjs-chart.js               # posenc serve: the charts of the explorer page
-  chromium chromium-driver python3-selenium  # the explorer's test in a real (headless) browser
 )
+if [ "$profile" = all ]; then
+  packages+=(
+    libgtest-dev libgmock-dev    # unit tests
+    libbenchmark-dev             # Google Benchmark: bench/posenc_benchmarks
+    python3-dev pybind11-dev     # the Python extension module, built against Debian's python3
+    python3-numpy                # numpy arrays in and out of the Python bindings
+    python3-torch                # posenc.torch: autograd Functions and modules over the bindings
+    python3-pytest               # the Python tests, run through CTest
+    clang libclang-rt-14-dev     # libFuzzer (clang's -fsanitize=fuzzer) for fuzz/hf_config_fuzzer
+    libomp-dev                   # OpenMP for the library when clang builds it for the fuzzer
+    libtorch-dev                 # libtorch (C++): trains the models of the study (study/)
+    libopenblas0-pthread         # OpenBLAS behind libtorch (the reference BLAS is several times slower)
+    bible-kjv bible-kjv-text     # the study's text: the King James Bible and the `bible` reader
+    libopenmpi-dev openmpi-bin   # Open MPI: `mpirun -n N posenc_study` spreads the study's runs (optional)
+    chromium chromium-driver python3-selenium  # the explorer's test in a real (headless) browser
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
