@@ -82,14 +82,16 @@ def shard_positions(seq_len, world, rank, scheme="zigzag"):
         f" for scheme {scheme!r}, world {world})",
         lambda n: n > 0 and n % chunks == 0,
     )
+    # The positions every other API takes, within the size cap, before anything is allocated.
+    _core.validate_positions(fn, seq_len - 1, "seq_len - 1")
     chunk = seq_len // chunks
-    if scheme == "contiguous":
-        return torch.arange(rank * chunk, (rank + 1) * chunk, dtype=torch.int64)
-    late = 2 * world - 1 - rank
-    return torch.cat([
-        torch.arange(rank * chunk, (rank + 1) * chunk, dtype=torch.int64),
-        torch.arange(late * chunk, (late + 1) * chunk, dtype=torch.int64),
-    ])
+    held = chunks // world  # chunks per rank: 2 for zigzag
+    positions = _pt._empty(fn, (held * chunk,), torch.int64, name="positions.shape")
+    torch.arange(held * chunk, out=positions)
+    positions += rank * chunk
+    if scheme == "zigzag":  # the late chunk, 2 * world - 1 - rank
+        positions[chunk:] += (2 * world - 2 - 2 * rank) * chunk
+    return positions
 
 
 class _Ring:
@@ -335,26 +337,39 @@ def _check_inputs(q, k, v, positions, qkv_format):
 
 def _agree(ring, q, k, v, positions):
     """Every rank must send blocks of one shape and dtype (the receives are
-    sized from the local block); one small all_gather checks it before the
-    ring starts and gives the global largest position (a length-dependent
-    RoPE rule reads it)."""
+    sized from the local block) and hold positions within the position rule;
+    one small all_gather checks both before the ring starts, so that every
+    rank raises together (none is left waiting in the ring), and gives the
+    global largest position (a length-dependent RoPE rule reads it)."""
     # A fixed length (shapes padded to 4 dims with -1): all_gather needs equal sizes.
     dims = [q.dim()]
     for t in (q, k, v):
         dims += [-1] * (4 - t.dim()) + list(t.shape)
+    valid = bool(((positions >= 0) & (positions <= _core.MAX_POSITION)).all())
     largest = int(positions.max()) if len(positions) else -1
-    info = torch.tensor(dims + [_pt._ATTENTION_DTYPES.index(q.dtype), largest], dtype=torch.int64)
+    info = torch.tensor(
+        dims + [_pt._ATTENTION_DTYPES.index(q.dtype), valid, largest], dtype=torch.int64
+    )
     gathered = [torch.empty_like(info) for _ in range(ring.world)]
     dist.all_gather(gathered, info, group=ring.group)
     for rank, other in enumerate(gathered):
-        if not torch.equal(other[:-1], info[:-1]):
+        if not torch.equal(other[:-2], info[:-2]):
             raise _pt._error(
                 _FN, "q, k, v",
                 f"have the same shapes and dtype on every rank of the group (rank {rank}: "
-                f"{other[:-1].tolist()}, this rank {ring.rank}: {info[:-1].tolist()} as "
+                f"{other[:-2].tolist()}, this rank {ring.rank}: {info[:-2].tolist()} as "
                 "[q.dim(), q.shape, k.shape, v.shape (each padded to 4 dims by -1), dtype])",
                 "different shards",
             )
+    invalid = [rank for rank, other in enumerate(gathered) if not other[-2]]
+    if invalid:
+        # The rank holding a bad position names it with the message of every other API.
+        _pt._check_positions(_FN, positions)
+        raise _pt._error(
+            _FN, "positions",
+            "be in [0, 2^32] (kMaxPosition) on every rank of the group",
+            f"positions outside on rank {', '.join(map(str, invalid))}",
+        )
     return max(int(other[-1]) for other in gathered)
 
 

@@ -158,22 +158,64 @@ def _positions(function, positions, name="positions"):
     return positions.numpy()
 
 
-def _empty(function, shape, dtype, like=None):
-    """A new tensor of shape (strided like `like` when given), refused before
-    allocation past the cap posenc's numpy API holds its own results to."""
-    count = like.numel() if like is not None else math.prod(shape)
-    if count * _item_size(dtype) > _core.MAX_OUTPUT_BYTES:
-        shape = tuple(shape)
+def _require_size(function, shape, dtype, name="out.shape"):
+    """Refuses a tensor of shape past the cap posenc's numpy API holds its own
+    results to, before anything is allocated."""
+    if math.prod(shape) * _item_size(dtype) > _core.MAX_OUTPUT_BYTES:
         raise _error(
             function,
-            "out.shape",
+            name,
             f"hold at most {_core.MAX_OUTPUT_BYTES} bytes (16 GiB, the cap on "
             "arrays posenc allocates)",
-            f"{shape} {_dtype_name(dtype)}",
+            f"{tuple(shape)} {_dtype_name(dtype)}",
         )
+
+
+def _empty(function, shape, dtype, like=None, name="out.shape"):
+    """A new tensor of shape (strided like `like` when given), within the cap
+    (_require_size)."""
+    _require_size(function, tuple(shape), dtype, name)
     if like is not None:
         return torch.empty_like(like)
     return torch.empty(shape, dtype=dtype)
+
+
+def _check_positions(function, positions, name="positions"):
+    """The one position rule of every API (posenc/positions.h: each position
+    an integer in [0, 2^32]), checked by the library's own validator with its
+    message before any work, on every path: the kernels' bindings check it
+    the same way. positions is an int64 tensor or numpy array. A tensor on
+    another device is tested where it lies and copied only to name a bad
+    entry; meta and fake tensors hold no values to check."""
+    if isinstance(positions, torch.Tensor):
+        if type(positions) not in _PLAIN_TENSORS or positions.device.type == "meta":
+            return
+        if not positions.is_cpu:
+            if not bool(((positions < 0) | (positions > _core.MAX_POSITION)).any()):
+                return
+            positions = positions.cpu()
+        positions = positions.numpy()
+    _core.validate_positions(function, positions, name)
+
+
+def _position_range(function, count, name="positions"):
+    """Positions 0 .. count - 1 as an int64 tensor (a default for count
+    tokens), refused before allocation when they break the position rule or
+    the size cap (a meta tensor may claim any number of tokens)."""
+    if count > 0:
+        _core.validate_positions(function, count - 1, f"{name}[{count - 1}]")
+    _require_size(function, (count,), torch.int64, f"{name}.shape")
+    return torch.arange(count, dtype=torch.int64)
+
+
+def _float_dtype(function, name, dtype):
+    """dtype when it is one posenc rounds results to (float32, float64,
+    bfloat16, float16); an integer or bool dtype would truncate the result
+    without a word."""
+    if dtype not in _ROPE_DTYPES:
+        shown = _dtype_name(dtype) if isinstance(dtype, torch.dtype) else repr(dtype)
+        raise _error(function, name, "be float32, float64, bfloat16 or float16", shown)
+    return dtype
 
 
 def _real_number(value):
@@ -285,15 +327,18 @@ def _tokens_first(function, name, tensor, qkv_format):
 
 
 def _position_tensor(function, positions, name="positions"):
-    """positions as an int64 tensor (where they lie); a sequence or array of
-    ints is converted, floats and bools are refused, never truncated."""
+    """positions as an int64 tensor (where they lie), checked against the
+    position rule (_check_positions); a sequence or array of ints is
+    converted, floats and bools are refused, never truncated."""
     if isinstance(positions, torch.Tensor):
         if positions.dtype != torch.int64:
             raise _error(
                 function, name, "have dtype int64", _dtype_name(positions.dtype)
             )
-        return positions
-    return torch.from_numpy(_positions(function, positions, name))
+    else:
+        positions = torch.from_numpy(_positions(function, positions, name))
+    _check_positions(function, positions, name)
+    return positions
 
 
 def _kernel_rotate(rotation, positions, q, k, direction):
@@ -557,6 +602,7 @@ def rope_cos_sin(rope, positions, dtype=torch.float32):
     interleaved: each twice), formed in float64 and rounded once to dtype
     (Hugging Face forms the angle in float32, which loses digits at large
     positions). rope is a posenc.Rope or a RotaryEmbedding."""
+    dtype = _float_dtype("rope", "dtype", dtype)
     positions = _position_tensor("rope", positions)
     return _reference.hf_cos_sin(_rope_scheme("rope", rope, positions), positions, dtype)
 
@@ -578,7 +624,7 @@ def _module_rope(module, q, k, positions, qkv_format):
         axis = -3 if qkv_format == "bshd" else -2
         if q.dim() < 3:
             _tokens_first("rope", "q", q, _qkv_format("rope", qkv_format))
-        positions = torch.arange(q.shape[axis], dtype=torch.int64)
+        positions = _position_range("rope", q.shape[axis])
     return apply_rope(module, positions, q, k, qkv_format=qkv_format or "bshd")
 
 
@@ -756,6 +802,8 @@ def _check_int(function, name, value, allow_none=False):
     if isinstance(value, bool) or not isinstance(value, int):
         rule = "be an int or None" if allow_none else "be an int"
         raise _error(function, name, rule, type(value).__name__)
+    if not -(2**63) <= value < 2**63:  # the library's int64_t
+        raise _error(function, name, "be an int in [-2^63, 2^63)", value)
 
 
 def _check_number(function, name, value):
@@ -778,7 +826,7 @@ def _stream_positions(function, mrope, q, positions, name, text_form, qkv_format
     batch, tokens = tuple(view.shape[:-3]), view.shape[-3]
     full = (mrope.num_streams,) + batch + (tokens,)
     if positions is None and text_form:
-        return torch.arange(tokens, dtype=torch.int64).expand(full)
+        return _position_range(function, tokens, name).expand(full)
     positions = _position_tensor(function, positions, name)
     _check_positions_device(function, positions, q, name)
     shape = tuple(positions.shape)
@@ -1187,6 +1235,8 @@ class SinusoidalPositions(torch.nn.Module):
 
     def __init__(self, dim, base=10000.0):
         super().__init__()
+        _check_int("sinusoidal", "dim", dim)
+        _check_number("sinusoidal", "base", base)
         self.spec = _core.Sinusoidal(dim, base)
 
     def forward(self, positions):
@@ -1239,6 +1289,10 @@ class LearnedPositions(torch.nn.Module):
     ):
         super().__init__()
         if table is None:
+            _check_int("learned", "max_positions", max_positions)
+            _check_int("learned", "d_model", d_model)
+            _check_int("learned", "seed", seed)
+            _check_number("learned", "stddev", stddev)
             table = _core.LearnedPositions.random(
                 max_positions, d_model, seed, stddev
             )
@@ -1278,6 +1332,18 @@ class LearnedPositions(torch.nn.Module):
         return f"max_positions={table.max_positions}, d_model={table.d_model}"
 
 
+def _alibi(num_heads, max_bias, head_offset, shard_heads):
+    """The posenc.Alibi of alibi_slopes' and alibi_bias' arguments."""
+    for name, value in (
+        ("num_heads", num_heads), ("head_offset", head_offset), ("shard_heads", shard_heads)
+    ):
+        _check_int("alibi", name, value)
+    _check_number("alibi", "max_bias", max_bias)
+    return _core.Alibi(
+        num_heads, max_bias=max_bias, head_offset=head_offset, shard_heads=shard_heads
+    )
+
+
 def alibi_slopes(
     num_heads,
     *,
@@ -1290,12 +1356,8 @@ def alibi_slopes(
     n) for n a power of two, the paper's interleaving otherwise; head_offset
     and shard_heads (0: the rest) pick a tensor-parallel shard. Computed in
     double, returned as dtype."""
-    alibi = _core.Alibi(
-        num_heads,
-        max_bias=max_bias,
-        head_offset=head_offset,
-        shard_heads=shard_heads,
-    )
+    alibi = _alibi(num_heads, max_bias, head_offset, shard_heads)
+    _float_dtype("alibi", "dtype", dtype)
     return torch.from_numpy(_core.alibi_slopes(alibi)).to(dtype)
 
 
@@ -1318,22 +1380,14 @@ def alibi_bias(
     dtype float32, float64, bfloat16 or float16 (the last two rounded from
     float32).
     """
-    alibi = _core.Alibi(
-        num_heads,
-        max_bias=max_bias,
-        head_offset=head_offset,
-        shard_heads=shard_heads,
-    )
+    alibi = _alibi(num_heads, max_bias, head_offset, shard_heads)
     queries = _positions("alibi", query_positions, "query_positions")
     keys = (
         queries
         if key_positions is None
         else _positions("alibi", key_positions, "key_positions")
     )
-    if dtype not in _ROPE_DTYPES:
-        raise _error(
-            "alibi", "dtype", "be float32, float64, bfloat16 or float16", dtype
-        )
+    _float_dtype("alibi", "dtype", dtype)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     out = _empty(
         "alibi",
@@ -1423,18 +1477,9 @@ class RelativePositionBias(torch.nn.Module):
                     "be 1-D",
                     tuple(positions.shape),
                 )
-            if positions.size and (
-                positions.min() < 0 or positions.max() > 2**32
-            ):
-                bad = positions[(positions < 0) | (positions > 2**32)][0]
-                raise _error(
-                    "relative_bias", name, "be in [0, 4294967296]", int(bad)
-                )
-        _empty(
-            "relative_bias",
-            (self.num_heads, queries.shape[0], keys.shape[0]),
-            self.weight.dtype,
-        )  # refuses a bias past the output cap before anything is computed
+            _check_positions("relative_bias", positions, name)
+        # A bias past the output cap is refused before anything is computed.
+        self._check_size(queries.shape[0], keys.shape[0])
         relative = keys[None, :] - queries[:, None]
         return torch.from_numpy(
             _core.relative_position_bucket(
@@ -1450,15 +1495,26 @@ class RelativePositionBias(torch.nn.Module):
         key defaults to query."""
         if key is None:
             key = query
+        is_length = [isinstance(p, int) and not isinstance(p, bool) for p in (query, key)]
+        for p, name, length in zip((query, key), ("query", "key"), is_length):
+            if length and p < 0:
+                raise _error(
+                    "relative_bias", name, "be a length >= 0 or int64 positions", p
+                )
+        if all(is_length):  # the bias's size before any position is allocated
+            self._check_size(query, key)
         query_pos, key_pos = (
-            torch.arange(p, dtype=torch.int64)
-            if isinstance(p, int) and not isinstance(p, bool)
-            else p
-            for p in (query, key)
+            _position_range("relative_bias", p, name) if length else p
+            for p, name, length in zip((query, key), ("query_pos", "key_pos"), is_length)
         )
         buckets = self.buckets(query_pos, key_pos)
         # The lookup in torch: autograd adds each use of a bucket into its row.
         return self.weight[buckets].permute(2, 0, 1)
+
+    def _check_size(self, queries, keys):
+        _require_size(
+            "relative_bias", (self.num_heads, queries, keys), self.weight.dtype
+        )
 
     def extra_repr(self):
         return (
@@ -1634,32 +1690,35 @@ def _segments(q, k, v, cu_seqlens_q, cu_seqlens_k):
     return list(zip(q_bounds, q_bounds[1:], k_bounds, k_bounds[1:]))
 
 
-def _aligned_positions(q_tokens, kv_tokens):
+def _aligned_positions(function, q_tokens, kv_tokens):
     """Default positions: keys 0 .. kv_tokens - 1, queries the last q_tokens
     of them (a decode step's query after its keys)."""
+    every = _position_range(function, max(q_tokens, kv_tokens))
     shift = max(kv_tokens - q_tokens, 0)
-    return (
-        torch.arange(shift, shift + q_tokens, dtype=torch.int64),
-        torch.arange(kv_tokens, dtype=torch.int64),
-    )
+    return every[shift : shift + q_tokens], every[:kv_tokens]
 
 
-def _attention_positions(query_positions, key_positions, q_tokens, kv_tokens, mask, segments):
-    """(query, key) positions as int64 tensors: the given ones, else the
-    defaults of the call's form (aligned, padded batch, or per segment)."""
+def _attention_positions(
+    function, query_positions, key_positions, q_tokens, kv_tokens, mask, segments
+):
+    """(query, key) positions as int64 tensors: the given ones (checked
+    against the position rule before any work), else the defaults of the
+    call's form (aligned, padded batch, or per segment)."""
     if mask is not None:
         defaults = _padding_positions(mask, min(q_tokens, kv_tokens))
     elif segments is not None:
-        per_segment = [_aligned_positions(qb - qa, kb - ka) for qa, qb, ka, kb in segments]
+        per_segment = [
+            _aligned_positions(function, qb - qa, kb - ka) for qa, qb, ka, kb in segments
+        ]
         defaults = tuple(torch.cat([p[i] for p in per_segment]) for i in (0, 1))
     else:
-        defaults = _aligned_positions(q_tokens, kv_tokens)
+        defaults = _aligned_positions(function, q_tokens, kv_tokens)
     given = (
         (query_positions, "query_positions"),
         (key_positions, "key_positions"),
     )
     return tuple(
-        default if p is None else _position_tensor("attention", p, name)
+        default if p is None else _position_tensor(function, p, name)
         for default, (p, name) in zip(defaults, given)
     )
 
@@ -1855,10 +1914,9 @@ def attention(
     qkv_format = _qkv_format("attention", qkv_format)
     if out_dtype is None:
         out_dtype = q.dtype
-    elif out_dtype not in _ANY_ATTENTION_DTYPES:
-        raise _error(
-            "attention", "out_dtype", "be a floating dtype of torch", repr(out_dtype)
-        )
+    _float_dtype("attention", "out_dtype", out_dtype)
+    if out is not None:
+        _check_out("attention", out, q, v)
     if cu_seqlens_q is not None and (attention_mask is not None or qkv_format != "bshd"):
         raise _error(
             "attention",
@@ -1887,7 +1945,7 @@ def attention(
     if cu_seqlens_q is not None:
         segments = _segments(q_view, k_view, v_view, cu_seqlens_q, cu_seqlens_k)
     qpos, kpos = _attention_positions(
-        query_positions, key_positions, q_tokens, kv_tokens, mask, segments
+        "attention", query_positions, key_positions, q_tokens, kv_tokens, mask, segments
     )
     if rope is not None and not isinstance(rope, _core.Rope):
         rope = rope.rope_at(qpos, kpos)  # a length rule reads every position of the call
@@ -1901,9 +1959,11 @@ def attention(
             for qa, qb, ka, kb in segments
         ])
     else:
-        # A float32 out= of the right shape is the kernel's own output.
+        # A float32 out= of the right shape is the kernel's own output, where one kernel call
+        # checks the whole batch (positions, shapes, aliasing) before it writes. A key mask runs
+        # one call per row: its result is formed apart and copied into out only once complete.
         target = None
-        if out is not None and out.dtype == torch.float32 and _on_kernel(out):
+        if out is not None and out.dtype == torch.float32 and _on_kernel(out) and mask is None:
             view = _tokens_first("attention", "out", out, qkv_format)
             if view.shape == q_view.shape[:-1] + v_view.shape[-1:] and view.stride(-1) == 1:
                 target = view
@@ -1915,13 +1975,24 @@ def attention(
     if qkv_format == "bhsd":
         result = result.transpose(-2, -3)
     if out is not None:
-        _check_tensor("attention", "out", out, _ANY_ATTENTION_DTYPES)
-        if tuple(out.shape) != tuple(result.shape):
-            raise _error(
-                "attention", "out.shape", f"be {tuple(result.shape)}", tuple(out.shape)
-            )
         return out.copy_(result)
     return result.to(out_dtype)
+
+
+def _check_out(function, out, q, v):
+    """out= of attention, checked before any work: a tensor of q's shape with
+    v's value_dim, of a floating dtype, that autograd does not record."""
+    _check_tensor(function, "out", out, _ANY_ATTENTION_DTYPES)
+    expect = tuple(q.shape[:-1]) + tuple(v.shape[-1:])
+    if tuple(out.shape) != expect:
+        raise _error(function, "out.shape", f"be {expect}", tuple(out.shape))
+    if _records(out):
+        raise _error(
+            function,
+            "out",
+            "not require grad while autograd records (out= is written in place)",
+            "a tensor that requires grad",
+        )
 
 
 def _check_qkv(function, q, k, v):
@@ -1968,6 +2039,9 @@ def self_extend_attention(
     if rope is None:
         raise _error("self_extend", "rope", "be given (Self-Extend regroups RoPE positions)", None)
     _check_options(scale, window, None, rope, causal, "self_extend")
+    if out_dtype is None:
+        out_dtype = q.dtype
+    _float_dtype("self_extend", "out_dtype", out_dtype)
     _check_int("self_extend", "group_size", group_size)
     _check_int("self_extend", "neighbor_window", neighbor_window)
     qkv_format = _qkv_format("self_extend", qkv_format)
@@ -1976,7 +2050,8 @@ def self_extend_attention(
         for name, t in (("q", q), ("k", k), ("v", v))
     )
     qpos, kpos = _attention_positions(
-        query_positions, key_positions, q_view.shape[-3], k_view.shape[-3], None, None
+        "self_extend", query_positions, key_positions, q_view.shape[-3], k_view.shape[-3],
+        None, None,
     )
     if not isinstance(rope, _core.Rope):
         rope = rope.rope_at(qpos, kpos)
@@ -2003,7 +2078,7 @@ def self_extend_attention(
         )
     if qkv_format == "bhsd":
         result = result.transpose(-2, -3)
-    return result.to(q.dtype if out_dtype is None else out_dtype)
+    return result.to(out_dtype)
 
 
 torch.fx.wrap("self_extend_attention")
@@ -2136,6 +2211,10 @@ class KVCache:
         mrope=None,
         dtype=torch.float32,
     ):
+        sizes = (("capacity", capacity), ("kv_heads", kv_heads), ("head_dim", head_dim))
+        for name, value in sizes:
+            _check_int("kv_cache", name, value)
+        _check_int("kv_cache", "value_dim", value_dim, allow_none=True)
         if dtype not in _ATTENTION_DTYPES:
             raise _error(
                 "kv_cache",
@@ -2157,6 +2236,39 @@ class KVCache:
         self.dtype = dtype
         self.rope_delta = 0
 
+    @property
+    def rope_delta(self):
+        """Hugging Face's rope_deltas of this sequence (an int; 0 until set):
+        an int, or a one-element integer tensor or array (``get_rope_index``'s
+        rope_deltas[b]), in [-2^32, 2^32]."""
+        return self._rope_delta
+
+    @rope_delta.setter
+    def rope_delta(self, value):
+        delta, shown = None, type(value).__name__
+        if isinstance(value, (torch.Tensor, np.ndarray)):
+            shown = f"{shown} of shape {tuple(value.shape)} and dtype {value.dtype}"
+            try:
+                tensor = torch.as_tensor(value)
+            except (TypeError, RuntimeError):  # an object array
+                tensor = torch.zeros(0)
+            integral = not (
+                tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool
+            )
+            if tensor.numel() == 1 and integral:
+                delta = int(tensor.item())
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            delta = shown = int(value)
+        if delta is None or abs(delta) > _core.MAX_POSITION:
+            raise _error(
+                "kv_cache",
+                "rope_delta",
+                "be an int in [-2^32, 2^32] or a one-element integer tensor "
+                "(get_rope_index's rope_deltas[b])",
+                shown,
+            )
+        self._rope_delta = delta
+
     @classmethod
     def from_hf_config(
         cls, config, capacity, layer=None, *, dtype=torch.float32, **kwargs
@@ -2169,6 +2281,14 @@ class KVCache:
         layer index or type as in ``rope_from_hf_config``; other keywords
         (layer_type, seq_len, precision) go to it."""
         model = model_positions(config)
+        if model.scheme != "rope":
+            raise _error(
+                "kv_cache",
+                "config",
+                "describe a model with RoPE (a RoPE-less cache: KVCache(capacity, "
+                "kv_heads, head_dim), with attend(alibi=...) for ALiBi)",
+                f"{model.model_type} ({model.scheme})",
+            )
         kv_heads = model.num_key_value_heads or model.num_attention_heads
         layers = model.layers
         nope = (
@@ -2241,6 +2361,9 @@ class KVCache:
         sqrt(head_dim)), window (0: none), chunk_size (Llama 4's chunks; 0:
         none)."""
         q_array = _kv_tensor(self, "q", q)
+        if out_dtype is None:
+            out_dtype = self.dtype
+        _float_dtype("kv_cache", "out_dtype", out_dtype)
         if positions is None:
             n = q.shape[0] if q.dim() == 3 else 0
             cached = self._cache.positions
@@ -2265,7 +2388,7 @@ class KVCache:
             chunk_size=chunk_size,
             query_streams=self._streams(positions, streams, "streams"),
         )
-        return torch.from_numpy(out).to(out_dtype or self.dtype)
+        return torch.from_numpy(out).to(out_dtype)
 
     def _next_position(self):
         cached = self._cache.positions

@@ -127,12 +127,16 @@ def worker(rank, world, port, scheme_list, seed, results, die_rank):
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
             timeout=datetime.timedelta(seconds=TIMEOUT_S),
         )
-        if die_rank == "mismatch":
-            # Rank 1 holds fewer tokens: every rank must refuse before the ring starts.
-            tokens = 12 if rank == 0 else 8
+        if die_rank in ("mismatch", "bad_position"):
+            # Rank 1 holds fewer tokens, or a position past the limit: every rank must refuse
+            # before the ring starts.
+            tokens = 8 if rank == 1 and die_rank == "mismatch" else 12
             q = torch.randn(tokens, HEADS, DIM)
             kv = torch.randn(tokens, KV_HEADS, DIM)
-            cp.context_parallel_attention(q, kv, kv, torch.arange(tokens) + rank * 12)
+            positions = torch.arange(tokens) + rank * 12
+            if rank == 1 and die_rank == "bad_position":
+                positions[3] = 2**33
+            cp.context_parallel_attention(q, kv, kv, positions)
             results.put((rank, "finished", None))
             return
         if die_rank is not None:
@@ -253,6 +257,20 @@ def test_ranks_with_different_shards_refuse():
             "Error: [context_parallel_attention] q, k, v must have the same shapes and dtype on "
             "every rank of the group"
         ), message
+    assert all(not p.is_alive() for p in processes)
+
+
+def test_a_rank_with_a_bad_position_fails_every_rank_before_the_ring():
+    reports, processes = run_ranks(2, die_rank="bad_position")
+    assert sorted(reports) == [0, 1], reports
+    messages = {rank: message.split("\n")[0] for rank, (_, message) in reports.items()}
+    assert all(kind == "error" for kind, _ in reports.values()), reports
+    assert messages == {
+        0: "Error: [context_parallel_attention] positions must be in [0, 2^32] (kMaxPosition) "
+        "on every rank of the group, got positions outside on rank 1",
+        1: "Error: [context_parallel_attention] positions[3] must be <= 2^32 = 4294967296 "
+        "(kMaxPosition, where float32 RoPE stops being accurate), got 8589934592",
+    }
     assert all(not p.is_alive() for p in processes)
 
 

@@ -6,6 +6,7 @@ bad). The other tables hold what must succeed: legitimate aliasing, empty
 inputs, and NaN carried through attention as the math carries it.
 """
 
+import pathlib
 import re
 
 import numpy as np
@@ -15,12 +16,22 @@ from numpy.lib.stride_tricks import as_strided
 
 import posenc
 import posenc.torch as pt
+import posenc.torch.distributed as cp
 
 ROPE = posenc.Rope.default(8)
 CAP = (
     "must hold at most 17179869184 bytes (16 GiB, the cap on arrays posenc "
     "allocates)"
 )
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "configs"
+
+
+def past_limit(name, value):
+    """The message of the one position rule, the same on every path."""
+    return (
+        f"{name} must be <= 2^32 = 4294967296 (kMaxPosition, where float32 RoPE "
+        f"stops being accurate), got {value}"
+    )
 
 
 def data(*shape, dtype=np.float32):
@@ -115,6 +126,53 @@ def hf_layout_later_position_too_large():
     x = buf.transpose(0, 2, 1, 3)
     positions = [[0, 1, 2], [0, 1, 2**40]]
     return lambda: posenc.apply_rope_inplace(ROPE, positions, x), [buf]
+
+
+def masked_attention_out_later_row_bad():
+    # A key mask runs one kernel call per batch row: row 0 used to be written
+    # into out before row 1's position was refused.
+    q, out = tensor(2, 3, 2, 8), tensor(2, 3, 2, 8)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    positions = torch.tensor([[0, 1, 2], [0, 1, 2**40]])
+    return (
+        lambda: pt.attention(q, q, q, positions, attention_mask=mask, out=out),
+        [q.numpy(), out.numpy()],
+    )
+
+
+def attention_out_requires_grad():
+    q, out = tensor(2, 3, 2, 8), torch.zeros(2, 3, 2, 8, requires_grad=True)
+    return lambda: pt.attention(q, q, q, out=out), [q.numpy(), out.detach().numpy()]
+
+
+def torch_positions_past_limit(call, dtype):
+    """call(q) on q of dtype (the PyTorch-definition paths) must refuse
+    positions as the float32 kernel does."""
+
+    def build():
+        q = tensor(3, 2, 8).to(dtype)
+        return (lambda: call(q)), [q.numpy()]
+
+    return build
+
+
+def kv_cache_call(call):
+    """call(cache) on a cache holding two tokens; the cache must not change."""
+
+    def build():
+        cache = pt.KVCache(4, 2, 8, rope=ROPE)
+        cache.append(tensor(2, 2, 8), tensor(2, 2, 8))
+        keys = cache._cache.keys  # a read-only view of the cache's own memory
+        return (lambda: call(cache)), [keys]
+
+    return build
+
+
+def tampered_state(cls, obj, index, value):
+    """Unpickling obj's state with field index replaced."""
+    state = list(obj.__getstate__())
+    state[index] = value
+    return lambda: cls.__new__(cls).__setstate__(tuple(state))
 
 
 def call_only(call, *shapes):
@@ -236,8 +294,56 @@ ERRORS = {
     # before the first is written (the index is the entry's in the array given).
     "HF layout in place, later element's position too large": (
         hf_layout_later_position_too_large,
-        "[rope] positions[1][2] must be <= 2^32 = 4294967296 (kMaxPosition, where "
-        "float32 RoPE stops being accurate), got 1099511627776",
+        "[rope] " + past_limit("positions[1][2]", 2**40),
+    ),
+    "torch attention, mask and out=, later row's position too large": (
+        masked_attention_out_later_row_bad,
+        "[attention] " + past_limit("query_positions[1][2]", 2**40),
+    ),
+    # Every path, the PyTorch definitions included, refuses what the float32
+    # kernel refuses, with its message.
+    "torch float64 attention, position past the limit": (
+        torch_positions_past_limit(
+            lambda q: pt.attention(q, q, q, [0, 1, 2**62]), torch.float64
+        ),
+        "[attention] " + past_limit("query_positions[2]", 2**62),
+    ),
+    "torch float16 attention, negative key position": (
+        torch_positions_past_limit(
+            lambda q: pt.attention(q, q, q, [0, 1, 2], [0, -1, 2]), torch.float16
+        ),
+        "[attention] key_positions[1] must be >= 0, got -1",
+    ),
+    "torch attention, kept keys not one interval, position past the limit": (
+        torch_positions_past_limit(
+            lambda q: pt.attention(
+                q[None], q[None], q[None], [0, 1, 2**33],
+                attention_mask=torch.tensor([[True, False, True]]),
+            ),
+            torch.float32,
+        ),
+        "[attention] " + past_limit("query_positions[2]", 2**33),
+    ),
+    "torch float64 self_extend, position past the limit": (
+        torch_positions_past_limit(
+            lambda q: pt.self_extend_attention(
+                q, q, q, [0, 1, 2**62], rope=ROPE, group_size=2, neighbor_window=2
+            ),
+            torch.float64,
+        ),
+        "[self_extend] " + past_limit("query_positions[2]", 2**62),
+    ),
+    "rope_cos_sin, position past the limit": (
+        call_only(lambda: pt.rope_cos_sin(ROPE, [0, 2**62])),
+        "[rope] " + past_limit("positions[1]", 2**62),
+    ),
+    "RelativePositionBias, position past the limit": (
+        call_only(lambda: pt.RelativePositionBias().buckets([0, 2**33], [0])),
+        "[relative_bias] " + past_limit("query_pos[1]", 2**33),
+    ),
+    "shard_positions 2^34 tokens": (
+        call_only(lambda: cp.shard_positions(2**34, 1, 0)),
+        "[shard_positions] " + past_limit("seq_len - 1", 2**34 - 1),
     ),
     "alibi_bias, negative position": (
         call_only(lambda: posenc.alibi_bias(posenc.Alibi(4), [0, -1])),
@@ -249,6 +355,26 @@ ERRORS = {
         "where float32 RoPE stops being accurate), got 4611686018427387904",
     ),
     # Huge sizes: refused before any allocation.
+    "shard_positions, 2^32 positions on one rank": (
+        call_only(lambda: cp.shard_positions(2**32, 1, 0, "contiguous")),
+        f"[shard_positions] positions.shape {CAP}, got (4294967296,) int64",
+    ),
+    "RelativePositionBias of 2^40 tokens": (
+        call_only(lambda: pt.RelativePositionBias(num_heads=8)(2**40)),
+        f"[relative_bias] out.shape {CAP}, got (8, 1099511627776, 1099511627776) float32",
+    ),
+    "RelativePositionBias of a negative length": (
+        call_only(lambda: pt.RelativePositionBias()(-1, 4)),
+        "[relative_bias] query must be a length >= 0 or int64 positions, got -1",
+    ),
+    "RotaryEmbedding, default positions of 2^40 meta tokens": (
+        call_only(
+            lambda: pt.RotaryEmbedding(8, qkv_format="bshd")(
+                torch.empty(2**40, 1, 8, device="meta")
+            )
+        ),
+        "[rope] " + past_limit("positions[1099511627775]", 2**40 - 1),
+    ),
     "sinusoidal_table 2^40 x 2^20": (
         call_only(lambda: posenc.sinusoidal_table(2**40, 2**20)),
         f"[sinusoidal] [tokens, dim] {CAP}, got (1099511627776, 1048576) float32",
@@ -328,6 +454,123 @@ ERRORS = {
         torch_float_positions(lambda q: pt.apply_rope(8, [0, 1, 2], q, q)),
         "[rope] rope must be a posenc.Rope or a posenc.torch.RotaryEmbedding, got int",
     ),
+    "torch attention, out= that requires grad": (
+        attention_out_requires_grad,
+        "[attention] out must not require grad while autograd records (out= is written "
+        "in place), got a tensor that requires grad",
+    ),
+    "KVCache.from_hf_config, BLOOM": (
+        call_only(lambda: pt.KVCache.from_hf_config(CONFIGS / "bloom.json", 8)),
+        "[kv_cache] config must describe a model with RoPE (a RoPE-less cache: "
+        "KVCache(capacity, kv_heads, head_dim), with attend(alibi=...) for ALiBi), "
+        "got bloom (alibi)",
+    ),
+    "KVCache.from_hf_config, MPT": (
+        call_only(lambda: pt.KVCache.from_hf_config(CONFIGS / "mpt-7b.json", 8)),
+        "[kv_cache] config must describe a model with RoPE (a RoPE-less cache: "
+        "KVCache(capacity, kv_heads, head_dim), with attend(alibi=...) for ALiBi), "
+        "got mpt (alibi)",
+    ),
+    "KVCache.from_hf_config, GPT-2": (
+        call_only(lambda: pt.KVCache.from_hf_config(CONFIGS / "gpt2.json", 8)),
+        "[kv_cache] config must describe a model with RoPE (a RoPE-less cache: "
+        "KVCache(capacity, kv_heads, head_dim), with attend(alibi=...) for ALiBi), "
+        "got gpt2 (learned)",
+    ),
+    "KVCache.rope_delta, a float tensor": (
+        kv_cache_call(lambda c: setattr(c, "rope_delta", torch.tensor([[1.5]]))),
+        "[kv_cache] rope_delta must be an int in [-2^32, 2^32] or a one-element integer "
+        "tensor (get_rope_index's rope_deltas[b]), got Tensor of shape (1, 1) and "
+        "dtype torch.float32",
+    ),
+    "KVCache.rope_delta, a batch's deltas": (
+        kv_cache_call(lambda c: setattr(c, "rope_delta", torch.tensor([[1], [2]]))),
+        "[kv_cache] rope_delta must be an int in [-2^32, 2^32] or a one-element integer "
+        "tensor (get_rope_index's rope_deltas[b]), got Tensor of shape (2, 1) and "
+        "dtype torch.int64",
+    ),
+    "KVCache.rope_delta, a string": (
+        kv_cache_call(lambda c: setattr(c, "rope_delta", "3")),
+        "[kv_cache] rope_delta must be an int in [-2^32, 2^32] or a one-element integer "
+        "tensor (get_rope_index's rope_deltas[b]), got str",
+    ),
+    "KVCache.rope_delta, 2^62": (
+        kv_cache_call(lambda c: setattr(c, "rope_delta", 2**62)),
+        "[kv_cache] rope_delta must be an int in [-2^32, 2^32] or a one-element integer "
+        "tensor (get_rope_index's rope_deltas[b]), got 4611686018427387904",
+    ),
+    "pickled Rope, head_dim a string": (
+        call_only(tampered_state(posenc.Rope, ROPE, 0, "8")),
+        "[rope] pickled state[0] (head_dim) must be an int, got str",
+    ),
+    "pickled Rope, inv_freq a string": (
+        call_only(tampered_state(posenc.Rope, ROPE, 3, "1.0")),
+        "[rope] pickled state[3] (inv_freq) must be a list of floats, got str",
+    ),
+    "pickled MRope, rope a dict": (
+        call_only(
+            tampered_state(posenc.MRope, posenc.MRope.sections(ROPE, [2, 1, 1]), 0, {})
+        ),
+        "[mrope] pickled state[0] (rope) must be a posenc.Rope, got dict",
+    ),
+    "pickled Alibi, max_bias a string": (
+        call_only(tampered_state(posenc.Alibi, posenc.Alibi(4), 1, "8")),
+        "[alibi] pickled state[1] (max_bias) must be a float, got str",
+    ),
+    "torch alibi_slopes, num_heads a string": (
+        call_only(lambda: pt.alibi_slopes("8")),
+        "[alibi] num_heads must be an int, got str",
+    ),
+    "SinusoidalPositions, dim a float": (
+        call_only(lambda: pt.SinusoidalPositions(8.0)),
+        "[sinusoidal] dim must be an int, got float",
+    ),
+    "LearnedPositions, stddev a string": (
+        call_only(lambda: pt.LearnedPositions(8, 4, stddev="0.02")),
+        "[learned] stddev must be a number, got str",
+    ),
+    "KVCache, capacity a tensor": (
+        call_only(lambda: pt.KVCache(torch.tensor([1.5]), 2, 8)),
+        "[kv_cache] capacity must be an int, got Tensor",
+    ),
+    "torch self_extend, group_size past int64": (
+        torch_float_positions(
+            lambda q: pt.self_extend_attention(
+                q, q, q, rope=ROPE, group_size=2**70, neighbor_window=2
+            )
+        ),
+        "[self_extend] group_size must be an int in [-2^63, 2^63), got "
+        "1180591620717411303424",
+    ),
+    # Silent casts: a result is never truncated to an integer dtype.
+    "KVCache.attend, out_dtype int64": (
+        kv_cache_call(lambda c: c.attend(tensor(1, 2, 8), out_dtype=torch.int64)),
+        "[kv_cache] out_dtype must be float32, float64, bfloat16 or float16, got int64",
+    ),
+    "torch attention, out_dtype int64": (
+        torch_float_positions(lambda q: pt.attention(q, q, q, out_dtype=torch.int64)),
+        "[attention] out_dtype must be float32, float64, bfloat16 or float16, got int64",
+    ),
+    "torch self_extend, out_dtype int32": (
+        torch_float_positions(
+            lambda q: pt.self_extend_attention(
+                q, q, q, rope=ROPE, group_size=2, neighbor_window=2, out_dtype=torch.int32
+            )
+        ),
+        "[self_extend] out_dtype must be float32, float64, bfloat16 or float16, got int32",
+    ),
+    "alibi_slopes, dtype int64": (
+        call_only(lambda: pt.alibi_slopes(4, dtype=torch.int64)),
+        "[alibi] dtype must be float32, float64, bfloat16 or float16, got int64",
+    ),
+    "torch alibi_bias, dtype bool": (
+        call_only(lambda: pt.alibi_bias(4, [0, 1], dtype=torch.bool)),
+        "[alibi] dtype must be float32, float64, bfloat16 or float16, got bool",
+    ),
+    "rope_cos_sin, dtype int32": (
+        call_only(lambda: pt.rope_cos_sin(ROPE, [0, 1], dtype=torch.int32)),
+        "[rope] dtype must be float32, float64, bfloat16 or float16, got int32",
+    ),
 }
 
 
@@ -372,6 +615,17 @@ def test_attention_out_into_the_v_slot_of_a_fused_qkv_buffer(batch):
     out = posenc.attention(q, k, v, np.arange(5), causal=True, out=slot)
     assert out is slot
     np.testing.assert_array_equal(slot, expect)
+
+
+def test_masked_attention_into_out_overlapping_a_later_rows_query():
+    # A key mask runs one kernel call per batch row. out[0] is q[1]: writing
+    # row 0 into out used to change row 1's query before row 1 was read.
+    buf = tensor(3, 3, 2, 8)
+    q, out = buf[0:2], buf[1:3]
+    mask = torch.tensor([[True, True, True], [False, True, True]])
+    expect = pt.attention(q.clone(), q.clone(), q.clone(), attention_mask=mask)
+    assert pt.attention(q, q.clone(), q.clone(), attention_mask=mask, out=out) is out
+    torch.testing.assert_close(out, expect, rtol=0, atol=0)
 
 
 EMPTY = {

@@ -494,11 +494,19 @@ def test_torch_context_shift_and_sinks():
     torch.testing.assert_close(out, expect, rtol=0, atol=1e-5)
 
 
-def test_torch_mrope_cache_defaults_streams_to_positions_plus_rope_delta():
+# rope_delta as an int, or as get_rope_index gives it: rope_deltas [batch, 1],
+# of which a sequence's row (or the whole of a batch of one) is set.
+@pytest.mark.parametrize(
+    "delta",
+    [3, torch.tensor([[3]]), torch.tensor([3]), np.array([3]), np.int64(3)],
+    ids=["int", "rope_deltas", "rope_deltas[b]", "numpy", "numpy scalar"],
+)
+def test_torch_mrope_cache_defaults_streams_to_positions_plus_rope_delta(delta):
     mrope = posenc.MRope.sections(ROPE, [2, 3, 3])
     q, k, v = (torch.from_numpy(x) for x in qkv(4, seed=15))
     cache = pt.KVCache(8, KV_HEADS, HEAD_DIM, mrope=mrope)
-    cache.rope_delta = 3
+    cache.rope_delta = delta
+    assert cache.rope_delta == 3 and type(cache.rope_delta) is int
     with torch.no_grad():
         cache.append(k, v)
         out = cache.attend(q)

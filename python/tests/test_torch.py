@@ -527,7 +527,9 @@ def test_relative_position_bias_from_a_t5_config_and_bad_input():
         pt.RelativePositionBias(32, 128, 0)
     with pytest.raises(ValueError):
         pt.RelativePositionBias(2, 128, 4)
-    with pytest.raises(ValueError, match=r"query_pos must be in \[0, 4294967296\]"):
+    with pytest.raises(
+        ValueError, match=r"^\[relative_bias\] query_pos\[0\] must be >= 0, got -1$"
+    ):
         pt.RelativePositionBias(32, 128, 4)(torch.tensor([-1]), torch.tensor([0]))
     with pytest.raises(
         ValueError, match=r"\[relative_bias\] query_pos must have dtype int64"
