@@ -31,6 +31,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 MARKER = "<!-- runnable -->"
 SHELLS = {"sh", "bash", "shell"}
@@ -200,13 +201,15 @@ def main(argv=None):
     entries = source_entries(args.source) if args.source is not None else None
     failures = 0
     for b in blocks:
+        start = time.monotonic()
         status, output = run_block(b, source=args.source, build=args.build, python=args.python,
                                    timeout=args.timeout, entries=entries)
+        took = f"{time.monotonic() - start:.1f} s"  # for the reader only: nothing depends on it
         if status == 0:
-            print(f"ok      {b.path}:{b.line} ({b.kind})", flush=True)
+            print(f"ok      {b.path}:{b.line} ({b.kind}, {took})", flush=True)
         else:
             failures += 1
-            print(f"FAILED  {b.path}:{b.line} ({b.kind})", flush=True)
+            print(f"FAILED  {b.path}:{b.line} ({b.kind}, {took})", flush=True)
             print(report(b, status, output), file=sys.stderr, flush=True)
     print(f"{len(blocks) - failures} of {len(blocks)} runnable blocks passed")
     return 1 if failures else 0

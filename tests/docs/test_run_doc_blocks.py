@@ -131,6 +131,6 @@ def test_scratch_directory_and_environment(tmp_path):
                            "--source", str(source), "--build", str(build)],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "ok      README.md:2 (sh)" in done.stdout
+    assert "ok      README.md:2 (sh, " in done.stdout
     assert "2 of 2 runnable blocks passed" in done.stdout
     assert not (source / "written.txt").exists() and not (build / "written.txt").exists()
