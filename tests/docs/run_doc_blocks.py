@@ -187,7 +187,10 @@ def main(argv=None):
     blocks = []
     try:
         for f in files:
-            name = os.path.relpath(f, args.source) if args.source else str(f)
+            name = str(f)
+            if args.source is not None:  # README.md, docs/PYTHON.md: as the tree names them
+                inside = os.path.relpath(f, args.source)
+                name = name if inside.startswith("..") else inside
             blocks += extract(f.read_text(encoding="utf-8"), name)
     except DocError as e:
         print(f"error: {e}", file=sys.stderr)
