@@ -47,6 +47,7 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
   const std::vector<double> slopes = options.alibi ? AlibiSlopes(*options.alibi)
                                                    : std::vector<double>();
   const int64_t group = q.num_heads / k.num_heads;  // query heads per key/value head
+  constexpr double kInf = std::numeric_limits<double>::infinity();
 
   std::vector<double> scores(static_cast<size_t>(k.tokens));
   std::vector<char> visible(static_cast<size_t>(k.tokens));
@@ -58,7 +59,9 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
       internal::ReferenceScoreRow(options, q, k, query_pos, key_pos, scale, slopes, i, h, scores,
                                   visible);
       // (5) softmax over the visible keys, (6) weighted sum of v: out_i = sum_j p_ij v_j.
-      internal::SoftmaxWeightedRow(scores, visible, v, g, sum_v, out.Row(i, h));
+      // (5) with the head's sink in the denominator, when given.
+      internal::SoftmaxWeightedRow(scores, visible, v, g, sum_v, out.Row(i, h),
+                                   options.sinks.empty() ? -kInf : options.sinks[h]);
     }
   }
 }

@@ -128,6 +128,50 @@ void CheckBackward(const AttentionOptions& options, Heads<const T> q, Heads<cons
     Require(!SpanOverlaps(lse, view), kBackward, name, "not share memory with lse",
             "a view overlapping lse");
   }
+  const std::span<float> sinks = grads.sinks;
+  if (!options.sinks.empty()) {
+    Require(sinks.size() == options.sinks.size(), kBackward, "grads.sinks.size()",
+            Equal("sinks.size()", static_cast<int64_t>(options.sinks.size())),
+            static_cast<int64_t>(sinks.size()));
+  } else {
+    Require(sinks.empty(), kBackward, "grads.sinks", "be empty without sinks",
+            static_cast<int64_t>(sinks.size()));
+  }
+  const std::string_view sinks_rule = "not share memory with an input or another gradient";
+  for (const auto& [view, name] : {std::pair{Heads<const float>(grads.dq), "dq"},
+                                   std::pair{Heads<const float>(grads.dk), "dk"},
+                                   std::pair{Heads<const float>(grads.dv), "dv"},
+                                   std::pair{out, "out"}, std::pair{d_out, "d_out"}}) {
+    Require(!SpanOverlaps(sinks, view), kBackward, "grads.sinks", sinks_rule,
+            std::string("a span overlapping ") + name);
+  }
+  Require(!SpanOverlaps(sinks, q) && !SpanOverlaps(sinks, k) && !SpanOverlaps(sinks, v) &&
+              !SpansOverlap(sinks, lse) && !SpansOverlap(sinks, table) &&
+              !SpansOverlap(sinks, options.sinks),
+          kBackward, "grads.sinks", sinks_rule,
+          "a span overlapping q, k, v, lse, sinks or grads.relative_bias_table");
+}
+
+// The sinks' gradient from the saved state, in double: dsink_h = -sum_i exp(sink_h - lse_i)
+// (do_i . o_i) over the rows of head h (posenc/attention_backward.h). A row that sees no key
+// has o_i = 0 and adds nothing.
+void SinkGradients(const AttentionOptions& options, Heads<const float> out,
+                   std::span<const float> lse, Heads<const float> d_out, std::span<float> grad) {
+  for (int64_t h = 0; h < out.num_heads; ++h) {
+    const double sink = options.sinks[static_cast<size_t>(h)];
+    double sum = 0.0;
+    for (int64_t t = 0; t < out.tokens; ++t) {
+      const float* o = out.Row(t, h);
+      const float* d_o = d_out.Row(t, h);
+      double delta = 0.0;
+      for (int64_t e = 0; e < out.head_dim; ++e) {
+        delta += static_cast<double>(d_o[e]) * static_cast<double>(o[e]);
+      }
+      const double row_lse = lse[static_cast<size_t>(t * out.num_heads + h)];
+      sum += std::exp(sink - row_lse) * delta;
+    }
+    grad[static_cast<size_t>(h)] = static_cast<float>(-sum);
+  }
 }
 
 // The forward pass with the true log-sum-exp: the kernel measures ALiBi's distances from an
@@ -178,8 +222,10 @@ void Backward(const AttentionOptions& options, Heads<const T> q, Heads<const T> 
     Zero(grads.dk);
     Zero(grads.dv);
     std::fill(grads.relative_bias_table.begin(), grads.relative_bias_table.end(), 0.0f);
+    std::fill(grads.sinks.begin(), grads.sinks.end(), 0.0f);
     return;
   }
+  if (!options.sinks.empty()) SinkGradients(options, out, lse, d_out, grads.sinks);
   internal::PreparedAttention<T> call(options, q, k, v, query_pos, key_pos, Heads<float>());
   internal::AttentionBackwardKernelArgs args;
   args.forward = call.args;
@@ -264,6 +310,9 @@ void AttentionBackwardReference(const AttentionOptions& options, Heads<const flo
   std::vector<double> p(static_cast<size_t>(k.tokens)), dq(static_cast<size_t>(q.head_dim));
   std::vector<char> visible(static_cast<size_t>(k.tokens));
   std::vector<double> o(static_cast<size_t>(v.head_dim));
+  std::vector<double> cap_grad(static_cast<size_t>(k.tokens), 1.0);  // 1 without soft-capping
+  std::vector<double> sinks(grads.sinks.size(), 0.0);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
 
   for (int64_t i = 0; i < q.tokens; ++i) {
     const double c = scale * (options.query_scale ? options.query_scale->At(query_pos[i]) : 1.0);
@@ -273,9 +322,12 @@ void AttentionBackwardReference(const AttentionOptions& options, Heads<const flo
       std::fill(dq.begin(), dq.end(), 0.0);
       if (k.tokens > 0) {
         internal::ReferenceScoreRow(options, q, k, query_pos, key_pos, scale, slopes, i, h, p,
-                                    visible);
+                                    visible, &cap_grad);
       }
-      if (k.tokens > 0 && internal::SoftmaxRow(p, visible)) {
+      // With a sink: its softmax weight p_sink, and d sink_h = -sum_i p_sink delta_i.
+      const double sink = options.sinks.empty() ? -kInf : options.sinks[static_cast<size_t>(h)];
+      double p_sink = 0.0;
+      if (k.tokens > 0 && internal::SoftmaxRow(p, visible, sink, &p_sink)) {
         // o_i = sum_j p_ij v_j and delta_i = do_i . o_i, from the definition.
         const float* d_out_row = d_out.Row(i, h);
         std::fill(o.begin(), o.end(), 0.0);
@@ -285,6 +337,7 @@ void AttentionBackwardReference(const AttentionOptions& options, Heads<const flo
         }
         double delta = 0.0;
         for (int64_t e = 0; e < v.head_dim; ++e) delta += d_out_row[e] * o[e];
+        if (!sinks.empty()) sinks[static_cast<size_t>(h)] -= p_sink * delta;
         for (int64_t j = 0; j < k.tokens; ++j) {
           if (!visible[j]) continue;
           const float* v_row = v.Row(j, g);
@@ -294,11 +347,13 @@ void AttentionBackwardReference(const AttentionOptions& options, Heads<const flo
             dv[at(j, g, v.num_heads, v.head_dim) + e] += p[j] * d_out_row[e];
           }
           const double ds = p[j] * (dp - delta);
+          // Through soft-capping to the uncapped score (the bias comes after the cap).
+          const double ds_uncapped = ds * cap_grad[static_cast<size_t>(j)];
           const float* k_row = k.Row(j, g);
           const float* q_row = q.Row(i, h);
           for (int64_t d = 0; d < q.head_dim; ++d) {
-            dq[d] += c * ds * k_row[d];
-            dk[at(j, g, k.num_heads, k.head_dim) + d] += c * ds * q_row[d];
+            dq[d] += c * ds_uncapped * k_row[d];
+            dk[at(j, g, k.num_heads, k.head_dim) + d] += c * ds_uncapped * q_row[d];
           }
           if (options.relative_bias) {
             const int64_t bucket =
@@ -323,6 +378,7 @@ void AttentionBackwardReference(const AttentionOptions& options, Heads<const flo
   for (size_t b = 0; b < table.size(); ++b) {
     grads.relative_bias_table[b] = static_cast<float>(table[b]);
   }
+  for (size_t h = 0; h < sinks.size(); ++h) grads.sinks[h] = static_cast<float>(sinks[h]);
   if (internal::Rotates(options)) {
     internal::UnrotateGradient(options, true, query_pos, grads.dq, true);
     internal::UnrotateGradient(options, false, key_pos, grads.dk, true);

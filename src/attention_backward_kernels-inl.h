@@ -9,13 +9,18 @@
 // recomputed from q, k and the saved log-sum-exp, and the pass over that pair of tiles is
 //
 //   S  = Qs K^T                 Qs: q times scale and the row's query scale
-//   P  = exp(S + bias - lse)    0 where a mask hides the key, or the row sees no key
+//   P  = exp(cap(S) + bias - lse)  0 where a mask hides the key, or the row sees no key
 //   dV += P^T dO                dP = dO V^T
 //   dS = P (dP - delta)         delta_i = do_i . o_i, once per row
+//   dS *= cap'(S)               with soft-capping: 1 - tanh^2(S / C)
 //   dK += dS^T Qs               dQ += dS K   (times the row's scale when written)
 //
 // five products of one shape, each a TileGemm (tile_gemm-inl.h), and a T5 table gradient that
-// adds dS into the bucket of each pair's distance.
+// adds dS (before cap') into the bucket of each pair's distance. cap is soft-capping,
+// C tanh(S / C), or none. An attention sink needs nothing here: the saved lse includes it, so P
+// is already the softmax with the sink in the denominator, and delta = do . o is unchanged (the
+// sink adds no value); its own gradient, -sum_i exp(sink - lse_i) delta_i, is formed by the
+// caller (attention_backward.cc) from lse, out and d_out.
 //
 // The schedule keeps every gradient element in one thread's hands, so no atomics and no
 // thread-dependent order exist:
@@ -114,16 +119,18 @@ struct KeyTile {
   TileKeys tk;
 };
 
-// The per-thread scratch of the pair pass: P and dS of one pair, [kQueryRows, kKeys] each.
+// The per-thread scratch of the pair pass: P and dS of one pair, and with soft-capping the
+// derivative of each capped score (1 - tanh^2), [kQueryRows, kKeys] each.
 struct PairScratch {
   float* p;
   float* ds;
+  float* cap_grad;
 };
 
 // Scratch floats of one thread: a key tile, its accumulators, and the pair buffers.
 inline size_t ThreadFloats(const Shape& s) {
   return 3 * kKeys * s.dim + kKeys * s.value_dim + s.value_dim * kKeys + kKeys * s.value_dim +
-         kKeys + 2 * kQueryRows * kKeys;
+         kKeys + 3 * kQueryRows * kKeys;
 }
 
 inline void Carve(const Shape& s, float* scratch, KeyTile& kt, PairScratch& ps) {
@@ -135,6 +142,7 @@ inline void Carve(const Shape& s, float* scratch, KeyTile& kt, PairScratch& ps) 
   kt.key_offset = kt.dv + kKeys * s.value_dim;
   ps.p = kt.key_offset + kKeys;
   ps.ds = ps.p + kQueryRows * kKeys;
+  ps.cap_grad = ps.ds + kQueryRows * kKeys;
 }
 
 // Packs key tile [key0, key0 + keys) of KV head g: K's rows (widened), K^T and V^T, and the key
@@ -170,18 +178,20 @@ void PackKeyTile(const internal::AttentionBackwardKernelArgs& args, const Shape&
   }
 }
 
-// P of one row: the scores s[0, kKeys) (Qs . k_j) with the row's bias and mask as the forward
-// pass forms them (BiasAndMask), then exp(s - lse), 0 where the row does not see the key, all of
-// it when the row sees nothing.
+// P of one row: the scores s[0, kKeys) (Qs . k_j) with the row's soft-capping, bias and mask as
+// the forward pass forms them (BiasAndMask; with soft-capping, its derivative to cap_grad), then
+// exp(s - lse), 0 where the row does not see the key, all of it when the row sees nothing. The
+// lse includes the sink, so P is the sink's softmax without its column.
 template <class DF>
 HWY_INLINE void Weights(DF df, const internal::AttentionBackwardKernelArgs& args, const KeyTile& kt,
-                        const Row& row, float* HWY_RESTRICT s) {
+                        const Row& row, float* HWY_RESTRICT s, float* HWY_RESTRICT cap_grad) {
   const size_t n = hn::Lanes(df);
   if (row.lse == -std::numeric_limits<float>::infinity()) {
     std::fill(s, s + kKeys, 0.0f);
+    if (cap_grad != nullptr) std::fill(cap_grad, cap_grad + kKeys, 0.0f);
     return;
   }
-  BiasAndMask(df, args.forward, kKeys, kt.key_offset, s, kt.tk, row.state);
+  BiasAndMask(df, args.forward, kKeys, kt.key_offset, s, kt.tk, row.state, cap_grad);
   const auto lse = hn::Set(df, row.lse);
   for (size_t j = 0; j < kKeys; j += n) {
     hn::StoreU(hn::Exp(df, hn::Sub(hn::LoadU(df, s + j), lse)), df, s + j);  // exp(-inf) = 0
@@ -200,6 +210,19 @@ HWY_INLINE void ScoreGradients(DF df, const float* HWY_RESTRICT p, float delta,
     const auto vp = hn::LoadU(df, p + j);
     const auto grad = hn::Mul(vp, hn::Sub(hn::LoadU(df, ds + j), vdelta));
     hn::StoreU(hn::IfThenElseZero(hn::Ne(vp, zero), grad), df, ds + j);
+  }
+}
+
+// Soft-capping's chain rule on dS of one row: the gradient of the uncapped score is dS times
+// 1 - tanh^2 (cap_grad); a zero dS (a hidden key) stays 0 whatever cap_grad holds.
+template <class DF>
+HWY_INLINE void CapGradients(DF df, const float* HWY_RESTRICT cap_grad, float* HWY_RESTRICT ds) {
+  const size_t n = hn::Lanes(df);
+  const auto zero = hn::Zero(df);
+  for (size_t j = 0; j < kKeys; j += n) {
+    const auto grad = hn::LoadU(df, ds + j);
+    hn::StoreU(hn::IfThenElseZero(hn::Ne(grad, zero), hn::Mul(grad, hn::LoadU(df, cap_grad + j))),
+               df, ds + j);
   }
 }
 
@@ -230,7 +253,10 @@ void PairPass(DF df, const internal::AttentionBackwardKernelArgs& args, const Sh
   const size_t value_dim = static_cast<size_t>(args.forward.value_dim);
   // S = Qs K^T, then P row by row.
   TileGemm(df, q, s.dim, 1, kt.k_t, kKeys, head_dim, ps.p, kKeys, count, kKeys, false);
-  for (size_t r = 0; r < count; ++r) Weights(df, args, kt, rows[r], ps.p + r * kKeys);
+  const bool capped = args.forward.softcap > 0.0f;
+  for (size_t r = 0; r < count; ++r) {
+    Weights(df, args, kt, rows[r], ps.p + r * kKeys, capped ? ps.cap_grad + r * kKeys : nullptr);
+  }
   // dV += P^T dO (A(j, i) = P[i][j]).
   if (to.key_grads) {
     TileGemm(df, ps.p, 1, kKeys, d_out, s.value_dim, count, kt.dv, s.value_dim, kt.tk.keys,
@@ -241,13 +267,7 @@ void PairPass(DF df, const internal::AttentionBackwardKernelArgs& args, const Sh
   for (size_t r = 0; r < count; ++r) {
     ScoreGradients(df, ps.p + r * kKeys, rows[r].delta, ps.ds + r * kKeys);
   }
-  // dK += dS^T Qs, dQ += dS K.
-  if (to.key_grads) {
-    TileGemm(df, ps.ds, 1, kKeys, q, s.dim, count, kt.dk, s.dim, kt.tk.keys, s.dim, true);
-  }
-  if (to.dq != nullptr) {
-    TileGemm(df, ps.ds, kKeys, 1, kt.k_rows, s.dim, kt.tk.keys, to.dq, s.dim, count, s.dim, true);
-  }
+  // The T5 bias is added after soft-capping: its gradient is dS itself.
   if (to.bias_grad != nullptr) {
     for (size_t r = 0; r < count; ++r) {
       double* head = to.bias_grad + rows[r].state.head * args.num_buckets;
@@ -256,6 +276,17 @@ void PairPass(DF df, const internal::AttentionBackwardKernelArgs& args, const Sh
         if (ds[j] != 0.0f) head[BucketAt(args, kt.tk.pos[j] - rows[r].state.pos)] += ds[j];
       }
     }
+  }
+  // q and k reach the scores through the cap: dS times its derivative.
+  if (capped) {
+    for (size_t r = 0; r < count; ++r) CapGradients(df, ps.cap_grad + r * kKeys, ps.ds + r * kKeys);
+  }
+  // dK += dS^T Qs, dQ += dS K.
+  if (to.key_grads) {
+    TileGemm(df, ps.ds, 1, kKeys, q, s.dim, count, kt.dk, s.dim, kt.tk.keys, s.dim, true);
+  }
+  if (to.dq != nullptr) {
+    TileGemm(df, ps.ds, kKeys, 1, kt.k_rows, s.dim, kt.tk.keys, to.dq, s.dim, count, s.dim, true);
   }
 }
 

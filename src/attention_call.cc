@@ -178,6 +178,19 @@ void CheckAttention(const AttentionOptions& options, Heads<const T> q, Heads<con
             Equal("q.num_heads", q.num_heads), options.relative_bias->num_heads);
   }
 
+  Require(options.softcap == 0.0 || internal::IsPositiveFloat32(options.softcap), kFunction,
+          "softcap", "be finite and > 0 (0: off), " + std::string(internal::kPositiveFloat32),
+          options.softcap);
+  if (!options.sinks.empty()) {
+    Require(static_cast<int64_t>(options.sinks.size()) == q.num_heads, kFunction, "sinks.size()",
+            Equal("q.num_heads", q.num_heads) + " (one logit per query head)",
+            static_cast<int64_t>(options.sinks.size()));
+    for (size_t h = 0; h < options.sinks.size(); ++h) {
+      Require(std::isfinite(options.sinks[h]), kFunction, "sinks[" + std::to_string(h) + "]",
+              "be finite", static_cast<double>(options.sinks[h]));
+    }
+  }
+
   // Exact, as in RoPE: out may be a slot of a fused buffer whose byte range interleaves with
   // q's, k's or v's without sharing a row.
   const std::string_view overlap_rule = "not share memory with q, k or v";
@@ -235,6 +248,8 @@ PreparedAttention<T>::PreparedAttention(const AttentionOptions& options, Heads<c
   args.alibi_slopes = options.alibi ? slopes.data() : nullptr;
   args.scale = static_cast<float>(scale);
   args.query_scales = options.query_scale ? query_scales.data() : nullptr;
+  args.softcap = static_cast<float>(options.softcap);
+  args.sinks = options.sinks.empty() ? nullptr : options.sinks.data();
   if (options.relative_bias) {
     args.relative_bias = relative.bias.data();
     args.relative_extent = relative.extent;

@@ -14,7 +14,7 @@
 // Tiles whose keys are all hidden from the tile's queries are skipped, so causal skips the upper
 // triangle, a window leaves the band along the diagonal and chunks the blocks along it; only
 // tiles that straddle a mask edge pay for the per-key mask. After the last tile, out = o / l, or
-// zeros when no key was visible.
+// zeros when no key was visible; an attention sink joins l there (MergePartials), once.
 //
 // Split-K (Flash-Decoding, Dao et al. 2023): when there are few (KV head, query tile) items, as
 // in decode, the keys are cut into chunks that run as separate work items, each with its own
@@ -73,10 +73,12 @@ inline void FinishQueryTile(const internal::AttentionKernelArgs& a, const Tiles&
   for (size_t r = 0; r < qt.valid_rows; ++r) {
     const int64_t m = qt.first_row + static_cast<int64_t>(r);
     const int64_t token = m / group, head = qt.g * group + m % group;
-    MergePartials(df, qt.out + r * t.value_dim, &qt.rows[r].max, &qt.rows[r].sum, 0, 1,
+    const RowState& row = qt.rows[r];
+    MergePartials(df, qt.out + r * t.value_dim, &row.max, &row.sum, 0, 1,
                   static_cast<size_t>(a.value_dim),
                   a.out + token * a.out_token_stride + head * a.out_head_stride,
-                  a.lse != nullptr ? a.lse + token * a.num_heads + head : nullptr);
+                  a.lse != nullptr ? a.lse + token * a.num_heads + head : nullptr,
+                  internal::KernelSink(a, head, row.pos, row.anchor));
   }
 }
 
@@ -217,11 +219,14 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
         for (int64_t r = 0; r < valid_rows; ++r) {
           const int64_t m = first_row + r;
           const int64_t token = m / group, head = g * group + m % group;
+          const int64_t pos = a.query_pos[token];
+          const float sink = internal::KernelSink(
+              a, head, pos, internal::AlibiAnchor(pos, key_min_all, key_max_all));
           MergePartials(df, slot + 2 * kQueryTile + r * value_dim, slot + r, slot + kQueryTile + r,
                         partial_floats, static_cast<size_t>(chunks),
                         static_cast<size_t>(a.value_dim),
                         a.out + token * a.out_token_stride + head * a.out_head_stride,
-                        a.lse != nullptr ? a.lse + token * a.num_heads + head : nullptr);
+                        a.lse != nullptr ? a.lse + token * a.num_heads + head : nullptr, sink);
         }
       }
     }

@@ -63,6 +63,12 @@ struct AttentionKernelArgs {
   // max + log(sum), so that the outputs of calls over disjoint key sets can be merged
   // (self_extend.cc); -inf for a row that sees no key, NaN for a NaN row.
   float* lse = nullptr;
+  // Logit soft-capping: each score (after the scale and query scale, before the bias and the
+  // masks) becomes softcap tanh(s / softcap); 0 = off.
+  float softcap = 0.0f;
+  // Attention sinks, or nullptr: num_heads logits, each joining its head's softmax denominators
+  // (in every row's log-sum-exp, never in a value sum).
+  const float* sinks = nullptr;
 };
 
 // Runs on the best SIMD target of this CPU (one dispatch), with OpenMP threads over
@@ -85,6 +91,17 @@ inline float RelativeBiasAt(const AttentionKernelArgs& a, const float* head_bias
 // slope (query_pos - anchor).
 inline int64_t AlibiAnchor(int64_t query_pos, int64_t key_min, int64_t key_max) {
   return query_pos < key_min ? key_min : query_pos > key_max ? key_max : query_pos;
+}
+
+// The sink of query head `head` for a query at `pos` in the forward kernel's frame, whose ALiBi
+// scores are the true ones plus slope (pos - anchor) (AlibiAnchor): -inf without sinks.
+inline float KernelSink(const AttentionKernelArgs& a, int64_t head, int64_t pos, int64_t anchor) {
+  if (a.sinks == nullptr) return -std::numeric_limits<float>::infinity();
+  double sink = static_cast<double>(a.sinks[head]);
+  if (a.alibi_slopes != nullptr) {
+    sink += static_cast<double>(a.alibi_slopes[head]) * static_cast<double>(pos - anchor);
+  }
+  return static_cast<float>(sink);
 }
 
 // The key positions [lo, hi] that a query at `pos` sees: causal, the window, chunks and the

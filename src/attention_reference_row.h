@@ -27,14 +27,16 @@ inline bool VisibleByMask(const AttentionOptions& options, int64_t query_pos, in
 }
 
 // The scores of query row (token i, head h) against every key, and which keys it sees, in double:
-// (2) s_ij = scale c_i q_i . k_j, (3) the ALiBi or T5 bias, (4) the masks. q and k are already
-// rotated; slopes holds ALiBi's slopes (empty without). AttentionReference and its backward
-// twin share it.
+// (2) s_ij = scale c_i q_i . k_j, then soft-capping C tanh(s_ij / C), (3) the ALiBi or T5 bias,
+// (4) the masks. q and k are already rotated; slopes holds ALiBi's slopes (empty without). With
+// cap_grad (and soft-capping), also the derivative of each capped score by the uncapped one,
+// 1 - tanh^2(s_ij / C), for the backward pass. AttentionReference and its backward twin share it.
 inline void ReferenceScoreRow(const AttentionOptions& options, Heads<const float> q,
                               Heads<const float> k, std::span<const int64_t> query_pos,
                               std::span<const int64_t> key_pos, double scale,
                               const std::vector<double>& slopes, int64_t i, int64_t h,
-                              std::vector<double>& scores, std::vector<char>& visible) {
+                              std::vector<double>& scores, std::vector<char>& visible,
+                              std::vector<double>* cap_grad = nullptr) {
   const int64_t g = h / (q.num_heads / k.num_heads);  // the key/value head query head h reads
   const float* q_row = q.Row(i, h);
   // The query scale multiplies the scores as it would q (after RoPE).
@@ -47,6 +49,12 @@ inline void ReferenceScoreRow(const AttentionOptions& options, Heads<const float
       dot += static_cast<double>(q_row[d]) * static_cast<double>(k_row[d]);
     }
     double s = scale * query_scale * dot;
+    // Soft-capping (Gemma 2, ggml): before the biases and the masks.
+    if (options.softcap > 0.0) {
+      const double t = std::tanh(s / options.softcap);
+      s = options.softcap * t;
+      if (cap_grad != nullptr) (*cap_grad)[static_cast<size_t>(j)] = 1.0 - t * t;
+    }
     // (3) ALiBi: s_ij += -slope_h * (query_pos_i - key_pos_j); T5: s_ij +=
     // table[bucket(key_pos_j - query_pos_i)][h].
     if (options.alibi) s += AlibiBias(slopes[h], query_pos[i], key_pos[j]);
@@ -62,34 +70,42 @@ inline void ReferenceScoreRow(const AttentionOptions& options, Heads<const float
 }
 
 // The softmax of one query row over the keys it sees, in double and in place (max subtracted, so
-// that exp never overflows): scores[j] becomes p_j, 0 for hidden keys. Returns false, all weights
-// 0, when the row sees no key.
-inline bool SoftmaxRow(std::vector<double>& scores, const std::vector<char>& visible) {
-  double max_score = -std::numeric_limits<double>::infinity();
+// that exp never overflows): scores[j] becomes p_j, 0 for hidden keys. An attention sink (-inf:
+// none) joins the denominator, as a column of the scores that is dropped after the softmax
+// (gpt-oss); with sink_weight, its own weight exp(sink) / denominator is written there (0
+// without a sink). Returns false, all weights 0, when the row sees no key.
+inline bool SoftmaxRow(std::vector<double>& scores, const std::vector<char>& visible,
+                       double sink = -std::numeric_limits<double>::infinity(),
+                       double* sink_weight = nullptr) {
+  double max_score = sink;  // -inf without a sink
   bool any_visible = false;
   for (size_t j = 0; j < scores.size(); ++j) {
     if (!visible[j]) continue;
     max_score = std::max(max_score, scores[j]);
     any_visible = true;
   }
-  double denominator = 0.0;
+  const bool has_sink = sink != -std::numeric_limits<double>::infinity();
+  double denominator = has_sink ? std::exp(sink - max_score) : 0.0;
+  const double sink_term = denominator;
   for (size_t j = 0; j < scores.size(); ++j) {
     scores[j] = any_visible && visible[j] ? std::exp(scores[j] - max_score) : 0.0;
     denominator += scores[j];
   }
+  if (sink_weight != nullptr) *sink_weight = has_sink ? sink_term / denominator : 0.0;
   if (!any_visible) return false;
   for (double& p : scores) p /= denominator;
   return true;
 }
 
 // One query row, given its scores against every key and which keys are visible: the softmax
-// (SoftmaxRow) and the weighted sum of the rows of v's head g, in double, into out_row. A row with
-// no visible key gets zeros, not NaN. scores is overwritten; sum_v is scratch of v.head_dim
-// entries.
+// (SoftmaxRow, with the row's sink) and the weighted sum of the rows of v's head g, in double,
+// into out_row. A row with no visible key gets zeros, not NaN. scores is overwritten; sum_v is
+// scratch of v.head_dim entries.
 inline void SoftmaxWeightedRow(std::vector<double>& scores, const std::vector<char>& visible,
                                Heads<const float> v, int64_t g, std::vector<double>& sum_v,
-                               float* out_row) {
-  if (!SoftmaxRow(scores, visible)) {
+                               float* out_row,
+                               double sink = -std::numeric_limits<double>::infinity()) {
+  if (!SoftmaxRow(scores, visible, sink)) {
     std::fill(out_row, out_row + v.head_dim, 0.0f);
     return;
   }

@@ -1,6 +1,7 @@
 // Passes (1) and (2) of the forward attention kernel after the products, row by row, and the
 // log-sum-exp merge of partial results:
-//   (1) the row's query scale, its position bias (ALiBi or T5) and its mask added to the scores;
+//   (1) the row's query scale, soft-capping, its position bias (ALiBi or T5) and its mask added
+//       to the scores;
 //   (2) online max and sum: m' = max(m, max_j s_j), p_j = exp(s_j - m'),
 //       l' = l exp(m - m') + sum_j p_j, and the correction exp(m - m') of the row's output;
 //   merge: out = sum_c exp(m_c - M) o_c / sum_c exp(m_c - M) l_c with M = max_c m_c.
@@ -76,24 +77,46 @@ HWY_INLINE void AddRelativeBias(DF df, const internal::AttentionKernelArgs& a, s
   for (size_t j = 0; j < tk.keys; ++j) s[j] += RelativeBiasAt(a, row, tk.pos[j] - row.pos);
 }
 
-// Pass (1) after the product, for one row: -inf for keys past the end of a short last tile, the
-// row's score multiplier, its ALiBi or T5 bias and its mask (-inf where a mask hides the key), on
-// `width` scores at s (whole vectors); key_offset[j] is key j's position - tk.min. Shared by the
-// forward and the backward pass, so both see the same scores.
+// Logit soft-capping of `width` scores at s: s = cap tanh(s / cap) (cap > 0). With cap_grad,
+// also writes there the derivative of each capped score by its input, 1 - tanh^2, for the
+// backward pass.
+template <class DF>
+HWY_INLINE void SoftCap(DF df, float cap, size_t width, float* HWY_RESTRICT s,
+                        float* HWY_RESTRICT cap_grad) {
+  const size_t n = hn::Lanes(df);
+  const auto vcap = hn::Set(df, cap);
+  const auto inv_cap = hn::Set(df, 1.0f / cap);
+  const auto one = hn::Set(df, 1.0f);
+  for (size_t j = 0; j < width; j += n) {
+    const auto t = hn::Tanh(df, hn::Mul(hn::LoadU(df, s + j), inv_cap));
+    hn::StoreU(hn::Mul(vcap, t), df, s + j);
+    if (cap_grad != nullptr) hn::StoreU(hn::NegMulAdd(t, t, one), df, cap_grad + j);
+  }
+}
+
+// Pass (1) after the product, for one row: the row's score multiplier, soft-capping, -inf for
+// keys past the end of a short last tile, the row's ALiBi or T5 bias and its mask (-inf where a
+// mask hides the key), on `width` scores at s (whole vectors); key_offset[j] is key j's
+// position - tk.min. Shared by the forward and the backward pass, so both see the same scores;
+// the backward pass takes soft-capping's derivative in cap_grad (SoftCap).
 template <class DF>
 HWY_INLINE void BiasAndMask(DF df, const internal::AttentionKernelArgs& a, size_t width,
                             const float* HWY_RESTRICT key_offset, float* HWY_RESTRICT s,
-                            const TileKeys& tk, const RowState& row) {
+                            const TileKeys& tk, const RowState& row,
+                            float* HWY_RESTRICT cap_grad = nullptr) {
   const size_t n = hn::Lanes(df);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t* key_pos = tk.pos;
   const size_t keys = tk.keys;
   const int64_t key_min = tk.min;
-  std::fill(s + keys, s + width, kNegInf);
   if (row.score_mul != 1.0f) {
     const auto mul = hn::Set(df, row.score_mul);
     for (size_t j = 0; j < width; j += n) hn::StoreU(hn::Mul(hn::LoadU(df, s + j), mul), df, s + j);
   }
+  // Soft-capping, before the biases and masks (Gemma 2, ggml), and before the short tile's -inf,
+  // which tanh would turn into -cap.
+  if (a.softcap > 0.0f) SoftCap(df, a.softcap, width, s, cap_grad);
+  std::fill(s + keys, s + width, kNegInf);
   if (a.alibi_slopes != nullptr) {
     const auto slope = hn::Set(df, row.slope);
     const auto anchor = hn::Set(df, static_cast<float>(row.anchor - key_min));
@@ -158,16 +181,20 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const internal::AttentionKernelArgs& a, 
 // a row with a NaN max or sum (a NaN score) gets NaN.
 // Writes value_dim floats of dst (the padding of o stays in scratch), and with `lse` the row's
 // log-sum-exp, max_c m_c + log(sum_c w_c l_c) (-inf when nothing was visible).
+// An attention sink (finite; -inf: none) is one more partial with m = sink, l = 1 and o = 0: it
+// joins the denominator and the log-sum-exp once, whatever the number of partials; a row that
+// sees no key then gets zeros and lse = sink.
 template <class DF>
 HWY_INLINE void MergePartials(DF df, const float* HWY_RESTRICT o, const float* HWY_RESTRICT max,
                               const float* HWY_RESTRICT sum, size_t stride, size_t count,
-                              size_t value_dim, float* HWY_RESTRICT dst, float* HWY_RESTRICT lse) {
+                              size_t value_dim, float* HWY_RESTRICT dst, float* HWY_RESTRICT lse,
+                              float sink) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   HWY_DASSERT(count <= static_cast<size_t>(kMaxKeyChunks));
-  float global_max = kNegInf;
+  float global_max = sink;
   for (size_t c = 0; c < count; ++c) global_max = MaxKeepingNaN(global_max, max[c * stride]);
   float weight[kMaxKeyChunks];
-  float total = 0.0f;
+  float total = global_max == kNegInf || sink == kNegInf ? 0.0f : std::exp(sink - global_max);
   for (size_t c = 0; c < count; ++c) {
     // exp(-inf) = 0 for a chunk that saw nothing; global_max = -inf only when none saw anything.
     weight[c] = global_max == kNegInf ? 0.0f : std::exp(max[c * stride] - global_max);

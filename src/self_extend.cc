@@ -145,6 +145,9 @@ void CheckSelfExtend(const AttentionOptions& options, const SelfExtend& se, Head
           "a RelativeBias");
   Require(!options.query_scale, kFunction, "options.query_scale", unsupported,
           "a LogFloorQueryScale");
+  Require(options.softcap == 0.0, kFunction, "options.softcap", unsupported, options.softcap);
+  Require(options.sinks.empty(), kFunction, "options.sinks", unsupported,
+          std::to_string(options.sinks.size()) + " sinks");
   ValidateAttention(options, q, k, v, query_pos, key_pos, out);
 }
 

@@ -18,6 +18,21 @@
 // leaves each query one interval of key positions. Queries and keys carry their own positions, so
 // one decode step against a KV cache is a single query at position T attending to keys 0 .. T.
 //
+// Two options of the softmax itself (both off by default):
+// - softcap C > 0 (logit soft-capping, Gemma 2's attn_logit_softcapping, ggml_flash_attn_ext's
+//   logit_softcap): the scaled score becomes C tanh(scale c_i q'[i, h] . k'[j, g] / C) before
+//   anything else touches it: the ALiBi or T5 bias is added to the capped score, and the masks
+//   act after that. So
+//     s_ij = C tanh(scale c_i q'_i . k'_j / C) + bias_h(i, j),
+//   as Hugging Face's Gemma 2 (scores * scaling, then tanh(scores / C) * C, then + mask) and ggml
+//   (softcap, then + mask, where ggml's ALiBi lives) compute it.
+// - sinks (gpt-oss): one logit sink_h per query head that joins every row's softmax
+//   denominator but adds no value: out[i, h] = sum_j exp(s_ij) v_j / (sum_j exp(s_ij) +
+//   exp(sink_h)) over the visible keys j, Hugging Face's GptOssAttention (the sink concatenated
+//   as a last column of the scores, the softmax taken, the column dropped). A query with no
+//   visible key still gets zeros; the log-sum-exp of posenc/attention_backward.h includes the
+//   sink (log(sum_j exp(s_ij) + exp(sink_h)); sink_h for a row that sees no key).
+//
 // Shapes: q [q_tokens, num_heads, head_dim], k [kv_tokens, num_kv_heads, head_dim],
 // v [kv_tokens, num_kv_heads, value_dim], out [q_tokens, num_heads, value_dim].
 // A query with no visible key (possible only with a mask and unusual positions) gets zeros. NaN
@@ -73,12 +88,20 @@ struct AttentionOptions {
   std::optional<MRope> mrope;
   PositionStreams mrope_query_pos;
   PositionStreams mrope_key_pos;
+  // Logit soft-capping (see the top of the file): each scaled score s becomes
+  // softcap * tanh(s / softcap) before the ALiBi or T5 bias and the masks. 0 means off;
+  // otherwise finite and > 0 (a positive normal float32).
+  double softcap = 0.0;
+  // Attention sinks (see the top of the file): empty, or one finite logit per query head
+  // (num_heads entries; with head-sharded ALiBi, the local heads'), in the scores' units (after
+  // scale and soft-capping: it is not capped). Read during the call, not copied.
+  std::span<const float> sinks;
 };
 
 // Validates everything (views, shapes, grouping, positions, rope or mrope and its streams, alibi,
-// scale, window,
-// chunk_size, query_scale, relative_bias, and that no row of out shares a byte with a row of q, k
-// or v: an exact test, so out may be a slot of a fused buffer that q, k or v are slices of),
+// scale, window, chunk_size, query_scale, relative_bias, softcap, sinks, and that no row of out
+// shares a byte with a row of q, k or v: an exact test, so out may be a slot of a fused buffer
+// that q, k or v are slices of),
 // throwing posenc::Error before out is touched, then runs the kernel.
 void Attention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
                Heads<const float> v, std::span<const int64_t> query_pos,

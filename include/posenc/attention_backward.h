@@ -14,6 +14,16 @@
 //   dk_j = sum_i scale c_i ds_ij q_i            (likewise; summed over the group's query heads)
 //   dtable[b][h] = sum over (i, j) of head h whose bucket is b of ds_ij
 //
+// With soft-capping C, s_ij = C tanh(u_ij / C) + bias with u_ij = scale c_i q_i . k_j: the
+// table's gradient takes ds_ij as above, and dq, dk take ds_ij (1 - tanh^2(u_ij / C)) in its
+// place. With attention sinks, lse_i includes the sink (p_ij = exp(s_ij - lse_i) sums to
+// 1 - exp(sink_h - lse_i)), the formulas above keep their form, and each sink gets
+//
+//   dsink_h = -sum_i exp(sink_h - lse_i) (do_i . o_i)   (over the rows of query head h)
+//
+// (o_i = sum_j p_ij v_j: the sink takes weight exp(sink_h - lse_i) from every key in
+// proportion, d o_i / d sink_h = -exp(sink_h - lse_i) o_i).
+//
 // ALiBi slopes and masks are constants. A row that sees no key has zero output and gives zero
 // gradients. The result is deterministic: the same bits for any number of threads.
 #pragma once
@@ -29,6 +39,8 @@ namespace posenc {
 
 // Attention (posenc/attention.h) that also writes lse [q_tokens, num_heads] (dense, token-major):
 // each row's log-sum-exp of its visible scores, max + log(sum); -inf for a row that sees no key.
+// With options.sinks the sink is part of it: log(sum_j exp(s_ij) + exp(sink_h)), sink_h for a
+// row that sees no key.
 // Validated as Attention, plus lse.size() == q_tokens * num_heads.
 void AttentionForward(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
                       Heads<const float> v, std::span<const int64_t> query_pos,
@@ -39,13 +51,16 @@ void AttentionForward(const AttentionOptions& options, Heads<const BFloat16> q,
                       Heads<float> out, std::span<float> lse);
 
 // Where the backward pass writes (float32; every element is written, none accumulated):
-// dq like q, dk like k, dv like v, and, when options.relative_bias is given, the gradient of its
-// table [num_buckets, num_heads] (without it, relative_bias_table must be empty).
+// dq like q, dk like k, dv like v, when options.relative_bias is given, the gradient of its
+// table [num_buckets, num_heads] (without it, relative_bias_table must be empty), and when
+// options.sinks is given, the gradient of each sink [num_heads] (without it, sinks must be
+// empty).
 struct AttentionGradients {
   Heads<float> dq;
   Heads<float> dk;
   Heads<float> dv;
   std::span<float> relative_bias_table;
+  std::span<float> sinks;
 };
 
 // The backward pass of AttentionForward with the same options and inputs, given its out and lse

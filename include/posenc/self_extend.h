@@ -60,9 +60,9 @@ struct SelfExtend {
 
 // Self-Extend attention. options.rope must be given (the rotation that Self-Extend regroups);
 // options.causal, scale, window and chunk_size keep their meaning in the original positions;
-// alibi, relative_bias, mrope and query_scale are not supported. Validates everything (the
-// checks of Attention, then se and the options above), throwing posenc::Error before out is
-// touched, then runs the tiled kernel twice and merges (see the top of the file).
+// alibi, relative_bias, mrope, query_scale, softcap and sinks are not supported. Validates
+// everything (the checks of Attention, then se and the options above), throwing posenc::Error
+// before out is touched, then runs the tiled kernel twice and merges (see the top of the file).
 void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
                          Heads<const float> q, Heads<const float> k, Heads<const float> v,
                          std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
