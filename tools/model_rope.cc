@@ -44,9 +44,9 @@ std::optional<int64_t> ModelRopeOptions::LayerIndex() const {
 const RopeLayerScheme& ModelRopeOptions::Layer(const ModelPositions& model) const {
   if (layer.empty()) return std::get<RopeScheme>(model.scheme).layers.front();
   if (const std::optional<int64_t> index = LayerIndex()) {
-    return RopeLayerAt(model, *index, "cli", "--layer");
+    return RopeLayerAt(model, *index, error_function, layer_parameter);
   }
-  return RopeLayerOfType(model, layer, "cli", "--layer");
+  return RopeLayerOfType(model, layer, error_function, layer_parameter);
 }
 
 }  // namespace posenc::cli

@@ -21,6 +21,10 @@ struct ModelRopeOptions {
   std::optional<int64_t> seq_len;
   std::vector<int64_t> positions;
   OutputLimit limit;
+  // How errors about the layer name their source: the CLI's flag by default; another front end
+  // names its own control (posenc serve: "[serve] layer ...").
+  std::string error_function = "cli";
+  std::string layer_parameter = "--layer";
 
   // seq_len_help says what an absent --seq-len means for this command.
   void AddTo(CLI::App* command, const std::string& seq_len_help);

@@ -134,6 +134,61 @@ def test_alibi_slopes_follow_the_paper(server):
     )
 
 
+# A layer the page's layer field names that the config cannot give: the message names the
+# field's parameter (`layer`), never the CLI's --layer.
+BAD_LAYERS = {
+    "a NoPE layer": (
+        "config=smollm3-3b-base&layer=3",
+        "[serve] layer must pick a RoPE layer (layer 3 is nope, full_attention: it does not "
+        "rotate q and k), got 3",
+    ),
+    "an index past the layers": (
+        "config=smollm3-3b-base&layer=99",
+        "[serve] layer must be a layer index in [0, 36) or a layer type, got 99",
+    ),
+    "an unknown type": (
+        "config=smollm3-3b-base&layer=foo",
+        "[serve] layer must be a layer index or one of the config's RoPE layer types "
+        "(full_attention), got foo",
+    ),
+    "a type of layers that do not rotate": (
+        "config=llama4-scout-17b-16e&layer=full_attention",
+        "[serve] layer must name a type of RoPE layers (the full_attention layers do not rotate "
+        "q and k); RoPE layer types: chunked_attention, got full_attention",
+    ),
+    "an index without a layer count": (
+        "config=llama2-7b&layer=0",
+        "[serve] layer must be a layer type: this config gives no layer count "
+        "(num_hidden_layers), so its layers have no index, got 0",
+    ),
+    "a type where every layer is alike": (
+        "rope_type=yarn&layer=sliding_attention",
+        "[serve] layer must be left out: this config has one RoPE setting for every layer (no "
+        "layer_types), got sliding_attention",
+    ),
+}
+
+
+@pytest.mark.parametrize("query, message", BAD_LAYERS.values(), ids=BAD_LAYERS.keys())
+def test_layer_errors_name_the_layer_parameter(server, query, message):
+    assert get(server, "api/stretch?" + query) == (400, {"error": message})
+
+
+def test_no_answer_names_a_command_line_flag(server):
+    """Every bundled config with layers that each rule refuses, and an uploaded one: each error
+    is the serve's, with no `--flag` in it."""
+    _, names = get(server, "api/stretch")
+    for name in names["bundled"]:
+        for layer in ("0", "3", "99", "foo", "full_attention", "9" * 20):
+            status, body = get(server, f"api/stretch?config={name}&layer={layer}")
+            if status != 200:
+                assert status == 400 and body["error"].startswith("[serve] layer must"), body
+                assert not re.search(r"--[a-z]", body["error"]), body
+    body = (ROOT / "tests/configs/llama3.1-8b.json").read_bytes()
+    status, answer = get(server, "api/stretch?layer=7", body)
+    assert status == 400 and answer["error"].startswith("[serve] layer must be a layer type")
+
+
 def test_order_blindness_of_a_sentence(server):
     status, data = get(server, "api/order?tokens=the,cat,sat,on,the,mat&order=3,0,4,1,5,2")
     assert status == 200
@@ -328,4 +383,5 @@ def test_random_queries_never_break_the_server(server):
         ])
         status, body = get(server, f"api/{rng.choice(endpoints)}?{query}")
         assert status == 200 or (400 <= status < 500 and body["error"].startswith("[")), body
+        assert status == 200 or not re.search(r"--[a-z]", body["error"]), body
     assert get(server, "api/alibi")[0] == 200

@@ -351,6 +351,8 @@ json Stretch(Params& p, std::optional<std::string_view> body) {
   } else {
     cli::ModelRopeOptions options;
     options.layer = layer.value_or("");
+    options.error_function = std::string(kFn);  // "[serve] layer must ...", not the CLI's flag
+    options.layer_parameter = "layer";
     if (seq_len > 0) options.seq_len = seq_len;
     cli::RopeReport report = cli::InspectRope(model, options);
     out = std::move(report.json);
