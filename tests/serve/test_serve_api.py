@@ -134,6 +134,39 @@ def test_alibi_slopes_follow_the_paper(server):
     )
 
 
+def test_the_heatmaps_are_described_by_the_api(server):
+    """Each heatmap's axes (title, cell count, ticks on round steps) and colour scale (what it
+    means, the range of the numbers drawn, round values within it, what a masked cell is)."""
+    _, data = get(server, "api/similarity")
+    scale = data["heatmap"]
+    assert scale["y"] == {"title": "position t", "cells": 64, "ticks": list(range(0, 64, 8))}
+    assert scale["x"] == {"title": "column j of the table", "cells": 32,
+                          "ticks": list(range(0, 32, 4))}
+    values = [v for row in data["table"] for v in row]
+    colour = scale["colour"]
+    assert colour["title"] == "PE(t, j): sin for even j, cos for odd j"
+    assert (colour["min"], colour["max"]) == (min(values), max(values))
+    assert colour["ticks"] == [-1.0, -0.5, 0.0, 0.5, 1.0]  # (53, 7) is -1 in float32
+    assert colour["masked"] is None
+
+    _, alibi = get(server, "api/alibi?heads=8&head=3&tokens=12")
+    assert alibi["head"] == 3
+    scale = alibi["heatmap"]
+    assert scale["y"] == {"title": "query position i", "cells": 12, "ticks": [0, 2, 4, 6, 8, 10]}
+    assert scale["x"] == {"title": "key position j", "cells": 12, "ticks": [0, 2, 4, 6, 8, 10]}
+    colour = scale["colour"]
+    assert colour["title"] == "bias added to the score: -slope (i - j)"
+    assert colour["min"] == -11 * 2.0**-4 and colour["max"] == 0.0  # head 3: slope 1/16
+    assert colour["ticks"] == [-0.6, -0.4, -0.2, 0.0]
+    assert colour["masked"] == "key after the query (causal mask)"
+    _, one = get(server, "api/alibi?heads=1&tokens=1")
+    assert one["heatmap"]["colour"] == {"title": colour["title"], "min": 0.0, "max": 0.0,
+                                        "ticks": [0.0], "masked": colour["masked"]}
+    _, wide = get(server, "api/similarity?positions=512&d=256")
+    assert wide["heatmap"]["y"]["ticks"] == list(range(0, 512, 64))
+    assert wide["heatmap"]["x"]["ticks"] == list(range(0, 256, 32))
+
+
 # A layer the page's layer field names that the config cannot give: the message names the
 # field's parameter (`layer`), never the CLI's --layer.
 BAD_LAYERS = {
@@ -234,8 +267,12 @@ BAD = {
         "[serve] columns must hold at most 8 values, got '0,1,2,3,4,5,6,7,8'",
     ),
     "unknown parameter": (
-        "api/alibi?head=3",
-        "[serve] query must name only parameters of this endpoint, got 'head'",
+        "api/alibi?slope=3",
+        "[serve] query must name only parameters of this endpoint, got 'slope'",
+    ),
+    "a head past the head count": (
+        "api/alibi?heads=4&head=4",
+        "[serve] head must be an integer in [0, 3], got '4'",
     ),
     "repeated parameter": (
         "api/alibi?heads=3&heads=4",

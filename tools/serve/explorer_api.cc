@@ -127,6 +127,70 @@ class Params {
   std::set<std::string> read_;
 };
 
+// What the page needs to label a heatmap of `rows` x `columns` cells (cell k of an axis shows
+// value k): each axis's title and tick values, and the colour scale: what a colour means, its
+// range and round values within it, and what a masked (null) cell is, if any.
+struct HeatmapScale {
+  std::string x_title, y_title, colour_title;
+  std::optional<std::string> masked;
+};
+
+// Ticks of an axis of `cells` cells: the multiples of the smallest round step (1, 2, 4, 5, 8,
+// 10, 16, ...) that leaves at most 9 of them.
+std::vector<int64_t> AxisTicks(int64_t cells) {
+  static constexpr int64_t kSteps[] = {1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50, 64, 100, 128};
+  int64_t step = kSteps[std::size(kSteps) - 1];
+  for (const int64_t s : kSteps) {
+    if ((cells - 1) / s + 1 <= 9) {
+      step = s;
+      break;
+    }
+  }
+  std::vector<int64_t> ticks;
+  for (int64_t k = 0; k < cells; k += step) ticks.push_back(k);
+  return ticks;
+}
+
+// Round values in [lo, hi]: the multiples of 1, 2, 2.5 or 5 x 10^e nearest a quarter of the
+// range (just lo when the range is one value).
+std::vector<double> ColourTicks(double lo, double hi) {
+  if (!(hi > lo)) return {lo};
+  const double raw = (hi - lo) / 4;
+  const double unit = std::pow(10.0, std::floor(std::log10(raw)));
+  const double f = raw / unit;
+  const double step = unit * (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10);
+  std::vector<double> ticks;
+  for (double k = std::ceil(lo / step); k * step <= hi; ++k) {
+    // Rounded to 12 significant digits, so that 3 x 0.1 reads 0.3; "+ 0.0" turns -0 into 0.
+    std::ostringstream text;
+    text.precision(12);
+    text << k * step;
+    ticks.push_back(std::stod(text.str()) + 0.0);
+  }
+  return ticks;
+}
+
+// The heatmap description of a matrix (nullopt: a masked cell).
+json Heatmap(const std::vector<std::vector<std::optional<double>>>& cells,
+             const HeatmapScale& scale) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& row : cells) {
+    for (const std::optional<double>& v : row) {
+      if (v) lo = std::min(lo, *v), hi = std::max(hi, *v);
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(cells.size());
+  const int64_t columns = rows > 0 ? static_cast<int64_t>(cells.front().size()) : 0;
+  return {{"x", {{"title", scale.x_title}, {"cells", columns}, {"ticks", AxisTicks(columns)}}},
+          {"y", {{"title", scale.y_title}, {"cells", rows}, {"ticks", AxisTicks(rows)}}},
+          {"colour",
+           {{"title", scale.colour_title},
+            {"min", lo + 0.0},
+            {"max", hi + 0.0},
+            {"ticks", ColourTicks(lo, hi)},
+            {"masked", scale.masked ? json(*scale.masked) : json(nullptr)}}}};
+}
+
 // Waves ("Try it now"): each pair of a d-wide sinusoidal table is a clock hand turning at
 // base^(-2i/d) radians per position; the page shows the hands at one position and the waves of a
 // few columns across positions.
@@ -179,9 +243,11 @@ json Similarity(Params& p) {
   std::vector<float> table(static_cast<size_t>(tokens * spec.dim));
   FillSinusoidalTable(spec, tokens, table);
   json rows = json::array();
+  std::vector<std::vector<std::optional<double>>> cells;
   for (int64_t t = 0; t < tokens; ++t) {
     rows.push_back(
         std::vector<float>(table.begin() + t * spec.dim, table.begin() + (t + 1) * spec.dim));
+    cells.emplace_back(table.begin() + t * spec.dim, table.begin() + (t + 1) * spec.dim);
   }
   std::vector<double> dots(static_cast<size_t>(tokens));
   for (int64_t t = 0; t < tokens; ++t) {
@@ -194,8 +260,12 @@ json Similarity(Params& p) {
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return dots[a] > dots[b]; });
   order.resize(std::min<size_t>(order.size(), 10));
+  const json heatmap = Heatmap(cells, {.x_title = "column j of the table",
+                                       .y_title = "position t",
+                                       .colour_title = "PE(t, j): sin for even j, cos for odd j"});
   return {{"positions", tokens}, {"d", spec.dim}, {"query", query},
-          {"table", rows},       {"dots", dots},  {"most_similar", order}};
+          {"table", rows},       {"dots", dots},  {"most_similar", order},
+          {"heatmap", heatmap}};
 }
 
 // RoPE: one pair's 2-D arrow turned by position x theta, and the score of a fixed q and k
@@ -463,26 +533,39 @@ json AlibiPanel(Params& p) {
   const Alibi alibi{.num_heads = p.Int("heads", 8, 1, 128),
                     .max_bias = p.Real("max_bias", 8.0, 0.01, 126.0)};
   const int64_t tokens = p.Int("tokens", 12, 1, 64);
+  const int64_t head = p.Int("head", 0, 0, alibi.num_heads - 1);  // the one the heatmap shows
   p.Finish();
   const std::vector<double> slopes = AlibiSlopes(alibi);
   json biases = json::array();
-  for (const double slope : slopes) {
+  std::vector<std::vector<std::optional<double>>> cells;
+  for (size_t h = 0; h < slopes.size(); ++h) {
     json rows = json::array();
     for (int64_t i = 0; i < tokens; ++i) {
       json row = json::array();
+      std::vector<std::optional<double>> cell_row;
       for (int64_t j = 0; j < tokens; ++j) {
         // Causal: key j <= i. "+ 0.0" shows the diagonal as 0, not -0.
-        row.push_back(j <= i ? json(AlibiBias(slope, i, j) + 0.0) : json(nullptr));
+        const std::optional<double> bias =
+            j <= i ? std::optional<double>(AlibiBias(slopes[h], i, j) + 0.0) : std::nullopt;
+        row.push_back(bias ? json(*bias) : json(nullptr));
+        cell_row.push_back(bias);
       }
       rows.push_back(row);
+      if (static_cast<int64_t>(h) == head) cells.push_back(std::move(cell_row));
     }
     biases.push_back(rows);
   }
+  const json heatmap = Heatmap(cells, {.x_title = "key position j",
+                                       .y_title = "query position i",
+                                       .colour_title = "bias added to the score: -slope (i - j)",
+                                       .masked = "key after the query (causal mask)"});
   return {{"heads", alibi.num_heads},
           {"max_bias", alibi.max_bias},
           {"tokens", tokens},
           {"slopes", slopes},
-          {"bias", biases}};
+          {"bias", biases},
+          {"head", head},
+          {"heatmap", heatmap}};
 }
 
 using Handler = json (*)(Params&);
