@@ -47,6 +47,7 @@ Example::
 
 import json
 import os
+import sys
 
 from posenc._core import (
     MAX_OUTPUT_BYTES,
@@ -89,6 +90,7 @@ from posenc._core import (
     sinusoidal_table,
 )
 from posenc import _core
+from posenc._arguments import ArgumentTypeError, checked_types
 
 
 def _config_call(config, from_text, from_file, **options):
@@ -423,9 +425,12 @@ def qwen_vl_rope_index(
     )
 
 
+__version__ = _core.__version__
+
 __all__ = [
     "MAX_OUTPUT_BYTES",
     "Alibi",
+    "ArgumentTypeError",
     "Error",
     "KvCache",
     "LayerPositions",
@@ -470,3 +475,10 @@ __all__ = [
     "sinusoidal_table",
     "vision_rope_from_hf_config",
 ]
+
+# A wrong argument type is a posenc.Error naming the function, as every other
+# bad argument is (_arguments.py): the bindings exported above, wrapped once.
+checked_types(
+    sys.modules[__name__],
+    [name for name in __all__ if getattr(_core, name, None) is globals()[name]],
+)

@@ -12,6 +12,7 @@ PYBIND11_MODULE(_core, m) {
   // posenc.Error derives from ValueError, as posenc::Error derives from std::invalid_argument:
   // callers may catch either, and the message is the library's.
   pybind11::register_exception<posenc::Error>(m, "Error", PyExc_ValueError);
+  m.attr("__version__") = POSENC_VERSION;  // the project's version, as `posenc --version` prints
   m.attr("MAX_OUTPUT_BYTES") = posenc::python::kMaxOutputBytes;
   m.attr("MAX_POSITION") = posenc::kMaxPosition;
   // The position rule in one place for the Python front ends too: the torch paths that do not

@@ -588,6 +588,67 @@ def test_error_is_a_value_error():
     assert issubclass(posenc.Error, ValueError)
 
 
+# A wrong argument type never reaches the library's checks: the numpy API
+# answers it as a posenc.Error (and a TypeError) naming the function, the
+# signature it takes and what it got, for functions, constructors, static
+# methods, methods and pickled states alike.
+WRONG_TYPES = {
+    "sinusoidal_table, tokens a string": (
+        lambda: posenc.sinusoidal_table("x", 8),
+        "[sinusoidal_table] arguments must be (tokens: int, dim: int, base: float = "
+        "10000.0), got (str 'x', int 8)",
+    ),
+    "Alibi, num_heads a string": (
+        lambda: posenc.Alibi("x"),
+        "[Alibi] arguments must be (num_heads: int, *, max_bias: float = 8.0, "
+        "head_offset: int = 0, shard_heads: int = 0), got (str 'x')",
+    ),
+    "Rope.default, head_dim a float": (
+        lambda: posenc.Rope.default(8.5),
+        "[Rope.default] arguments must be (head_dim: int, base: float = 10000.0, "
+        "layout: posenc._core.RopeLayout = <RopeLayout.HALF_SPLIT: 0>, rotary_dim: "
+        "int = 0, *, rotary_offset: int = 0), got (float 8.5)",
+    ),
+    "apply_rope, no Rope": (
+        lambda: posenc.apply_rope(None, np.arange(2), data(2, 1, 8)),
+        "[apply_rope] arguments must be (rope: posenc._core.Rope, positions: object, "
+        "x: object, *, direction: posenc._core.RopeDirection = <RopeDirection.FORWARD: "
+        "0>, out: object = None, bfloat16: bool = False), got (NoneType None, ndarray "
+        "int64 (2,), ndarray float32 (2, 1, 8))",
+    ),
+    "alibi_slopes, a count for an Alibi": (
+        lambda: posenc.alibi_slopes(8),
+        "[alibi_slopes] arguments must be (alibi: posenc._core.Alibi), got (int 8)",
+    ),
+    "pickled Rope, a state that is no tuple": (
+        lambda: posenc.Rope.__new__(posenc.Rope).__setstate__("junk"),
+        "[Rope.__setstate__] arguments must be (arg0: tuple), got (str 'junk')",
+    ),
+}
+
+
+@pytest.mark.parametrize("call, message", WRONG_TYPES.values(), ids=WRONG_TYPES.keys())
+def test_wrong_argument_types_are_posenc_errors(call, message):
+    with pytest.raises(posenc.ArgumentTypeError, match="^" + re.escape(message) + "$") as raised:
+        call()
+    assert isinstance(raised.value, TypeError) and isinstance(raised.value, posenc.Error)
+
+
+def test_an_unknown_keyword_is_named_and_other_errors_pass_through():
+    with pytest.raises(posenc.ArgumentTypeError, match=r"got \(int 4, int 8, nonsense=int 1\)$"):
+        posenc.sinusoidal_table(4, 8, nonsense=1)
+    # The library's own checks are untouched: a value error, not a type error.
+    with pytest.raises(posenc.Error) as raised:
+        posenc.sinusoidal_table(4, 0)
+    assert not isinstance(raised.value, TypeError)
+
+
+def test_version_is_the_project_version():
+    cmake = (pathlib.Path(__file__).parents[2] / "CMakeLists.txt").read_text()
+    declared = re.search(r"project\(posenc VERSION (\S+)", cmake).group(1)
+    assert posenc.__version__ == declared
+
+
 def fused_qkv_seq_first():
     # Megatron's [seq, batch, 3, heads, dim] as [batch, seq, heads, dim] q and
     # k: their byte ranges interleave token by token, but no element is shared.
