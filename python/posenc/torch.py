@@ -511,10 +511,23 @@ def _rope_call(function, rope, positions, q, k, qkv_format, inplace):
         else:
             _core.apply_rope_qk_inplace(rotation, positions.numpy(), *arrays, bfloat16=bfloat16)
     else:
+        # The kernel checks overlap element by element; off the CPU, q and k
+        # as one view (rotated twice in place) are refused with its message.
+        if len(views) == 2 and _same_view(*views):
+            raise _error(function, "k", "not share memory with q", "overlapping views")
         rotated = _rotate_views(function, rotation, positions, views)
         for view, out in zip(views, rotated):
             view.copy_(out)
     return q if k is None else (q, k)
+
+
+def _same_view(a, b):
+    return (
+        a.device.type != "meta"  # meta tensors have no memory: every data_ptr is 0
+        and a.data_ptr() == b.data_ptr()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+    )
 
 
 def apply_rope(rope, positions, q, k=None, *, qkv_format="bshd"):

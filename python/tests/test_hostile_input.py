@@ -643,6 +643,21 @@ def test_an_unknown_keyword_is_named_and_other_errors_pass_through():
     assert not isinstance(raised.value, TypeError)
 
 
+class _Subclass(torch.Tensor):
+    """A tensor subclass: posenc.torch runs its PyTorch definition, not the
+    kernel, as it does on other devices."""
+
+
+def test_in_place_rope_off_the_kernel_refuses_q_and_k_as_one_view():
+    x = torch.randn(2, 3, 8).as_subclass(_Subclass)
+    before = x.clone()
+    with pytest.raises(
+        posenc.Error, match=r"^\[rope\] k must not share memory with q, got overlapping views$"
+    ):
+        pt.apply_rope_(ROPE, [0, 1], x, x)
+    assert torch.equal(x, before)
+
+
 def test_version_is_the_project_version():
     cmake = (pathlib.Path(__file__).parents[2] / "CMakeLists.txt").read_text()
     declared = re.search(r"project\(posenc VERSION (\S+)", cmake).group(1)
