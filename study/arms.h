@@ -28,7 +28,8 @@ struct Settings {
   int64_t eval_chars = 16384;  // held-out characters scored per (length, protocol)
   int64_t eval_batch_tokens = 8192;
   int64_t log_every = 25;
-  int64_t checkpoint_every = 100;
+  int64_t checkpoint_every = 100;  // steps; and at least every checkpoint_seconds of training
+  double checkpoint_seconds = 60.0;  // 0: after every step
   double rope_base = 10000.0;
   // YaRN's ramp for this model (see YarnScalingFor): pairs turning more than beta_fast times
   // over the training length are kept, those turning less than beta_slow times are divided.
@@ -40,8 +41,8 @@ struct Settings {
   // Attention sinks: the first sink_tokens tokens stay, and the cache holds train_length tokens in
   // all (StreamingLLM's 4 sinks; a window the model was trained on).
   int64_t sink_tokens = 4;
-  // Stop (as an interruption would) after this many training steps in this process; 0: never.
-  // Lets a test interrupt a run at a known point and check that resuming it changes nothing.
+  // Stop (as Ctrl-C would) after this many training steps in this process; 0: never. Lets a test
+  // interrupt a run at a known point and check that resuming it changes nothing.
   int64_t stop_after_steps = 0;
 
   static Settings Full();

@@ -5,8 +5,11 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 #endif
 #include <cstdlib>
+
+#include "stop.h"
 
 namespace posenc::study::parallel {
 
@@ -16,6 +19,18 @@ namespace {
 // Whether MPI was started: only when a launcher started this process. MPI would find itself
 // alone otherwise, and a singleton MPI_Init only costs time and forks Open MPI's helper daemon.
 bool started = false;
+
+// A stop sent to the other ranks; above every task index, which Notify uses as its tag.
+constexpr int kStopTag = 30000;
+int stop_from_other_rank = 0;
+bool stop_sent = false;
+int stop_payload = 0;  // the buffer of the stop messages, alive until they are sent
+std::vector<MPI_Request> stop_requests;
+// Messages (task notices and stops) this rank sent to and received from each rank: whatever a
+// stopped rank never waited for is received by EndTogether, so that none is left at MPI_Finalize.
+std::vector<int> sent_to, received_from;
+
+void Pause() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
 
 // The variables the launchers give their processes: Open MPI's mpirun, PMIx (mpirun, srun
 // --mpi=pmix), PMI and PMI-2 (MPICH's and Intel's mpiexec, srun --mpi=pmi2).
@@ -34,6 +49,8 @@ void Init(int* argc, char*** argv) {
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   started = true;
+  sent_to.assign(static_cast<size_t>(Size()), 0);
+  received_from.assign(static_cast<size_t>(Size()), 0);
 }
 
 void Finalize() {
@@ -93,24 +110,86 @@ void Barrier() {
   while (true) {
     MPI_Test(&request, &finished, MPI_STATUS_IGNORE);
     if (finished) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Pause();
   }
 }
 
 void Notify(int to, int task) {
   int payload = task;
   MPI_Send(&payload, 1, MPI_INT, to, task, MPI_COMM_WORLD);
+  ++sent_to[static_cast<size_t>(to)];
 }
 
-void WaitFor(int from, int task) {
+bool WaitFor(int from, int task) {
   int arrived = 0;
   while (true) {
     MPI_Iprobe(from, task, MPI_COMM_WORLD, &arrived, MPI_STATUS_IGNORE);
     if (arrived) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (StopReason() != 0) return false;
+    Pause();
   }
   int payload = 0;
   MPI_Recv(&payload, 1, MPI_INT, from, task, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  ++received_from[static_cast<size_t>(from)];
+  return true;
+}
+
+int StopReason() {
+  const int own = LocalStopReason();
+  if (!started) return own;
+  if (own != 0 && !stop_sent) {  // tell every other rank, once
+    stop_sent = true;
+    stop_payload = own;
+    for (int r = 0; r < Size(); ++r) {
+      if (r == Rank()) continue;
+      stop_requests.emplace_back();
+      MPI_Isend(&stop_payload, 1, MPI_INT, r, kStopTag, MPI_COMM_WORLD, &stop_requests.back());
+      ++sent_to[static_cast<size_t>(r)];
+    }
+  }
+  if (own != 0) return own;
+  if (stop_from_other_rank == 0) {
+    int arrived = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kStopTag, MPI_COMM_WORLD, &arrived, &status);
+    if (arrived) {
+      MPI_Recv(&stop_from_other_rank, 1, MPI_INT, status.MPI_SOURCE, kStopTag, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      ++received_from[static_cast<size_t>(status.MPI_SOURCE)];
+    }
+  }
+  return stop_from_other_rank;
+}
+
+int EndTogether(int reason) {
+  if (!started) return reason;
+  // The largest reason of any rank, polled as Barrier is; a signal arriving meanwhile is handed on
+  // to the ranks still working, which then stop and report it.
+  int in = reason, out = 0;
+  MPI_Request request;
+  MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &request);
+  int finished = 0;
+  while (true) {
+    MPI_Test(&request, &finished, MPI_STATUS_IGNORE);
+    if (finished) break;
+    StopReason();
+    Pause();
+  }
+  // Every rank has stopped sending: receive what was sent here and never waited for.
+  std::vector<int> incoming(sent_to.size(), 0);
+  MPI_Alltoall(sent_to.data(), 1, MPI_INT, incoming.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  for (size_t from = 0; from < incoming.size(); ++from) {
+    for (int m = received_from[from]; m < incoming[from]; ++m) {
+      int payload = 0;
+      MPI_Recv(&payload, 1, MPI_INT, static_cast<int>(from), MPI_ANY_TAG, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+    }
+    received_from[from] = incoming[from];
+  }
+  MPI_Waitall(static_cast<int>(stop_requests.size()), stop_requests.data(),
+              MPI_STATUSES_IGNORE);
+  stop_requests.clear();
+  return out;
 }
 
 #else  // a job of one rank: nothing to send, nobody to wait for
@@ -125,7 +204,9 @@ void Broadcast(std::string&) {}
 bool AllTrue(bool value) { return value; }
 void Barrier() {}
 void Notify(int, int) {}
-void WaitFor(int, int) {}
+bool WaitFor(int, int) { return LocalStopReason() == 0; }
+int StopReason() { return LocalStopReason(); }
+int EndTogether(int reason) { return reason; }
 
 #endif
 

@@ -29,9 +29,19 @@ void Barrier();
 
 // Tells rank `to` that task `task` is finished (`task` is the message's tag).
 void Notify(int to, int task);
-// Waits until rank `from` reports task `task` finished. Polls with short sleeps rather than a
-// blocking receive: Open MPI's blocking receive spins a core, which would take it from a rank
-// that is training on the same machine.
-void WaitFor(int from, int task);
+// Waits until rank `from` reports task `task` finished; false if the study is asked to stop
+// first (StopReason). Polls with short sleeps rather than a blocking receive: Open MPI's blocking
+// receive spins a core, which would take it from a rank that is training on the same machine.
+bool WaitFor(int from, int task);
+
+// Why this rank should stop early (stop.h; 0: no stop): a signal this process received, or a
+// stop another rank sent. The first time this process's own stop is seen here, it is sent to
+// every other rank, so that a signal to any rank stops them all.
+int StopReason();
+// Called once by every rank after its last task, or once it has stopped: waits for all of them
+// (handing on a signal that arrives meanwhile), receives every message still addressed to this
+// rank so that MPI ends cleanly, and returns the stop reason of any rank (the largest), 0 when
+// none stopped.
+int EndTogether(int reason);
 
 }  // namespace posenc::study::parallel

@@ -3,9 +3,12 @@
 // earlier invocation already finished, so running it again after an interruption resumes it.
 // Under MPI the runs and evaluations are spread over the ranks (a fine-tune after its base run,
 // an evaluation after its run), which share --out; rank 0 writes the report once all are done.
+// Asked to stop (Ctrl-C, SIGTERM: stop.h) on any rank, every rank stops at its next safe point,
+// keeping its work, and rank 0 says what is kept and how to resume.
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 #include "arms.h"
 
@@ -16,6 +19,8 @@ struct StudyPaths {
   std::filesystem::path docs;  // STUDY.md and study/*.png
 };
 
-void RunStudy(Settings settings, const StudyPaths& paths, int threads);
+// Returns 0 once the report is written, or the stop reason (stop.h) if it stopped early.
+// `command`: the command line that resumes it, for the message after a stop.
+int RunStudy(Settings settings, const StudyPaths& paths, int threads, const std::string& command);
 
 }  // namespace posenc::study

@@ -14,6 +14,7 @@
 #include "model.h"
 #include "posenc/alibi.h"
 #include "positions_autograd.h"
+#include "progress.h"
 
 namespace posenc::study {
 namespace {
@@ -308,6 +309,54 @@ TEST(StudyArms, SelfExtendGroupIsTheSmallestThatHoldsTheWindow) {
   EXPECT_EQ(sinks.sinks, 4);
   EXPECT_EQ(sinks.cache, 128);
   EXPECT_EQ(LongContextFor(s, Reading::kSinksText, 256).positions, SinkPositions::kText);
+}
+
+// The time left, on made-up step times: the first steps of each run are slow (libtorch's
+// warm-up) and are not timed, so the first estimate is already the steady rate's.
+TEST(StudyTimeLeft, MeasuresStepsAfterTheWarmUpOfEachRun) {
+  TimeLeft left(/*training_units=*/1000.0, /*evaluation_units=*/0.0, /*warmup_steps=*/2);
+  EXPECT_EQ(left.Describe(), "estimating...");
+  EXPECT_FALSE(left.Seconds().has_value());
+  left.StartRun();
+  left.Done(Work::kTraining, 10.0, 50.0);  // warm-up: 5 s per unit, not timed
+  left.Done(Work::kTraining, 10.0, 20.0);
+  EXPECT_EQ(left.Describe(), "estimating...");
+  left.Done(Work::kTraining, 10.0, 1.0);  // steady: 0.1 s per unit
+  left.Done(Work::kTraining, 10.0, 1.0);
+  ASSERT_TRUE(left.Seconds().has_value());
+  EXPECT_DOUBLE_EQ(*left.Seconds(), 960.0 * 0.1);
+  EXPECT_EQ(left.Describe(), "about 1 min 36 s left");
+  // A new run warms up again; its slow first step changes nothing.
+  left.StartRun();
+  left.Done(Work::kTraining, 10.0, 30.0);
+  EXPECT_DOUBLE_EQ(*left.Seconds(), 950.0 * 0.1);
+  // A resumed run's steps done earlier take no time.
+  left.Skip(Work::kTraining, 450.0);
+  EXPECT_DOUBLE_EQ(*left.Seconds(), 500.0 * 0.1);
+}
+
+TEST(StudyTimeLeft, EvaluationsAreTimedApartFromTraining) {
+  TimeLeft left(/*training_units=*/100.0, /*evaluation_units=*/40.0, /*warmup_steps=*/0);
+  left.StartRun();
+  left.Done(Work::kTraining, 20.0, 2.0);  // 0.1 s per training unit
+  EXPECT_FALSE(left.Seconds().has_value());
+  EXPECT_DOUBLE_EQ(*left.TrainingSeconds(), 8.0);
+  EXPECT_EQ(left.Describe(), "about 8 s of training left, then the evaluations (not timed yet)");
+  left.Done(Work::kTraining, 80.0, 8.0);
+  EXPECT_EQ(left.Describe(), "estimating...");  // only untimed evaluations left
+  left.Done(Work::kEvaluation, 10.0, 30.0);       // 3 s per evaluation unit
+  EXPECT_DOUBLE_EQ(*left.Seconds(), 90.0);
+  EXPECT_EQ(left.Describe(), "about 1 min 30 s left");
+  left.Done(Work::kEvaluation, 30.0, 90.0);
+  EXPECT_EQ(left.Describe(), "about 0 s left");
+}
+
+TEST(StudyTimeLeft, FormatsDurations) {
+  EXPECT_EQ(FormatDuration(0.4), "0 s");
+  EXPECT_EQ(FormatDuration(59.4), "59 s");
+  EXPECT_EQ(FormatDuration(65.0), "1 min 05 s");
+  EXPECT_EQ(FormatDuration(3599.0), "59 min 59 s");
+  EXPECT_EQ(FormatDuration(7500.0), "2 h 05 min");
 }
 
 }  // namespace

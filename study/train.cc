@@ -3,9 +3,13 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <numbers>
 #include <random>
 #include <sstream>
+
+#include "parallel.h"
+#include "stop.h"
 
 namespace posenc::study {
 namespace {
@@ -81,9 +85,16 @@ std::vector<std::vector<double>> ReadLossLog(const fs::path& run_dir) {
   return rows;
 }
 
+std::optional<int64_t> CheckpointStep(const fs::path& run_dir) {
+  int64_t step = 0;
+  if (std::ifstream in(run_dir / "step.txt"); in >> step) return step;
+  return std::nullopt;
+}
+
 CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpus,
                    const fs::path& runs_dir, const ProgressFn& progress,
-                   const std::function<double(CharModel&)>& fine_tune_eval) {
+                   const std::function<double(CharModel&)>& fine_tune_eval,
+                   const StepFn& on_step) {
   const fs::path dir = runs_dir / run.name;
   if (RunFinished(runs_dir, run.name)) return LoadModel(settings, run, runs_dir);
   fs::create_directories(dir);
@@ -94,10 +105,14 @@ CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpu
       model->parameters(),
       torch::optim::AdamWOptions(run.learning_rate).betas({0.9, 0.95}).weight_decay(0.01));
   int64_t step = 0;
+  // The loss summed since the last log row, and the seconds of training before this process.
+  double loss_sum = 0.0, seconds_before = 0.0;
+  int64_t loss_count = 0;
   const fs::path checkpoint = dir / "checkpoint.pt", optimizer_file = dir / "optimizer.pt",
                  step_file = dir / "step.txt", log_file = dir / "loss.tsv";
   if (fs::exists(step_file)) {  // resume: the step file is written last, after both states
-    std::ifstream(step_file) >> step;
+    std::ifstream in(step_file);
+    in >> step;
     torch::load(model, checkpoint.string());
     torch::load(optimizer, optimizer_file.string());
     // Log rows written after that checkpoint are done again; drop them.
@@ -106,16 +121,35 @@ CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpu
     for (const auto& row : rows) {
       if (row[0] <= static_cast<double>(step)) AppendLog(log_file, row);
     }
+    // A checkpoint between two log rows also holds the loss summed since the last one.
+    if (!(in >> loss_sum >> loss_count >> seconds_before)) {
+      loss_sum = 0.0;
+      loss_count = 0;
+      const std::vector<std::vector<double>> kept = ReadLossLog(dir);
+      seconds_before = kept.empty() ? 0.0 : kept.back()[2];
+    }
   } else {
     fs::remove(log_file);
   }
 
   const Rope rope = RopeFor(settings, run.stretch, run.length);
-  const std::vector<std::vector<double>> kept = ReadLossLog(dir);
-  const double seconds_before = kept.empty() ? 0.0 : kept.back()[2];
   const auto start = std::chrono::steady_clock::now();
-  double loss_sum = 0.0;
-  int64_t loss_count = 0;
+  auto last_checkpoint = start;
+  const auto training_seconds = [&] {
+    return seconds_before +
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const auto save_checkpoint = [&] {
+    WriteAtomically(checkpoint, [&](const fs::path& p) { torch::save(model, p.string()); });
+    WriteAtomically(optimizer_file, [&](const fs::path& p) { torch::save(optimizer, p.string()); });
+    WriteAtomically(step_file, [&](const fs::path& p) {
+      std::ofstream(p) << step << "\n"
+                       << std::setprecision(17) << loss_sum << " " << loss_count << " "
+                       << training_seconds() << "\n";
+    });
+    last_checkpoint = std::chrono::steady_clock::now();
+  };
+  if (on_step) on_step(run, step);
   model->train();
   while (step < run.steps) {
     for (auto& group : optimizer.param_groups()) {
@@ -135,10 +169,8 @@ CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpu
     ++loss_count;
     ++step;
     if (step % settings.log_every == 0 || step == run.steps) {
-      const double seconds =
-          seconds_before +
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::vector<double> row = {static_cast<double>(step), loss_sum / loss_count, seconds};
+      std::vector<double> row = {static_cast<double>(step), loss_sum / loss_count,
+                                 training_seconds()};
       if (fine_tune_eval) {
         model->eval();
         row.push_back(fine_tune_eval(model));
@@ -149,16 +181,19 @@ CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpu
       loss_sum = 0.0;
       loss_count = 0;
     }
-    if (step % settings.checkpoint_every == 0 && step < run.steps) {
-      WriteAtomically(checkpoint, [&](const fs::path& p) { torch::save(model, p.string()); });
-      WriteAtomically(optimizer_file,
-                      [&](const fs::path& p) { torch::save(optimizer, p.string()); });
-      WriteAtomically(step_file, [&](const fs::path& p) { std::ofstream(p) << step << "\n"; });
-    }
     static int64_t steps_in_this_process = 0;
-    if (++steps_in_this_process == settings.stop_after_steps) {
-      throw StudyStopped("stopped after " + std::to_string(settings.stop_after_steps) +
-                         " training steps, as asked (--stop-after-steps); run again to resume");
+    if (++steps_in_this_process == settings.stop_after_steps) RequestStop(kStopAsked);
+    const bool stopping = step < run.steps && parallel::StopReason() != 0;
+    const double since_checkpoint =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_checkpoint).count();
+    if (step < run.steps && (step % settings.checkpoint_every == 0 ||
+                             since_checkpoint >= settings.checkpoint_seconds || stopping)) {
+      save_checkpoint();
+    }
+    if (on_step) on_step(run, step);
+    if (stopping) {
+      throw StudyStopped(run.name + " at step " + std::to_string(step) + " of " +
+                         std::to_string(run.steps) + " (checkpoint written)");
     }
   }
   WriteAtomically(dir / "model.pt", [&](const fs::path& p) { torch::save(model, p.string()); });

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """`make study QUICK=1`, end to end: runs posenc_study --quick and checks that every artefact is
-produced and well formed, and that an interrupted study resumes to the same result. It never
-looks at what the numbers say (the study is not a test); only that they are there and finite.
+produced and well formed, and that an interrupted study (--stop-after-steps, and Ctrl-C: a
+SIGINT) says what it kept and how to resume, and resumes to the same result. It never looks at
+what the numbers say (the study is not a test); only that they are there and finite.
 
 usage: study_quick_test.py POSENC_STUDY WORK_DIR
 """
 import json
 import math
 import pathlib
+import re
+import shlex
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -33,6 +37,62 @@ def run(binary, out, *extra):
     result = subprocess.run([binary, "--quick", "--threads", "2", "--out", str(out), *extra],
                             capture_output=True, text=True, timeout=600)
     return result.returncode, result.stdout + result.stderr
+
+
+def same_results(whole, other, what):
+    """The loss logs (but their timings) and every result file, number for number."""
+    for seed in SEEDS:
+        for run_name in BASE_RUNS + FINE_TUNES:
+            name = f"{run_name}-s{seed}"
+            a = [r.split("\t")[:2] for r in (whole / "runs" / name / "loss.tsv").read_text().splitlines()]
+            b = [r.split("\t")[:2] for r in (other / "runs" / name / "loss.tsv").read_text().splitlines()]
+            if a != b:
+                fail(f"{name}: the {what} run's losses differ from the uninterrupted run's:\n{a}\n{b}")
+        for arm in ARMS:
+            a = json.loads((whole / "results" / f"{arm}-s{seed}.json").read_text())["nats_per_char"]
+            b = json.loads((other / "results" / f"{arm}-s{seed}.json").read_text())["nats_per_char"]
+            if a != b:
+                fail(f"{arm} seed {seed}: the {what} study measured {b}, the uninterrupted one {a}")
+
+
+def interrupt_with_ctrl_c(binary, out):
+    """Starts the quick study, checkpointing after every step, and sends it SIGINT once the second
+    run has logged its first steps (so the first is finished and the second has checkpoints):
+    it must stop with 130, say what it kept and print the command that resumes it."""
+    command = [binary, "--quick", "--threads", "2", "--out", str(out), "--checkpoint-seconds", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = ""
+    try:
+        for line in process.stdout:
+            log += line
+            if re.search(r"alibi-s1 +step +10/30", line):
+                process.send_signal(signal.SIGINT)
+                break
+        log += process.stdout.read()
+        code = process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    if code != 130:
+        fail(f"Ctrl-C should stop the study with exit status 130, got {code}:\n{log}")
+    for expected in ("stopped by Ctrl-C (SIGINT)", "runs trained (1 of 14): rope-s1",
+                     "arms evaluated (0 of 14)", "Run again to resume"):
+        if expected not in log:
+            fail(f"the interrupted study does not say {expected!r}:\n{log}")
+    where = re.search(r"continue from their checkpoint: (alibi-s1) at step (\d+) of 30",
+                      log)
+    if not where:
+        fail(f"the interrupted study does not say where its run stopped:\n{log}")
+    step_file = out / "runs" / where.group(1) / "step.txt"
+    if not step_file.is_file() or step_file.read_text().split()[0] != where.group(2):
+        fail(f"{step_file} does not hold the step the study reported ({where.group(2)})")
+    lines = log.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Run again to resume, from "))
+    folder = lines[at].removeprefix("Run again to resume, from ").rstrip(":")
+    resume = shlex.split(lines[at + 1])
+    if resume != command:
+        fail(f"the resume command {resume} is not the command that started it, {command}")
+    return resume, folder
 
 
 def check_png(path):
@@ -89,7 +149,7 @@ def check_artefacts(out):
 def main():
     binary, work = sys.argv[1], pathlib.Path(sys.argv[2])
     shutil.rmtree(work, ignore_errors=True)
-    whole, interrupted = work / "whole", work / "interrupted"
+    whole, interrupted, ctrl_c = work / "whole", work / "interrupted", work / "ctrl-c"
 
     code, log = run(binary, whole)
     if code != 0:
@@ -99,29 +159,34 @@ def main():
             fail(f"the progress output does not mention {expected!r}:\n{log}")
     check_artefacts(whole)
 
-    # Stop in the middle of the second run (30 steps each, checkpoints every 20), then resume.
+    # Stop in the middle of the second run (30 steps each, checkpoints every 20, and where it
+    # stops), then resume.
     code, log = run(binary, interrupted, "--stop-after-steps", "55")
-    if code != 3 or "run again to resume" not in log:
+    if code != 3 or "Run again to resume" not in log:
         fail(f"--stop-after-steps 55 should stop with exit code 3, got {code}:\n{log}")
+    if "alibi-s1 at step 25 of 30" not in log:
+        fail(f"the stopped study does not say where it stopped:\n{log}")
     if not (interrupted / "runs" / "alibi-s1" / "checkpoint.pt").is_file():
         fail("the interrupted run left no checkpoint to resume from")
     code, log = run(binary, interrupted)
     if code != 0 or "rope-s1: finished earlier, kept" not in log:
         fail(f"the resumed study did not keep the finished run:\n{log}")
-    for seed in SEEDS:
-        for run_name in BASE_RUNS + FINE_TUNES:
-            name = f"{run_name}-s{seed}"
-            a = [r.split("\t")[:2] for r in (whole / "runs" / name / "loss.tsv").read_text().splitlines()]
-            b = [r.split("\t")[:2] for r in (interrupted / "runs" / name / "loss.tsv").read_text().splitlines()]
-            if a != b:
-                fail(f"{name}: the resumed run's losses differ from the uninterrupted run's:\n{a}\n{b}")
+    same_results(whole, interrupted, "resumed")
     check_artefacts(interrupted)
+
+    # Ctrl-C, then the command it prints.
+    resume, folder = interrupt_with_ctrl_c(binary, ctrl_c)
+    result = subprocess.run(resume, cwd=folder, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0 or "rope-s1: finished earlier, kept" not in result.stdout:
+        fail(f"the printed resume command failed:\n{result.stdout}{result.stderr}")
+    same_results(whole, ctrl_c, "Ctrl-C and resumed")
+    check_artefacts(ctrl_c)
 
     code, log = run(binary, interrupted)  # a finished study only rewrites its report
     if code != 0 or "step" in log.replace("steps", ""):
         fail(f"a finished study trained again:\n{log}")
-    print("study --quick: every artefact present and well formed; an interrupted study resumed to "
-          "the same losses")
+    print("study --quick: every artefact present and well formed; a study stopped by "
+          "--stop-after-steps and one stopped by Ctrl-C resumed to the same losses and results")
 
 
 if __name__ == "__main__":
