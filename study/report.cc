@@ -557,10 +557,14 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
 
   md << "## Reproducing\n\n"
      << "`make study` builds `posenc_study` and runs the whole study (under an hour on 2 "
-     << "cores). It prints the arm, step, loss and the time left as it goes, checkpoints every "
-     << s.checkpoint_every << " steps and saves each arm's results as soon as they are measured "
-     << "(in `study-runs/`), so an interrupted study resumes where it stopped; delete "
-     << "`study-runs/` to start afresh. `make study QUICK=1` runs the same pipeline on tiny "
+     << "cores). It prints the arm, step, loss and the time left as it goes (from the measured "
+     << "step times, once the first steps are timed), checkpoints every " << s.checkpoint_every
+     << " steps or " << Format("%.0f", s.checkpoint_seconds) << " s of training, whichever comes "
+     << "first, and saves each arm's results as soon as they are measured (in `study-runs/`). "
+     << "Ctrl-C stops it after the step in progress: it writes a checkpoint, lists what is kept "
+     << "and prints the command that resumes it (exit status 130); run again, it resumes where "
+     << "it stopped. Delete `study-runs/` to start afresh. `make study QUICK=1` runs the same "
+     << "pipeline on tiny "
      << "settings in seconds (into `study-runs-quick/`). Results are per-arm JSON files in "
      << "`study-runs/results/`, loss logs in `study-runs/runs/*/loss.tsv`, and the charts' "
      << "gnuplot scripts sit beside the PNGs.\n\n"
