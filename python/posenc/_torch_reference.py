@@ -158,20 +158,27 @@ def attention(
     scale=None,
     window=0,
     key_mask=None,
+    softcap=0.0,
+    sinks=None,
 ):
     """[..., q_tokens, heads, value_dim], float32 (float64 for float64
     inputs): posenc's attention (posenc/attention.h) composed of PyTorch
-    operations. A query that sees no key gets zeros."""
+    operations. A query that sees no key gets zeros. softcap > 0: each
+    scaled score s becomes softcap * tanh(s / softcap) before the ALiBi bias
+    and the masks (Gemma 2). sinks [heads]: one logit per query head in
+    every row's softmax denominator (gpt-oss), differentiable."""
     if rope is not None:
         q = rotate(rope, query_positions, q)
         k = rotate(rope, key_positions, k)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     scores = _scores(q, k, scale)
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
     if alibi is not None:
         scores = scores + alibi_bias(alibi, query_positions, key_positions, scores.dtype)
     seen = visible(query_positions, key_positions, causal, window, key_mask)
-    return _weighted_values(scores, seen, v)
+    return _weighted_values(scores, seen, v, sinks)
 
 
 def _scores(q, k, scale):
@@ -183,10 +190,17 @@ def _scores(q, k, scale):
     return torch.matmul(qf, kf.transpose(-1, -2)) * scale
 
 
-def _weighted_values(scores, seen, v):
-    """softmax over the visible keys, then the weighted sum of v: [..., q_tokens, heads, dv]."""
+def _weighted_values(scores, seen, v, sinks=None):
+    """softmax over the visible keys, then the weighted sum of v: [..., q_tokens, heads, dv].
+    With sinks [heads], each head's sink joins the softmax as one more column, dropped after it
+    (gpt-oss): a row that sees no key gives all its weight to the sink, so zeros."""
     vf = _repeat_heads(v.to(scores.dtype), scores.shape[-3] // v.shape[-2]).transpose(-2, -3)
     scores = scores.masked_fill(~seen, float("-inf"))
+    if sinks is not None:
+        sink = sinks.to(scores.device, scores.dtype).reshape(-1, 1, 1)
+        sink = sink.expand(scores.shape[:-1] + (1,))
+        weights = torch.softmax(torch.cat((scores, sink), -1), -1)[..., :-1]
+        return torch.matmul(weights, vf).transpose(-2, -3)
     # A row with no visible key would be 0/0; its weights are 0 instead.
     any_seen = seen.any(-1, keepdim=True)
     weights = torch.softmax(scores.masked_fill(~any_seen, 0.0), -1) * any_seen

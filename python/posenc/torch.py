@@ -1573,6 +1573,39 @@ def _check_options(scale, window, alibi, rope, causal, function="attention"):
         raise _error(function, "causal", "be a bool", type(causal).__name__)
 
 
+def _check_softcap_sinks(softcap, sinks, q, num_heads, function="attention"):
+    """softcap: a finite number >= 0 (0: off); sinks: None or a floating
+    tensor [num_heads] on q's device."""
+    try:
+        value = _real_number(softcap) if not isinstance(softcap, bool) else None
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not (value >= 0 and math.isfinite(value)):
+        shown = softcap if value is not None else type(softcap).__name__
+        raise _error(function, "softcap", "be a finite number >= 0 (0: off)", shown)
+    if sinks is None:
+        return
+    if not isinstance(sinks, torch.Tensor):
+        raise _error(function, "sinks", "be None or a torch.Tensor [num_heads]",
+                     type(sinks).__name__)
+    if not sinks.is_floating_point():
+        raise _error(function, "sinks", "have a floating dtype", _dtype_name(sinks.dtype))
+    if tuple(sinks.shape) != (num_heads,):
+        raise _error(function, "sinks.shape", f"be ({num_heads},) (one logit per query head)",
+                     tuple(sinks.shape))
+    if sinks.device != q.device:
+        raise _error(function, "sinks", f"be on q's device ({q.device})", sinks.device)
+
+
+def _kernel_options(options):
+    """The options as the bindings take them: scale 0 for None, the sinks
+    as a float32 numpy array (a copy, detached)."""
+    sinks = options.get("sinks")
+    if sinks is not None:
+        sinks = sinks.detach().to(torch.float32).contiguous().numpy()
+    return dict(options, scale=options["scale"] or 0.0, sinks=sinks)
+
+
 def _plain_attention_call(q, k, v, qpos, kpos, out, causal, alibi, rope, scale, window):
     """Whether a call can go straight to the kernel: CPU float32 or bfloat16
     q, k, v, explicit int64 positions, a float32 out= or none, plain option
@@ -1760,7 +1793,8 @@ class _Attention(torch.autograd.Function):
     it)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, qpos, kpos, options):
+    def forward(ctx, q, k, v, qpos, kpos, sinks, options):
+        options = _kernel_options(dict(options, sinks=sinks))
         out, lse = _core.attention_forward(
             _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
             bfloat16=q.dtype is torch.bfloat16, **options,
@@ -1770,6 +1804,7 @@ class _Attention(torch.autograd.Function):
         # d_out . out term then matches the forward pass exactly.
         ctx.save_for_backward(q, k, v, qpos, kpos, out, lse)
         ctx.options = options
+        ctx.sinks_dtype = None if sinks is None else sinks.dtype
         return out
 
     @staticmethod
@@ -1778,7 +1813,7 @@ class _Attention(torch.autograd.Function):
         q, k, v, qpos, kpos, out, lse = ctx.saved_tensors
         # autograd may hand over an expanded gradient (of a sum, say).
         d_out = _head_view(d_out.to(torch.float32))
-        dq, dk, dv = _core.attention_backward(
+        dq, dk, dv, *d_sinks = _core.attention_backward(
             _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
             out=out.numpy(), lse=lse.numpy(), d_out=d_out.numpy(),
             bfloat16=q.dtype is torch.bfloat16, **ctx.options,
@@ -1787,7 +1822,9 @@ class _Attention(torch.autograd.Function):
         grads = (
             torch.from_numpy(g).to(t.dtype) for g, t in ((dq, q), (dk, k), (dv, v))
         )
-        return (*grads, None, None, None)
+        # With sinks, their gradient [heads] (summed over the batch) in the sinks' dtype.
+        d_sinks = torch.from_numpy(d_sinks[0]).to(ctx.sinks_dtype) if d_sinks else None
+        return (*grads, None, None, d_sinks, None)
 
 
 def _trained_attention(qs, ks, vs, qp, kp, options, intervals):
@@ -1795,9 +1832,10 @@ def _trained_attention(qs, ks, vs, qp, kp, options, intervals):
     one the Function does not cover (a masked batch without elements). With
     key intervals, one Function per batch element on its kept keys; a row
     without keys gets zeros, as in the kernel's inference path."""
-    options = dict(options, scale=options["scale"] or 0.0)
+    sinks = options.get("sinks")
+    options = {name: value for name, value in options.items() if name != "sinks"}
     if intervals is None:
-        return _Attention.apply(qs, ks, vs, qp, kp, options)
+        return _Attention.apply(qs, ks, vs, qp, kp, sinks, options)
     if not intervals:
         return None
     rows = []
@@ -1809,7 +1847,7 @@ def _trained_attention(qs, ks, vs, qp, kp, options, intervals):
         rows.append(
             _Attention.apply(
                 q_row, ks[index][begin:end], vs[index][begin:end],
-                _at(qp, index), _at(kp, index)[..., begin:end], options,
+                _at(qp, index), _at(kp, index)[..., begin:end], sinks, options,
             )
         )
     return torch.stack(rows).reshape(qs.shape[:-1] + vs.shape[-1:])
@@ -1834,10 +1872,7 @@ def _attend(qs, ks, vs, qp, kp, key_mask, target, kernel, options, records=False
         result = target
         if result is None:
             result = _empty("attention", qs.shape[:-1] + vs.shape[-1:], torch.float32)
-        scale = options["scale"]
-        _kernel_attention(
-            qs, ks, vs, qp, kp, result, dict(options, scale=scale or 0.0), intervals
-        )
+        _kernel_attention(qs, ks, vs, qp, kp, result, _kernel_options(options), intervals)
         return result
     device = qs.device
     return _reference.attention(
@@ -1858,6 +1893,8 @@ def attention(
     rope=None,
     scale=None,
     window=0,
+    softcap=0.0,
+    sinks=None,
     qkv_format="bshd",
     attention_mask=None,
     cu_seqlens_q=None,
@@ -1889,9 +1926,18 @@ def attention(
     segment from 0).
 
     scale None: 1 / sqrt(head_dim). rope: a posenc.Rope or a RotaryEmbedding
-    (its length rule follows the positions). Output dtype: q's (float32
-    out for float32 in, bfloat16 for bfloat16) unless out_dtype says
-    otherwise; out= takes a float32 tensor of the output's shape to write.
+    (its length rule follows the positions).
+
+    softcap > 0 (Gemma 2's attn_logit_softcapping): each scaled score s
+    becomes softcap * tanh(s / softcap) before the ALiBi bias and the masks;
+    0 is off. sinks (gpt-oss): a floating tensor [heads] on q's device, one
+    logit per query head that joins every row's softmax denominator and adds
+    no value; it may require grad (its gradient comes from the kernel's
+    backward pass, or through the PyTorch definition).
+
+    Output dtype: q's (float32 out for float32 in, bfloat16 for bfloat16)
+    unless out_dtype says otherwise; out= takes a float32 tensor of the
+    output's shape to write.
 
     Where it runs: plain CPU float32 and bfloat16 tensors run posenc's fused
     kernel (no T x T buffer; see posenc.attention for its bfloat16
@@ -1911,11 +1957,12 @@ def attention(
         q, k, v, query_positions, key_positions, out, causal, alibi, rope, scale, window
     ) and (attention_mask is None and cu_seqlens_q is None and cu_seqlens_k is None) and (
         qkv_format == "bshd" and out_dtype is None
-    ):
+    ) and sinks is None and type(softcap) is float and 0.0 <= softcap < math.inf:
         result = _core.attention(
             _numpy(q), _numpy(k), _numpy(v), query_positions.numpy(), key_positions.numpy(),
             causal=causal, alibi=alibi, rope=rope, scale=scale or 0.0, window=window,
-            out=None if out is None else out.numpy(), bfloat16=q.dtype is torch.bfloat16,
+            softcap=softcap, out=None if out is None else out.numpy(),
+            bfloat16=q.dtype is torch.bfloat16,
         )
         if out is not None:
             return out
@@ -1944,6 +1991,7 @@ def attention(
         for name, t in (("q", q), ("k", k), ("v", v))
     )
     q_tokens, kv_tokens = q_view.shape[-3], k_view.shape[-3]
+    _check_softcap_sinks(softcap, sinks, q, q_view.shape[-2])
     mask = None
     if attention_mask is not None:
         mask = _position_mask(attention_mask, k_view)
@@ -1962,9 +2010,12 @@ def attention(
     )
     if rope is not None and not isinstance(rope, _core.Rope):
         rope = rope.rope_at(qpos, kpos)  # a length rule reads every position of the call
-    kernel = q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos, mask, out)
-    records = _records(q, k, v)
-    options = dict(causal=causal, alibi=alibi, rope=rope, window=window, scale=scale)
+    kernel = q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos, mask, out, sinks)
+    records = _records(q, k, v, sinks)
+    options = dict(
+        causal=causal, alibi=alibi, rope=rope, window=window, scale=scale,
+        softcap=float(softcap), sinks=sinks,
+    )
     if segments is not None:
         result = torch.cat([
             _attend(q_view[qa:qb], k_view[ka:kb], v_view[ka:kb], qpos[qa:qb], kpos[ka:kb],
@@ -2363,6 +2414,8 @@ class KVCache:
         scale=0.0,
         window=0,
         chunk_size=0,
+        softcap=0.0,
+        sinks=None,
         streams=None,
         out_dtype=None,
     ):
@@ -2372,8 +2425,12 @@ class KVCache:
         tokens just appended). The options are ``posenc.attention``'s,
         against the cached positions: causal, alibi, scale (0: 1 /
         sqrt(head_dim)), window (0: none), chunk_size (Llama 4's chunks; 0:
-        none)."""
+        none), softcap (Gemma 2; 0: off), sinks (gpt-oss: a floating CPU
+        tensor [heads], read without autograd)."""
         q_array = _kv_tensor(self, "q", q)
+        if sinks is not None:
+            _check_softcap_sinks(softcap, sinks, q, q.shape[-2] if q.dim() else 0, "kv_cache")
+            sinks = sinks.detach().to(torch.float32).contiguous().numpy()
         if out_dtype is None:
             out_dtype = self.dtype
         _float_dtype("kv_cache", "out_dtype", out_dtype)
@@ -2399,6 +2456,8 @@ class KVCache:
             scale=scale,
             window=window,
             chunk_size=chunk_size,
+            softcap=softcap,
+            sinks=sinks,
             query_streams=self._streams(positions, streams, "streams"),
         )
         return torch.from_numpy(out).to(out_dtype)

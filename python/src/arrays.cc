@@ -21,6 +21,18 @@ py::array AsArray(const py::object& value, std::string_view function, std::strin
   return py::reinterpret_borrow<py::array>(value);
 }
 
+std::vector<float> SinkValues(const py::object& value, std::string_view function) {
+  if (value.is_none()) return {};
+  const py::array array = AsArray(value, function, "sinks");
+  RequireDtype<float>(array, function, "sinks");
+  Require(array.ndim() == 1, function, "sinks.shape", "be [num_heads] (1-D)",
+          ShapeString(array));
+  const auto values = py::array_t<float>(array).unchecked<1>();
+  std::vector<float> sinks(static_cast<size_t>(values.shape(0)));
+  for (size_t h = 0; h < sinks.size(); ++h) sinks[h] = values(static_cast<py::ssize_t>(h));
+  return sinks;
+}
+
 py::array_t<int64_t> Int64Array(const py::object& values, std::string_view function,
                                 std::string_view name) {
   using Contiguous = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;

@@ -36,6 +36,10 @@ std::string ShapeString(const py::array& array);
 // write to); anything else is a posenc::Error naming the argument.
 py::array AsArray(const py::object& value, std::string_view function, std::string_view name);
 
+// Attention's sinks keyword: None (no sinks: empty) or a 1-D float32 array [num_heads], copied
+// (any stride). Its length and values are the library's to check (AttentionOptions::sinks).
+std::vector<float> SinkValues(const py::object& value, std::string_view function);
+
 // Whether `array` holds elements of type T, and T's name in messages. float16 is numpy's own;
 // bfloat16 has no numpy dtype, so its bits travel in a 2-byte integer array (from PyTorch:
 // tensor.view(torch.int16)), a reinterpretation that copies nothing.

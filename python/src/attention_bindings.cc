@@ -23,18 +23,23 @@ void RequireBatchOf(const BatchedHeads<A>& q, const BatchedHeads<B>& view, std::
           NpyShapeString(view.batch_shape));
 }
 
-// posenc.attention's keywords as options; the fields after window keep their defaults (named
+// posenc.attention's keywords as options; the fields not named keep their defaults (named
 // here, not listed in braces, which would leave the rest to -Wmissing-field-initializers).
+// options.sinks points into `sinks`, which must outlive the options.
 AttentionOptions KeywordOptions(bool causal, std::optional<Alibi> alibi, std::optional<Rope> rope,
-                                double scale, int64_t window) {
+                                double scale, int64_t window, double softcap = 0.0,
+                                std::span<const float> sinks = {}) {
   AttentionOptions options;
   options.causal = causal;
   options.alibi = std::move(alibi);
   options.rope = std::move(rope);
   options.scale = scale;
   options.window = window;
+  options.softcap = softcap;
+  options.sinks = sinks;
   return options;
 }
+
 
 // Attention or Self-Extend on one batch element: call(validate_only, q, k, v, query_pos,
 // key_pos, out) makes the checks alone, or the checks and the computation.
@@ -200,7 +205,8 @@ BatchedHeads<const float> SavedHeads(const py::object& value, std::string_view n
   return view;
 }
 
-// posenc.attention_backward: dq, dk and dv, new float32 arrays shaped like q, k and v.
+// posenc.attention_backward: dq, dk and dv, new float32 arrays shaped like q, k and v, and with
+// sinks their gradient [num_heads], summed over the batch elements in order.
 template <typename T>
 py::tuple BackwardOf(const AttentionOptions& options, const py::object& q_arg,
                      const py::object& k_arg, const py::object& v_arg,
@@ -230,6 +236,9 @@ py::tuple BackwardOf(const AttentionOptions& options, const py::object& q_arg,
   const auto dq = ViewHeads<float>(dq_array, kBackwardFn, "dq");
   const auto dk = ViewHeads<float>(dk_array, kBackwardFn, "dk");
   const auto dv = ViewHeads<float>(dv_array, kBackwardFn, "dv");
+  const bool sinks = !options.sinks.empty();
+  std::vector<float> element_sinks(options.sinks.size());
+  std::vector<double> total_sinks(options.sinks.size(), 0.0);
   // Validation first: ValidateAttention checks the inputs and options of every element, the
   // shapes above checked out, lse and d_out. What is left to AttentionBackward (memory shared
   // between lse, out, d_out and the inputs) can only fail once writing has begun, but it writes
@@ -241,7 +250,8 @@ py::tuple BackwardOf(const AttentionOptions& options, const py::object& q_arg,
     } else {
       AttentionBackward(options, in.q.At(b), in.k.At(b), in.v.At(b), in.query_pos.At(b),
                         in.key_pos.At(b), out.At(b), in.LseAt(lse, b), d_out.At(b),
-                        {dq.At(b), dk.At(b), dv.At(b), {}});
+                        {dq.At(b), dk.At(b), dv.At(b), {}, element_sinks});
+      for (size_t h = 0; h < element_sinks.size(); ++h) total_sinks[h] += element_sinks[h];
     }
   };
   if (in.q.BatchCount() == 0) {
@@ -252,7 +262,12 @@ py::tuple BackwardOf(const AttentionOptions& options, const py::object& q_arg,
     RunEachElement(kBackwardFn, in.q.BatchCount(), run, in.q, in.k, in.v, out, d_out, dq, dk,
                    dv);
   }
-  return py::make_tuple(dq_array, dk_array, dv_array);
+  if (!sinks) return py::make_tuple(dq_array, dk_array, dv_array);
+  py::array_t<float> d_sinks(static_cast<py::ssize_t>(total_sinks.size()));
+  for (size_t h = 0; h < total_sinks.size(); ++h) {
+    d_sinks.mutable_at(static_cast<py::ssize_t>(h)) = static_cast<float>(total_sinks[h]);
+  }
+  return py::make_tuple(dq_array, dk_array, dv_array, d_sinks);
 }
 
 }  // namespace
@@ -263,9 +278,10 @@ void BindAttention(py::module_& m) {
       [](const py::object& q, const py::object& k, const py::object& v,
          const py::object& query_positions, const py::object& key_positions, bool causal,
          std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
-         const py::object& out, bool bfloat16) {
-        const PlainAttention call{
-            KeywordOptions(causal, std::move(alibi), std::move(rope), scale, window)};
+         double softcap, const py::object& sinks_arg, const py::object& out, bool bfloat16) {
+        const std::vector<float> sinks = SinkValues(sinks_arg, kFn);
+        const PlainAttention call{KeywordOptions(causal, std::move(alibi), std::move(rope), scale,
+                                                 window, softcap, sinks)};
         return bfloat16
                    ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
                    : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
@@ -273,7 +289,8 @@ void BindAttention(py::module_& m) {
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("causal") = false,
       py::arg("alibi") = py::none(), py::arg("rope") = py::none(), py::arg("scale") = 0.0,
-      py::arg("window") = 0, py::arg("out") = py::none(), py::arg("bfloat16") = false,
+      py::arg("window") = 0, py::arg("softcap") = 0.0, py::arg("sinks") = py::none(),
+      py::arg("out") = py::none(), py::arg("bfloat16") = false,
       R"(Multi-head scaled dot-product attention on float32 arrays (or bfloat16, see below):
 
   out[i, h] = sum_j softmax_j(scale * q'[i, h] . k'[j, g] + bias_h(i, j)) v[j, g]
@@ -288,6 +305,12 @@ when query_positions[i] - key_positions[j] < window: with causal, each query see
 window - 1 keys before it; 0 means no window. Positions are int64 [tokens] or [..., tokens];
 key_positions defaults to query_positions. scale 0 means 1 / sqrt(head_dim).
 
+softcap > 0 (Gemma 2's attn_logit_softcapping): each scaled score s becomes
+softcap * tanh(s / softcap) before the ALiBi bias and the masks; 0 (default) is off. sinks
+(gpt-oss): None or a float32 array [num_heads], one logit per query head that joins every row's
+softmax denominator and adds no value: out = sum_j exp(s_j) v_j / (sum_j exp(s_j) + exp(sinks[h]));
+a query that sees no key still gets zeros.
+
 bfloat16=True: q, k and v hold bfloat16 bits in int16 or uint16 arrays (from PyTorch:
 tensor.view(torch.int16).numpy()); out stays float32. Products are exact and sums float32; on
 CPUs with AVX512-BF16 the softmax weights are rounded to bfloat16 for the weighted values (each
@@ -298,20 +321,24 @@ output within 2^-9 max|v| of the exact result), at about 1.8x the float32 speed.
       [](const py::object& q, const py::object& k, const py::object& v,
          const py::object& query_positions, const py::object& key_positions, bool causal,
          std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
-         bool bfloat16) {
-        const AttentionOptions options =
-            KeywordOptions(causal, std::move(alibi), std::move(rope), scale, window);
+         double softcap, const py::object& sinks_arg, bool bfloat16) {
+        const std::vector<float> sinks = SinkValues(sinks_arg, kForwardFn);
+        const AttentionOptions options = KeywordOptions(causal, std::move(alibi), std::move(rope),
+                                                        scale, window, softcap, sinks);
         return bfloat16 ? ForwardOf<BFloat16>(options, q, k, v, query_positions, key_positions)
                         : ForwardOf<float>(options, q, k, v, query_positions, key_positions);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("causal") = false,
       py::arg("alibi") = py::none(), py::arg("rope") = py::none(), py::arg("scale") = 0.0,
-      py::arg("window") = 0, py::arg("bfloat16") = false,
+      py::arg("window") = 0, py::arg("softcap") = 0.0, py::arg("sinks") = py::none(),
+      py::arg("bfloat16") = false,
       R"(The forward pass of training (posenc/attention_backward.h): posenc.attention with the same
 arguments, returning (out, lse), both new float32 arrays: out [..., q_tokens, num_heads,
 value_dim] and lse [..., q_tokens, num_heads], each row's log-sum-exp of its visible scores
-(-inf for a row that sees no key). attention_backward takes both back.)");
+(-inf for a row that sees no key); with sinks, the sink is part of it
+(log(sum_j exp(s_j) + exp(sinks[h])), sinks[h] for a row that sees no key).
+attention_backward takes both back.)");
 
   m.def(
       "attention_backward",
@@ -319,9 +346,10 @@ value_dim] and lse [..., q_tokens, num_heads], each row's log-sum-exp of its vis
          const py::object& query_positions, const py::object& key_positions,
          const py::object& out, const py::object& lse, const py::object& d_out, bool causal,
          std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
-         bool bfloat16) {
-        const AttentionOptions options =
-            KeywordOptions(causal, std::move(alibi), std::move(rope), scale, window);
+         double softcap, const py::object& sinks_arg, bool bfloat16) {
+        const std::vector<float> sinks = SinkValues(sinks_arg, kBackwardFn);
+        const AttentionOptions options = KeywordOptions(causal, std::move(alibi), std::move(rope),
+                                                        scale, window, softcap, sinks);
         return bfloat16 ? BackwardOf<BFloat16>(options, q, k, v, query_positions, key_positions,
                                                out, lse, d_out)
                         : BackwardOf<float>(options, q, k, v, query_positions, key_positions, out,
@@ -331,7 +359,7 @@ value_dim] and lse [..., q_tokens, num_heads], each row's log-sum-exp of its vis
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("out"), py::arg("lse"),
       py::arg("d_out"), py::arg("causal") = false, py::arg("alibi") = py::none(),
       py::arg("rope") = py::none(), py::arg("scale") = 0.0, py::arg("window") = 0,
-      py::arg("bfloat16") = false,
+      py::arg("softcap") = 0.0, py::arg("sinks") = py::none(), py::arg("bfloat16") = false,
       R"(The backward pass of attention_forward (FlashAttention-2 style: scores recomputed tile by
 tile from q, k and lse, no T x T buffer): given the same q, k, v, positions and options, its out
 and lse, and d_out, the gradient of a loss with respect to out (float32, out's shape; any strides
@@ -340,7 +368,9 @@ q and k are the un-rotated inputs: with rope they are rotated again inside, and 
 gradients with respect to the un-rotated q and k. ALiBi slopes and masks are constants. A query
 that sees no key gives zero gradients. Deterministic: the same bits for any number of threads.
 bfloat16=True reads q, k and v as attention_forward does (bfloat16 bits) and computes in
-float32; the gradients stay float32.)");
+float32; the gradients stay float32. With softcap, dq and dk go through tanh's derivative. With
+sinks, returns (dq, dk, dv, d_sinks): d_sinks [num_heads] float32, the gradient of the sinks
+summed over the batch, -sum_i exp(sinks[h] - lse_i) (d_out_i . out_i) over the rows of head h.)");
 
   m.def(
       "self_extend_attention",
