@@ -287,7 +287,8 @@ int RunStudy(Settings settings, const StudyPaths& paths, int threads, const std:
   Assign(tasks, ranks);
   double training_units = 0.0, evaluation_units = 0.0;
   for (const Task& task : tasks) {
-    if (!task.done && task.rank == rank) (task.run ? training_units : evaluation_units) += task.units;
+    if (task.done || task.rank != rank) continue;
+    (task.run ? training_units : evaluation_units) += task.units;
   }
   TimeLeft time_left(training_units, evaluation_units);
 

@@ -44,10 +44,11 @@ def same_results(whole, other, what):
     for seed in SEEDS:
         for run_name in BASE_RUNS + FINE_TUNES:
             name = f"{run_name}-s{seed}"
-            a = [r.split("\t")[:2] for r in (whole / "runs" / name / "loss.tsv").read_text().splitlines()]
-            b = [r.split("\t")[:2] for r in (other / "runs" / name / "loss.tsv").read_text().splitlines()]
+            a, b = ([row.split("\t")[:2] for row in (out / "runs" / name / "loss.tsv").read_text()
+                     .splitlines()] for out in (whole, other))
             if a != b:
-                fail(f"{name}: the {what} run's losses differ from the uninterrupted run's:\n{a}\n{b}")
+                fail(f"{name}: the {what} run's losses differ from the uninterrupted run's:\n"
+                     f"{a}\n{b}")
         for arm in ARMS:
             a = json.loads((whole / "results" / f"{arm}-s{seed}.json").read_text())["nats_per_char"]
             b = json.loads((other / "results" / f"{arm}-s{seed}.json").read_text())["nats_per_char"]
