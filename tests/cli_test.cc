@@ -769,7 +769,65 @@ TEST(CliBench, QuickTextFitsOneHundredColumns) {
     if (line.rfind("  rope_forward half_split ", 0) == 0) ++rows;
   }
   EXPECT_NE(run.output.find("baselines of this run: float32 FMA peak "), std::string::npos);
+  EXPECT_NE(run.output.find("baseline drift, slowest round over fastest"), std::string::npos);
+  EXPECT_NE(run.output.find("\ncpu: "), std::string::npos) << run.output;
   EXPECT_EQ(rows, 5u) << run.output;  // f32 and bf16, in place and not, and f32 on one thread
+  // A warning, when there is one, opens and closes the report.
+  if (run.output.rfind("WARNING: ", 0) == 0) {
+    EXPECT_NE(run.output.find("WARNING: the machine was not quiet", run.output.size() - 200),
+              std::string::npos)
+        << run.output;
+  }
+}
+
+// The robust figures beside the old ones: per-round ratios to the same round's baseline, their
+// median and range, the baselines round by round, the machine's load, the warnings and the CPU
+// by name and microarchitecture. Structure only: on tiny shapes the numbers mean nothing.
+TEST(CliBench, QuickJsonHasPerRoundRatiosWarningsAndTheCpu) {
+  const CliRun run = Cli("bench --quick --json --repeats 3");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto report = nlohmann::json::parse(run.output);
+  ASSERT_TRUE(report.contains("cpu")) << run.output;
+  const auto& cpu = report["cpu"];
+  for (const char* key : {"model_name", "vendor", "family", "model", "stepping",
+                          "microarchitecture", "avx512f", "avx512_bf16", "amx_bf16",
+                          "amx_permitted"}) {
+    EXPECT_TRUE(cpu.contains(key)) << key << " in " << cpu.dump();
+  }
+  EXPECT_FALSE(cpu["microarchitecture"].get<std::string>().empty());
+  EXPECT_EQ(report["machine"], cpu["model_name"]);
+  ASSERT_TRUE(report["warnings"].is_array());
+  EXPECT_EQ(report["quiet"].get<bool>(), report["warnings"].empty());
+  EXPECT_GT(report["max_baseline_drift"].get<double>(), 1.0);
+  for (const char* key : {"in_place_bandwidth_gb_per_s", "fma_peak_gflop_per_s",
+                          "kv_read_gb_per_s"}) {
+    ASSERT_TRUE(report["baseline_rounds"].contains(key)) << key;
+    EXPECT_EQ(report["baseline_rounds"][key].size(), 3u) << key;
+  }
+  for (const char* key : {"in_place_bandwidth", "fma_peak", "kv_read"}) {
+    EXPECT_GE(report["baseline_drift"][key].get<double>(), 1.0) << key;
+  }
+  EXPECT_TRUE(report["load"].contains("before") && report["load"].contains("after"));
+  EXPECT_GT(report["load"]["cores"].get<int>(), 0);
+  for (const auto& e : report["entries"]) {
+    for (const char* key : {"rounds", "round_ns", "ratio_to_bandwidth_median",
+                            "ratio_to_bandwidth_min", "ratio_to_bandwidth_max",
+                            "ratio_to_bandwidth_per_round"}) {
+      EXPECT_TRUE(e.contains(key)) << key << " in " << e.dump();
+    }
+    const double median = e["ratio_to_bandwidth_median"].get<double>();
+    EXPECT_LE(e["ratio_to_bandwidth_min"].get<double>(), median) << e.dump();
+    EXPECT_GE(e["ratio_to_bandwidth_max"].get<double>(), median) << e.dump();
+    EXPECT_EQ(e["ratio_to_bandwidth_per_round"].size(), e["rounds"].get<size_t>()) << e.dump();
+    if (e.contains("ratio_to_peak")) {
+      EXPECT_TRUE(e.contains("ratio_to_peak_median") && e.contains("ratio_to_peak_min") &&
+                  e.contains("ratio_to_peak_max"))
+          << e.dump();
+    }
+    if (e.contains("ratio_to_stream_time")) {
+      EXPECT_TRUE(e.contains("ratio_to_stream_time_median")) << e.dump();
+    }
+  }
 }
 
 TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {

@@ -1,5 +1,8 @@
 // posenc bench: memory bandwidth and the kernels, measured in one process so that every kernel
-// is reported as a fraction of the bandwidth this machine shows right now.
+// is reported as a fraction of the bandwidth this machine shows right now: round by round, each
+// kernel over the baseline of the same round (bench_stats.h), with the CPU named (cpu_model.h)
+// and a warning where the machine was not quiet.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_stats.h"
 #include "commands.h"
+#include "cpu_model.h"
 #include "fma_peak.h"
 #include "numbers.h"
 #include "posenc/alibi.h"
@@ -59,6 +64,7 @@ struct Entry {
   Timing timing;
   double flops = 0;          // useful floating-point work, for the compute-bound cases
   double stream_bytes = 0;   // bytes a decode step must read at least once (the KV cache)
+  std::vector<double> round_s;  // the time of each round, in round order (round r at index r)
 };
 
 // One measurement: what it reports, what it runs, and how often (the scalar references take
@@ -76,16 +82,9 @@ struct Case {
 struct Results {
   std::vector<Entry> entries;
   double fma_peak_flops_per_s = 0;
+  double fma_flops = 0;              // the work of one FMA-peak run
+  std::vector<double> fma_round_s;   // its time in each round
 };
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
 
 std::string ShapeString(const std::vector<std::vector<int64_t>>& tensors,
                         const std::vector<std::string>& names) {
@@ -561,10 +560,13 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   if (progress) std::fprintf(stderr, "\r\033[K");
   Results results;
   for (Case& c : cases) {
+    c.entry.round_s = c.seconds;
     std::sort(c.seconds.begin(), c.seconds.end());
     c.entry.timing = {c.seconds.front(), c.seconds[c.seconds.size() / 2]};
     if (c.fma_peak) {
       results.fma_peak_flops_per_s = fma_flops / c.entry.timing.best_s;
+      results.fma_flops = fma_flops;
+      results.fma_round_s = c.entry.round_s;
     } else {
       results.entries.push_back(c.entry);
     }
@@ -572,19 +574,65 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   return results;
 }
 
-double InPlaceBandwidth(const std::vector<Entry>& entries) {
+const Entry* FindEntry(const std::vector<Entry>& entries, const std::string& operation) {
   for (const Entry& e : entries) {
-    if (e.operation == "stream_read_modify_write") return e.bytes / e.timing.best_s;
+    if (e.operation == operation) return &e;
   }
-  return 0;
+  return nullptr;
+}
+
+// The in-place bandwidth baseline: the case every memory-bound ratio is measured against.
+constexpr const char* kBandwidthCase = "stream_read_modify_write";
+
+double InPlaceBandwidth(const std::vector<Entry>& entries) {
+  const Entry* e = FindEntry(entries, kBandwidthCase);
+  return e ? e->bytes / e->timing.best_s : 0;
 }
 
 // The read-only bandwidth of the decode case's KV cache (kKvReadCase), bytes per second.
 double KvReadBandwidth(const std::vector<Entry>& entries) {
-  for (const Entry& e : entries) {
-    if (e.operation == kKvReadCase) return e.bytes / e.timing.best_s;
+  const Entry* e = FindEntry(entries, kKvReadCase);
+  return e ? e->bytes / e->timing.best_s : 0;
+}
+
+// Each entry's ratios round by round, against the baselines of the same round, and their
+// medians and spreads. Empty where an entry has no such ratio (no flops, no KV cache).
+struct RoundRatios {
+  std::vector<double> bandwidth, peak, stream;
+  bench_stats::Spread bandwidth_spread, peak_spread, stream_spread;
+};
+
+std::vector<RoundRatios> PerRoundRatios(const Results& results) {
+  using namespace bench_stats;
+  const Entry* bw = FindEntry(results.entries, kBandwidthCase);
+  const Entry* kv = FindEntry(results.entries, kKvReadCase);
+  std::vector<RoundRatios> all;
+  for (const Entry& e : results.entries) {
+    RoundRatios r;
+    if (bw) r.bandwidth = RateRatios(e.round_s, e.bytes, bw->round_s, bw->bytes);
+    if (e.flops > 0) r.peak = RateRatios(e.round_s, e.flops, results.fma_round_s, results.fma_flops);
+    if (e.stream_bytes > 0 && kv) {
+      r.stream = TimeRatios(e.round_s, e.stream_bytes, kv->round_s, kv->bytes);
+    }
+    r.bandwidth_spread = Summarize(r.bandwidth);
+    r.peak_spread = Summarize(r.peak);
+    r.stream_spread = Summarize(r.stream);
+    all.push_back(std::move(r));
   }
-  return 0;
+  return all;
+}
+
+// The three baselines' per-round times, for the drift warning.
+std::vector<bench_stats::Baseline> Baselines(const Results& results) {
+  std::vector<bench_stats::Baseline> baselines;
+  if (const Entry* e = FindEntry(results.entries, kBandwidthCase)) {
+    baselines.push_back({"in-place bandwidth", e->round_s});
+  }
+  baselines.push_back({"FMA peak", results.fma_round_s});
+  if (const Entry* e = FindEntry(results.entries, kKvReadCase)) {
+    baselines.push_back({"KV-cache read", e->round_s});
+  }
+  return baselines;
 }
 
 // A time with the unit that keeps it readable: "29.4 us", "1.73 ms".
@@ -603,47 +651,160 @@ std::string FormatSeconds(double seconds) {
   return text;
 }
 
+// A ratio in a few characters: three decimals below 10, fewer above ("0.412", "12.3", "1320").
+std::string FormatRatio(double ratio, int decimals = 3) {
+  char text[32];
+  const int places = ratio < 10 ? decimals : ratio < 100 ? 1 : 0;
+  std::snprintf(text, sizeof text, "%.*f", places, ratio);
+  return text;
+}
+
+// A spread as "min-max" with two decimals below 10: "0.41-0.44"; "-" without rounds.
+std::string FormatSpread(const bench_stats::Spread& s) {
+  if (s.rounds == 0) return "-";
+  return FormatRatio(s.min, 2) + "-" + FormatRatio(s.max, 2);
+}
+
 std::string ShortDtype(const std::string& dtype) {
   return dtype == "float32" ? "f32" : dtype == "bfloat16" ? "bf16" : dtype;
 }
 
+// The machine around the run and why its figures may mislead, measured by the callback.
+struct RunContext {
+  bench_stats::MachineLoad load;
+  std::vector<bench_stats::Baseline> baselines;
+  std::vector<std::string> warnings;
+};
+
+void PrintWarnings(const std::vector<std::string>& warnings) {
+  if (warnings.empty()) return;
+  for (const std::string& w : warnings) std::printf("WARNING: %s\n", w.c_str());
+  std::printf("WARNING: the machine was not quiet; rerun before trusting a ratio\n");
+}
+
 // The report as text within 100 columns: entries grouped under their shape (the longest column),
 // each named by operation and layout; the attention entries once more against the FMA peak.
-void PrintTable(const std::vector<Entry>& entries, double peak, double bandwidth, double kv_read,
-                int repeats) {
-  std::printf("posenc bench: %s, SIMD target %s, %d threads, best of %d rounds\n",
-              CpuModel().c_str(), SimdTargetName().c_str(), ThreadCount(), repeats);
+// Rates are of the best round; ratios are medians of per-round ratios, with their min-max.
+void PrintTable(const Results& results, const std::vector<RoundRatios>& ratios, double bandwidth,
+                int repeats, const RunContext& context) {
+  using bench_stats::Drift;
+  const std::vector<Entry>& entries = results.entries;
+  const double peak = results.fma_peak_flops_per_s;
+  const CpuInfo& cpu = ThisCpu();
+  PrintWarnings(context.warnings);
+  std::printf("posenc bench: SIMD target %s, %d threads, %d rounds\n", SimdTargetName().c_str(),
+              ThreadCount(), repeats);
+  std::printf("cpu: %.90s\n     %.90s\n     %.90s\n", cpu.model_name.c_str(),
+              CpuIdentity(cpu).c_str(), CpuExtensions(cpu).c_str());
   std::printf("baselines of this run: float32 FMA peak %.1f GFLOP/s, in-place bandwidth %.1f GB/s\n",
               peak / 1e9, bandwidth / 1e9);
+  std::string drift;
+  for (const bench_stats::Baseline& b : context.baselines) {
+    char part[64];
+    std::snprintf(part, sizeof part, "%s%s %.2fx", drift.empty() ? "" : ", ", b.name.c_str(),
+                  Drift(b.seconds));
+    drift += part;
+  }
+  std::printf("baseline drift, slowest round over fastest (warning above %.2fx):\n  %.96s\n",
+              bench_stats::kMaxBaselineDrift, drift.c_str());
+  const bench_stats::MachineLoad& load = context.load;
+  if (load.before.valid && load.after.valid) {
+    std::printf("load: %.2f before the run, %.2f after (1-minute average, %d cores); other "
+                "runnable tasks %d, %d\n",
+                load.before.load_1m, load.after.load_1m, load.cores, load.before.runnable_others,
+                load.after.runnable_others);
+  }
+  if (load.others_share >= 0) {
+    std::printf("during the run: other processes took %.0f%% of the CPU time, the hypervisor "
+                "%.0f%%\n",
+                100 * load.others_share, 100 * std::max(0.0, load.steal_share));
+  }
   const auto name = [](const Entry& e) {
     return e.layout == "-" ? e.operation : e.operation + " " + e.layout;
   };
   int width = 9;
   for (const Entry& e : entries) width = std::max(width, static_cast<int>(name(e).size()));
   std::string shape;
-  for (const Entry& e : entries) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
     if (e.shape != shape) {
       shape = e.shape;
-      std::printf("\n%s\n  %-*s %-4s %-5s %3s %10s %10s %7s %6s\n", shape.c_str(), width,
-                  "operation", "type", "place", "thr", "best", "median", "GB/s", "ratio");
+      std::printf("\n%s\n  %-*s %-4s %-5s %3s %10s %7s %6s %11s\n", shape.c_str(), width,
+                  "operation", "type", "place", "thr", "best", "GB/s", "ratio", "min-max");
     }
     const double rate = e.bytes / e.timing.best_s;
-    std::printf("  %-*s %-4s %-5s %3d %10s %10s %7.2f %6.3f\n", width, name(e).c_str(),
+    std::printf("  %-*s %-4s %-5s %3d %10s %7.2f %6s %11s\n", width, name(e).c_str(),
                 ShortDtype(e.dtype).c_str(), e.in_place ? "in" : "out", e.threads,
-                FormatSeconds(e.timing.best_s).c_str(), FormatSeconds(e.timing.median_s).c_str(),
-                rate / 1e9, rate / bandwidth);
+                FormatSeconds(e.timing.best_s).c_str(), rate / 1e9,
+                FormatRatio(ratios[i].bandwidth_spread.median).c_str(),
+                FormatSpread(ratios[i].bandwidth_spread).c_str());
   }
-  std::printf("\n  %-*s %8s %8s %14s\n", width, "attention (useful causal work)", "GFLOP/s",
-              "of peak", "x stream time");
-  for (const Entry& e : entries) {
+  std::printf("\n  %-*s %8s %7s %11s %8s %11s\n", width, "attention (useful causal work)",
+              "GFLOP/s", "of peak", "min-max", "x stream", "min-max");
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
     if (e.flops == 0) continue;
     const double gflops = e.flops / e.timing.best_s / 1e9;
-    std::printf("  %-*s %8.1f %8.3f", width, e.operation.c_str(), gflops, gflops * 1e9 / peak);
-    if (e.stream_bytes > 0) std::printf(" %14.2f", e.timing.best_s * kv_read / e.stream_bytes);
+    std::printf("  %-*s %8.1f %7s %11s", width, e.operation.c_str(), gflops,
+                FormatRatio(ratios[i].peak_spread.median).c_str(),
+                FormatSpread(ratios[i].peak_spread).c_str());
+    if (e.stream_bytes > 0) {
+      std::printf(" %8s %11s", FormatRatio(ratios[i].stream_spread.median, 2).c_str(),
+                  FormatSpread(ratios[i].stream_spread).c_str());
+    }
     std::printf("\n");
   }
-  std::printf("\nratio: GB/s over the in-place bandwidth of the same run\n"
+  std::printf("\nbest, GB/s, GFLOP/s: the best round. ratio, of peak, x stream: the median over the "
+              "rounds\nof each round's ratio to the same round's baseline (min-max: their range)\n"
+              "ratio: GB/s over the in-place bandwidth; of peak: over the float32 FMA peak\n"
               "x stream time: a decode step's time over one read of its KV cache\n");
+  PrintWarnings(context.warnings);
+}
+
+nlohmann::json Numbers(const std::vector<double>& values, double scale = 1) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const double v : values) out.push_back(v * scale);
+  return out;
+}
+
+// The per-round ratios of one kind as JSON keys: <key>_median, _min, _max and _per_round.
+void AddRatios(nlohmann::json& entry, const std::string& key, const std::vector<double>& values,
+               const bench_stats::Spread& spread) {
+  if (spread.rounds == 0) return;
+  entry[key + "_median"] = spread.median;
+  entry[key + "_min"] = spread.min;
+  entry[key + "_max"] = spread.max;
+  entry[key + "_per_round"] = Numbers(values);
+}
+
+nlohmann::json CpuJson(const CpuInfo& cpu) {
+  return {{"model_name", cpu.model_name},
+          {"vendor", cpu.vendor},
+          {"family", cpu.family},
+          {"model", cpu.model},
+          {"stepping", cpu.stepping},
+          {"microarchitecture", cpu.microarchitecture},
+          {"hypervisor", cpu.hypervisor},
+          {"avx2", cpu.avx2},
+          {"avx512f", cpu.avx512f},
+          {"avx512_bf16", cpu.avx512_bf16},
+          {"avx512_fp16", cpu.avx512_fp16},
+          {"amx_tile", cpu.amx_tile},
+          {"amx_bf16", cpu.amx_bf16},
+          {"amx_permitted", cpu.amx_permitted}};
+}
+
+nlohmann::json LoadJson(const bench_stats::MachineLoad& load) {
+  const auto sample = [](const bench_stats::LoadSample& s) -> nlohmann::json {
+    if (!s.valid) return nullptr;
+    return {{"load_average_1m", s.load_1m}, {"runnable_others", s.runnable_others}};
+  };
+  nlohmann::json out = {{"cores", load.cores},
+                        {"before", sample(load.before)},
+                        {"after", sample(load.after)}};
+  out["others_cpu_share"] = load.others_share >= 0 ? nlohmann::json(load.others_share) : nullptr;
+  out["steal_share"] = load.steal_share >= 0 ? nlohmann::json(load.steal_share) : nullptr;
+  return out;
 }
 
 }  // namespace
@@ -663,25 +824,75 @@ void AddBenchCommand(CLI::App& app) {
   bench->add_flag("--quick", options->quick, "Tiny shapes: a smoke test, not a measurement");
   bench
       ->add_option("--repeats", options->repeats,
-                   "Rounds: every entry is timed once per round, round-robin (best and median)")
+                   "Rounds: every entry is timed once per round, round-robin (best time; ratios "
+                   "are medians of per-round ratios)")
       ->transform(DecimalInteger(1, 1000000))
       ->capture_default_str();
   bench->callback([options] {
     const Shapes& shapes = options->quick ? kQuick : kFull;
+    const CpuInfo& cpu = ThisCpu();  // before the run: it may ask the kernel for AMX
+    RunContext context;
+    context.load.cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+    context.load.before = bench_stats::SampleLoad();
+    const bench_stats::CpuTimes cpu_before = bench_stats::SampleCpuTimes();
+    const auto own_cpu_s = [] {
+      rusage usage{};
+      getrusage(RUSAGE_SELF, &usage);
+      return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+             1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+    };
+    const double own_before = own_cpu_s();
+    const auto start = std::chrono::steady_clock::now();
     const Results results = RunBenchmarks(shapes, options->repeats);
+    const double wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double own_s = own_cpu_s() - own_before;
+    const bench_stats::CpuTimes cpu_after = bench_stats::SampleCpuTimes();
+    context.load.after = bench_stats::SampleLoad();
+    bench_stats::SetShares(cpu_before, cpu_after, own_s, wall_s,
+                           static_cast<double>(sysconf(_SC_CLK_TCK)), context.load);
+    context.baselines = Baselines(results);
+    context.warnings = bench_stats::Warnings(context.baselines, context.load);
+
     const std::vector<Entry>& entries = results.entries;
+    const std::vector<RoundRatios> ratios = PerRoundRatios(results);
     const double bandwidth = InPlaceBandwidth(entries);
     const double kv_read = KvReadBandwidth(entries);
     const double peak = results.fma_peak_flops_per_s;
     if (options->json) {
-      nlohmann::json out = {{"machine", CpuModel()},
+      nlohmann::json out = {{"machine", cpu.model_name},
+                            {"cpu", CpuJson(cpu)},
                             {"simd_target", SimdTargetName()},
                             {"threads", ThreadCount()},
                             {"repeats", options->repeats},
                             {"in_place_bandwidth_gb_per_s", bandwidth / 1e9},
                             {"fma_peak_gflop_per_s", peak / 1e9},
+                            {"load", LoadJson(context.load)},
+                            {"max_baseline_drift", bench_stats::kMaxBaselineDrift},
+                            {"warnings", context.warnings},
+                            {"quiet", context.warnings.empty()},
                             {"entries", nlohmann::json::array()}};
-      for (const Entry& e : entries) {
+      // Each baseline round by round (rates), and how far it moved: slowest round / fastest.
+      nlohmann::json rounds = nlohmann::json::object(), drift = nlohmann::json::object();
+      const auto rates = [](const std::vector<double>& seconds, double work) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const double s : seconds) out.push_back(work / s / 1e9);
+        return out;
+      };
+      rounds["fma_peak_gflop_per_s"] = rates(results.fma_round_s, results.fma_flops);
+      drift["fma_peak"] = bench_stats::Drift(results.fma_round_s);
+      if (const Entry* e = FindEntry(entries, kBandwidthCase)) {
+        rounds["in_place_bandwidth_gb_per_s"] = rates(e->round_s, e->bytes);
+        drift["in_place_bandwidth"] = bench_stats::Drift(e->round_s);
+      }
+      if (const Entry* e = FindEntry(entries, kKvReadCase)) {
+        rounds["kv_read_gb_per_s"] = rates(e->round_s, e->bytes);
+        drift["kv_read"] = bench_stats::Drift(e->round_s);
+      }
+      out["baseline_rounds"] = rounds;
+      out["baseline_drift"] = drift;
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const Entry& e = entries[i];
         const double rate = e.bytes / e.timing.best_s;
         out["entries"].push_back({{"operation", e.operation},
                                   {"layout", e.layout},
@@ -693,22 +904,28 @@ void AddBenchCommand(CLI::App& app) {
                                   {"best_ns", e.timing.best_s * 1e9},
                                   {"median_ns", e.timing.median_s * 1e9},
                                   {"gb_per_s", rate / 1e9},
-                                  {"ratio_to_bandwidth", rate / bandwidth}});
+                                  {"ratio_to_bandwidth", rate / bandwidth},
+                                  {"rounds", e.round_s.size()},
+                                  {"round_ns", Numbers(e.round_s, 1e9)}});
+        nlohmann::json& entry = out["entries"].back();
+        AddRatios(entry, "ratio_to_bandwidth", ratios[i].bandwidth, ratios[i].bandwidth_spread);
         if (e.flops > 0) {
-          out["entries"].back()["gflop_per_s"] = e.flops / e.timing.best_s / 1e9;
-          out["entries"].back()["ratio_to_peak"] = e.flops / e.timing.best_s / peak;
+          entry["gflop_per_s"] = e.flops / e.timing.best_s / 1e9;
+          entry["ratio_to_peak"] = e.flops / e.timing.best_s / peak;
+          AddRatios(entry, "ratio_to_peak", ratios[i].peak, ratios[i].peak_spread);
         }
         if (e.stream_bytes > 0) {
           // The floor of a memory-bound step: reading its bytes once, measured in this run.
           const double stream_s = e.stream_bytes / kv_read;
-          out["entries"].back()["stream_ns"] = stream_s * 1e9;
-          out["entries"].back()["ratio_to_stream_time"] = e.timing.best_s / stream_s;
+          entry["stream_ns"] = stream_s * 1e9;
+          entry["ratio_to_stream_time"] = e.timing.best_s / stream_s;
+          AddRatios(entry, "ratio_to_stream_time", ratios[i].stream, ratios[i].stream_spread);
         }
       }
       std::cout << out.dump(2) << "\n";
       return;
     }
-    PrintTable(entries, peak, bandwidth, kv_read, options->repeats);
+    PrintTable(results, ratios, bandwidth, options->repeats, context);
   });
 }
 
