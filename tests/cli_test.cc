@@ -153,6 +153,10 @@ TEST(CliSubcommand, MistypedNameSuggestsTheNearest) {
   EXPECT_EQ(run.output,
             "posenc: [posenc] subcommand must be one of demo, table, alibi, inspect, rope, bench, "
             "serve (did you mean 'inspect'?), got 'inspekt'\n");
+  run = Cli("");  // no subcommand: the help, which lists them
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("Subcommands:"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("inspect"), std::string::npos) << run.output;
   run = Cli("frobnicate");
   EXPECT_EQ(run.status, 1);
   EXPECT_EQ(run.output,

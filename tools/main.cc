@@ -76,7 +76,10 @@ int main(int argc, char** argv) {
   // Past a file-size limit (ulimit -f) a write then fails with EFBIG, which is reported, instead
   // of the process being killed half-way through a file.
   std::signal(SIGXFSZ, SIG_IGN);
-  CLI::App app{"posenc: positional encodings for transformers (learned, sinusoidal, RoPE, ALiBi)"};
+  CLI::App app{
+      "posenc: the position signals of transformers (RoPE and its stretchings, M-RoPE, ALiBi, T5 "
+      "buckets, sinusoidal and learned tables) on the command line",
+      "posenc"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "posenc " POSENC_VERSION);
   posenc::cli::AddDemoCommand(app);
@@ -86,6 +89,11 @@ int main(int argc, char** argv) {
   posenc::cli::AddRopeCommand(app);
   posenc::cli::AddBenchCommand(app);
   posenc::cli::AddServeCommand(app);
+  if (argc == 1) {  // `posenc` alone: what it can do, rather than "A subcommand is required"
+    std::cout << app.help();
+    FlushStandardOutput();
+    return 1;
+  }
   int status = 0;
   try {
     CheckSubcommands(app, std::span<char* const>(argv + 1, argc - 1));
