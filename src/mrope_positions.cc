@@ -35,10 +35,36 @@ constexpr RuleInfo kRules[] = {
     {MropeIndexRules::kQwen2_5Vl, "qwen2_5_vl"},
     {MropeIndexRules::kQwen2_5VlIntSeconds, "qwen2_5_vl_int_seconds"},
     {MropeIndexRules::kQwen3Vl, "qwen3_vl"},
+    {MropeIndexRules::kQwen2VlTransformers5, "qwen2_vl_transformers5"},
+    {MropeIndexRules::kQwen2_5VlTransformers5, "qwen2_5_vl_transformers5"},
+    {MropeIndexRules::kQwen3VlTransformers5, "qwen3_vl_transformers5"},
 };
 
-bool IsQwen2_5(MropeIndexRules rules) {
-  return rules == MropeIndexRules::kQwen2_5Vl || rules == MropeIndexRules::kQwen2_5VlIntSeconds;
+// The model a rule belongs to, named by its release rule.
+MropeIndexRules ModelOf(MropeIndexRules rules) {
+  switch (rules) {
+    case MropeIndexRules::kQwen2Vl:
+    case MropeIndexRules::kQwen2VlTransformers5:
+      return MropeIndexRules::kQwen2Vl;
+    case MropeIndexRules::kQwen2_5Vl:
+    case MropeIndexRules::kQwen2_5VlIntSeconds:
+    case MropeIndexRules::kQwen2_5VlTransformers5:
+      return MropeIndexRules::kQwen2_5Vl;
+    case MropeIndexRules::kQwen3Vl:
+    case MropeIndexRules::kQwen3VlTransformers5:
+      return MropeIndexRules::kQwen3Vl;
+  }
+  return rules;
+}
+
+bool IsQwen2_5(MropeIndexRules rules) { return ModelOf(rules) == MropeIndexRules::kQwen2_5Vl; }
+bool IsQwen3(MropeIndexRules rules) { return ModelOf(rules) == MropeIndexRules::kQwen3Vl; }
+// transformers 5's get_rope_index: runs from mm_token_type_ids, text resumes at
+// base + max(h/m, w/m), padded slots 0, the delta over the unpadded row, no mask-only branch.
+bool IsTransformers5(MropeIndexRules rules) {
+  return rules == MropeIndexRules::kQwen2VlTransformers5 ||
+         rules == MropeIndexRules::kQwen2_5VlTransformers5 ||
+         rules == MropeIndexRules::kQwen3VlTransformers5;
 }
 
 std::string GridText(const VisionGrid& g) {
@@ -100,7 +126,14 @@ class TemporalIndex {
     seconds_f32_ = static_cast<float>(seconds);
     // as_tensor(float32 seconds, dtype=int64) truncates toward zero.
     seconds_int_ = static_cast<int64_t>(seconds_f32_);
+    // transformers 5: time_interval = tokens_per_second * second_per_grid_t, an int times a
+    // float32 scalar tensor, so float32.
+    interval_f32_ = static_cast<float>(tokens_per_second_) * seconds_f32_;
   }
+
+  // transformers 5, Qwen2.5-VL: without second_per_grid_ts the seconds are the Python int 1, so
+  // the interval is the int tokens_per_second and T(i) = i * tokens_per_second exactly.
+  void SetIntegerSeconds() { integer_seconds_ = true; }
 
   int64_t operator()(int64_t i) const {
     switch (rules_) {
@@ -117,6 +150,15 @@ class TemporalIndex {
       }
       case MropeIndexRules::kQwen2_5VlIntSeconds:
         return video_ ? i * seconds_int_ * tokens_per_second_ : 0;
+      case MropeIndexRules::kQwen2VlTransformers5:
+      case MropeIndexRules::kQwen3VlTransformers5:
+        return i;  // (arange(t) * 1.0).long()
+      case MropeIndexRules::kQwen2_5VlTransformers5: {
+        if (!video_) return i;  // time_interval 1 for images
+        if (integer_seconds_) return i * tokens_per_second_;
+        // (arange(t) * float32 interval).long(): int64 range times a float32 scalar.
+        return static_cast<int64_t>(static_cast<float>(i) * interval_f32_);
+      }
     }
     return 0;
   }
@@ -127,6 +169,8 @@ class TemporalIndex {
   int64_t tokens_per_second_;
   float seconds_f32_ = 0;
   int64_t seconds_int_ = 0;
+  float interval_f32_ = 0;
+  bool integer_seconds_ = false;
 };
 
 // The text-only branch of get_rope_index (no grid at all).
@@ -165,7 +209,9 @@ MropeIndexRules ParseMropeIndexRules(std::string_view name) {
     if (info.name == name) return info.rules;
   }
   throw Error(ErrorMessage(kFn, "rules",
-                           "be one of qwen2_vl, qwen2_5_vl, qwen2_5_vl_int_seconds, qwen3_vl",
+                           "be one of qwen2_vl, qwen2_5_vl, qwen2_5_vl_int_seconds, qwen3_vl, "
+                           "qwen2_vl_transformers5, qwen2_5_vl_transformers5, "
+                           "qwen3_vl_transformers5",
                            "\"" + std::string(name) + "\""));
 }
 
@@ -218,9 +264,7 @@ QwenVlTokens QwenVlTokensFromConfig(std::string_view config_json_text,
   }
   QwenVlTokens out;
   out.rules = rules.value_or(model_rules);
-  const bool same_model =
-      out.rules == model_rules ||
-      (model_rules == MropeIndexRules::kQwen2_5Vl && IsQwen2_5(out.rules));
+  const bool same_model = ModelOf(out.rules) == model_rules;
   Require(same_model, kConfigFn, "rules",
           "belong to the config's model_type " + model_type,
           MropeIndexRulesName(out.rules));
@@ -299,8 +343,10 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
   const int64_t merge = tokens.spatial_merge_size;
   const std::vector<Grid> images =
       ConsumableGrids(image_grids, merge, "image_grids", /*split_frames=*/false, total);
-  const std::vector<Grid> videos = ConsumableGrids(
-      video_grids, merge, "video_grids", rules == MropeIndexRules::kQwen3Vl, total);
+  const bool split_frames = IsQwen3(rules);
+  const bool v5 = IsTransformers5(rules);
+  const std::vector<Grid> videos =
+      ConsumableGrids(video_grids, merge, "video_grids", split_frames, total);
 
   // Vision runs in every row, checked against the grids before the output exists; a run is a
   // maximal block of image (or video) tokens among the row's unmasked tokens.
@@ -340,7 +386,7 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
               "a run at " + where + " without it");
       const std::vector<Grid>& grids = video ? videos : images;
       size_t& next = video ? video_next : image_next;
-      const bool frames = video && rules == MropeIndexRules::kQwen3Vl;
+      const bool frames = video && split_frames;
       Require(next < grids.size(), kFn, "input_ids",
               "have no more " + what + " runs than " +
                   (frames ? std::string("video frames (video_grids t summed: ")
@@ -360,7 +406,12 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
       ++next;
       k = end;
     }
-    if (!image_grids.empty() || !video_grids.empty()) {
+    if (v5) {
+      // transformers 5 concatenates the row's position blocks, none for an empty row.
+      Require(n > 0, kFn, "attention_mask",
+              "keep at least one token of every row for rules " + rules_name,
+              "row " + std::to_string(b) + " all 0");
+    } else if (!image_grids.empty() || !video_grids.empty()) {
       Require(n > 0, kFn, "attention_mask",
               "keep at least one token of every row when grids are given",
               "row " + std::to_string(b) + " all 0");
@@ -370,15 +421,17 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
           "be matched by as many image runs in input_ids", std::to_string(images.size()) +
               " grids for " + std::to_string(image_next) + " runs");
   Require(video_next == videos.size(), kFn, "video_grids",
-          rules == MropeIndexRules::kQwen3Vl
-              ? "have as many frames (t summed) as video runs in input_ids"
-              : "be matched by as many video runs in input_ids",
-          std::to_string(videos.size()) + (rules == MropeIndexRules::kQwen3Vl ? " frames" : " grids") +
+          split_frames ? "have as many frames (t summed) as video runs in input_ids"
+                       : "be matched by as many video runs in input_ids",
+          std::to_string(videos.size()) + (split_frames ? " frames" : " grids") +
               " for " + std::to_string(video_next) + " runs");
 
-  if (image_grids.empty() && video_grids.empty()) return TextOnly(batch, seq_len, attention_mask);
+  if (!v5 && image_grids.empty() && video_grids.empty()) {
+    return TextOnly(batch, seq_len, attention_mask);
+  }
 
-  MropeIndex out{batch, seq_len, std::vector<int64_t>(static_cast<size_t>(3 * total), 1),
+  // Padded slots keep the value the output was created with: torch.ones in 4.x, zeros in 5.
+  MropeIndex out{batch, seq_len, std::vector<int64_t>(static_cast<size_t>(3 * total), v5 ? 0 : 1),
                  std::vector<int64_t>(static_cast<size_t>(batch))};
   const auto put = [&](int64_t b, int64_t slot, int64_t t, int64_t h, int64_t w) {
     out.positions[static_cast<size_t>((0 * batch + b) * seq_len + slot)] = t;
@@ -392,7 +445,8 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
     }
     const auto slot = [&](int64_t k) { return kept[static_cast<size_t>(k)]; };
     int64_t st = 0;          // next unmasked token to number
-    int64_t next_start = 0;  // 1 + the largest position so far (0 before anything)
+    int64_t next_start = 0;  // where text resumes (4.x: 1 + the largest position so far)
+    int64_t row_largest = -1;
     for (const Run& run : runs[static_cast<size_t>(b)]) {
       const int64_t text_len = run.start - st;
       for (int64_t j = 0; j < text_len; ++j) {
@@ -403,7 +457,8 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
       const Grid& g = *run.grid;
       double seconds = 1.0;
       if (run.video && !second_per_grid_ts.empty()) seconds = second_per_grid_ts[g.source];
-      const TemporalIndex temporal(rules, run.video, seconds, tokens.tokens_per_second);
+      TemporalIndex temporal(rules, run.video, seconds, tokens.tokens_per_second);
+      if (run.video && second_per_grid_ts.empty()) temporal.SetIntegerSeconds();
       int64_t largest = base;
       int64_t k = run.start;
       for (int64_t i = 0; i < g.t; ++i) {
@@ -413,15 +468,18 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
         }
         largest = std::max({largest, t, base + g.rows - 1, base + g.cols - 1});
       }
-      next_start = largest + 1;
+      row_largest = std::max(row_largest, largest);
+      // 4.x: st_idx = llm_pos_ids_list[-1].max() + 1; 5: current_pos += max(h, w) // m.
+      next_start = v5 ? base + std::max(g.rows, g.cols) : largest + 1;
       st = run.start + run.length;
     }
     for (int64_t j = 0; st + j < n; ++j) {
       const int64_t p = next_start + j;
       put(b, slot(st + j), p, p, p);
     }
-    const int64_t row_max = next_start - 1 + std::max<int64_t>(0, n - st);
-    out.rope_deltas[static_cast<size_t>(b)] = row_max + 1 - seq_len;
+    if (st < n) row_largest = std::max(row_largest, next_start + (n - st) - 1);
+    // 4.x: len(total_input_ids[i]) is the padded row; 5: len(current_input_ids), the unpadded.
+    out.rope_deltas[static_cast<size_t>(b)] = row_largest + 1 - (v5 ? n : seq_len);
   }
   return out;
 }

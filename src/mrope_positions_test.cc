@@ -1,5 +1,6 @@
 // Qwen-VL M-RoPE positions (posenc/mrope_positions.h): every golden file of
-// tests/golden/mrope_index/ (Hugging Face's get_rope_index, per model and release), the
+// tests/golden/mrope_index/ (Hugging Face's get_rope_index, per model and release) and of
+// tests/golden/mrope_index_v5/ (transformers 5.23.0's own get_rope_index), the
 // identities that tie the rules together, the config reader, and every refusal.
 #include "posenc/mrope_positions.h"
 
@@ -59,10 +60,10 @@ MropeIndex Index(const QwenVlTokens& tokens, const std::vector<int64_t>& ids,
                          videos, seconds, mask);
 }
 
-std::vector<std::filesystem::path> GoldenFiles() {
+std::vector<std::filesystem::path> GoldenFiles(const std::string& dir = "mrope_index") {
   std::vector<std::filesystem::path> files;
   for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(POSENC_GOLDEN_DIR) + "/mrope_index")) {
+       std::filesystem::directory_iterator(std::string(POSENC_GOLDEN_DIR) + "/" + dir)) {
     if (entry.path().extension() == ".json") files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());
@@ -75,10 +76,8 @@ std::vector<VisionGrid> Grids(const Json& list) {
   return out;
 }
 
-TEST(MropeIndexGolden, EveryFileMatchesHuggingFace) {
-  const std::vector<std::filesystem::path> files = GoldenFiles();
-  ASSERT_EQ(files.size(), 43u);
-  for (const auto& path : files) {
+void ExpectMatchesGoldenFile(const std::filesystem::path& path) {
+  {
     SCOPED_TRACE(path.filename().string());
     const Json golden = testing_support::ReadJsonFile(path.string());
     const Json& config = golden["config"];
@@ -130,6 +129,18 @@ TEST(MropeIndexGolden, EveryFileMatchesHuggingFace) {
   }
 }
 
+TEST(MropeIndexGolden, EveryFileMatchesHuggingFace) {
+  const std::vector<std::filesystem::path> files = GoldenFiles();
+  ASSERT_EQ(files.size(), 43u);
+  for (const auto& path : files) ExpectMatchesGoldenFile(path);
+}
+
+TEST(MropeIndexGolden, EveryFileMatchesTransformers5) {
+  const std::vector<std::filesystem::path> files = GoldenFiles("mrope_index_v5");
+  ASSERT_EQ(files.size(), 45u);
+  for (const auto& path : files) ExpectMatchesGoldenFile(path);
+}
+
 TEST(MropeIndexGolden, SourcesNameEveryRelease) {
   for (const auto& path : GoldenFiles()) {
     const Json golden = testing_support::ReadJsonFile(path.string());
@@ -138,11 +149,83 @@ TEST(MropeIndexGolden, SourcesNameEveryRelease) {
     EXPECT_EQ(MropeIndexRulesName(ParseMropeIndexRules(release)), release);
     EXPECT_EQ(golden["source"]["commit"].get<std::string>().size(), 40u) << path;
   }
+  for (const auto& path : GoldenFiles("mrope_index_v5")) {
+    const Json golden = testing_support::ReadJsonFile(path.string());
+    const std::string release = golden["release"].get<std::string>();
+    EXPECT_EQ(path.filename().string().rfind(release + "-", 0), 0u) << path;
+    EXPECT_EQ(release, golden["model"].get<std::string>() + "_transformers5") << path;
+    EXPECT_EQ(MropeIndexRulesName(ParseMropeIndexRules(release)), release);
+    EXPECT_EQ(golden["source"]["version"].get<std::string>(), "5.23.0") << path;
+  }
 }
 
-constexpr MropeIndexRules kAllRules[] = {MropeIndexRules::kQwen2Vl, MropeIndexRules::kQwen2_5Vl,
-                                         MropeIndexRules::kQwen2_5VlIntSeconds,
-                                         MropeIndexRules::kQwen3Vl};
+// transformers 5 against the 4.x rules on the same input: text after a video whose time passes
+// its rows and columns, padded slots, and the delta of a left-padded row.
+TEST(MropeIndexTransformers5, DiffersFrom4xWhereTheGoldenFilesSay) {
+  // One text token, then a video of grid (4, 2, 4): 4 frames of 1 x 2 at base 2.
+  const std::vector<int64_t> ids = Cat({{10}, VisionRun(kVideo, 8), {11, 12}});
+  const MropeIndex old_rules = Index(Tokens(MropeIndexRules::kQwen2Vl), ids, {}, {{4, 2, 4}});
+  const MropeIndex v5 =
+      Index(Tokens(MropeIndexRules::kQwen2VlTransformers5), ids, {}, {{4, 2, 4}});
+  // vision_end: 4.x at 1 + the largest (time 5) = 6; 5 at base + max(1, 2) = 4.
+  EXPECT_EQ(old_rules.Position(0, 0, 10), 6);
+  EXPECT_EQ(v5.Position(0, 0, 10), 4);
+  EXPECT_EQ(v5.Position(0, 0, 9), 5);  // the last frame's time still passes the text after it
+  EXPECT_EQ(old_rules.rope_deltas[0], 8 + 1 - 13);
+  EXPECT_EQ(v5.rope_deltas[0], 6 + 1 - 13);  // largest is the last text token, 6
+
+  // Two pads before a one-image row: slots 0 (not 1); delta over 13 unmasked tokens (not 15).
+  const std::vector<int64_t> row = Cat({{10, 11}, VisionRun(kImage, 6), {12, 13, 14}});
+  std::vector<int64_t> padded{0, 0}, mask{0, 0};
+  padded.insert(padded.end(), row.begin(), row.end());
+  mask.resize(padded.size(), 1);
+  const MropeIndex a = Index(Tokens(MropeIndexRules::kQwen2Vl), padded, {{1, 4, 6}}, {}, {}, mask);
+  const MropeIndex b =
+      Index(Tokens(MropeIndexRules::kQwen2VlTransformers5), padded, {{1, 4, 6}}, {}, {}, mask);
+  EXPECT_EQ(a.Position(0, 0, 0), 1);
+  EXPECT_EQ(b.Position(0, 0, 0), 0);
+  EXPECT_EQ(a.rope_deltas[0], 9 + 1 - 15);
+  EXPECT_EQ(b.rope_deltas[0], 9 + 1 - 13);
+}
+
+TEST(MropeIndexTransformers5, Qwen2_5VlMultipliesTheIntervalFirst) {
+  // s = 0.16 at 25 tokens per second: 4.49 takes (5 * 0.16f) * 25 = 19.99999 -> 19; transformers 5
+  // takes 5 * float32(25 * 0.16f) = 5 * 4 = 20.
+  const std::vector<int64_t> ids = Cat({{10}, VisionRun(kVideo, 6), {11}});
+  const MropeIndex a =
+      Index(Tokens(MropeIndexRules::kQwen2_5Vl, 25), ids, {}, {{6, 2, 2}}, {0.16});
+  const MropeIndex b =
+      Index(Tokens(MropeIndexRules::kQwen2_5VlTransformers5, 25), ids, {}, {{6, 2, 2}}, {0.16});
+  EXPECT_EQ(a.Position(0, 0, 7), 2 + 19);
+  EXPECT_EQ(b.Position(0, 0, 7), 2 + 20);
+  EXPECT_EQ(a.Position(0, 0, 8), 22);  // vision_end after the largest time
+  EXPECT_EQ(b.Position(0, 0, 8), 3);   // vision_end at base + max(1, 1)
+}
+
+TEST(MropeIndexTransformers5, TextOnlyHasNoMaskBranchAndNeedsATokenPerRow) {
+  // [pad pad pad pad t]: 4.x gives [1 1 1 1 0] and delta -3; transformers 5 [0 0 0 0 0], delta 0.
+  const std::vector<int64_t> ids{0, 0, 0, 0, 10};
+  const std::vector<int64_t> mask{0, 0, 0, 0, 1};
+  const MropeIndex v5 = Index(Tokens(MropeIndexRules::kQwen3VlTransformers5), ids, {}, {}, {}, mask);
+  for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(v5.Position(1, 0, j), 0);
+  EXPECT_EQ(v5.rope_deltas[0], 0);
+  ExpectError(
+      [] {
+        Index(Tokens(MropeIndexRules::kQwen2VlTransformers5), {10, 11, 0, 0}, {}, {}, {},
+              {1, 1, 0, 0}, 2);
+      },
+      "[mrope_index] attention_mask must keep at least one token of every row for rules "
+      "qwen2_vl_transformers5, got row 1 all 0");
+}
+
+constexpr MropeIndexRules kAllRules[] = {
+    MropeIndexRules::kQwen2Vl,
+    MropeIndexRules::kQwen2_5Vl,
+    MropeIndexRules::kQwen2_5VlIntSeconds,
+    MropeIndexRules::kQwen3Vl,
+    MropeIndexRules::kQwen2VlTransformers5,
+    MropeIndexRules::kQwen2_5VlTransformers5,
+    MropeIndexRules::kQwen3VlTransformers5};
 
 TEST(MropeIndexIdentities, TextOnlyIsZeroToTMinusOneWithDeltaZero) {
   const std::vector<int64_t> ids{5, 6, 7, 8, 9, 10, 11, 12};
@@ -344,7 +427,8 @@ TEST(MropeIndexRulesNames, RoundTripAndRefuseOthers) {
   }
   ExpectError([] { ParseMropeIndexRules("qwen2.5"); },
               "[mrope_index] rules must be one of qwen2_vl, qwen2_5_vl, qwen2_5_vl_int_seconds, "
-              "qwen3_vl, got \"qwen2.5\"");
+              "qwen3_vl, qwen2_vl_transformers5, qwen2_5_vl_transformers5, "
+              "qwen3_vl_transformers5, got \"qwen2.5\"");
 }
 
 TEST(MropeIndexErrors, SizesAndMask) {

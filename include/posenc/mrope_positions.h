@@ -27,6 +27,14 @@
 // positions = cumsum(mask) - 1 with padded slots 1, and the delta takes the row's largest value
 // including those 1s; posenc does the same.
 //
+// transformers 5 (the *Transformers5 rules, checked against 5.23.0) numbers differently in four
+// places: text after a run resumes at base + max(h/m, w/m) whatever the run's time span (p above
+// is no longer 1 + the largest position: a long video's time positions can pass the text that
+// follows it); padded slots hold 0; rope_deltas[b] = (largest position of row b) + 1 - (unmasked
+// tokens of row b); and there is no mask-only branch: text-only rows are numbered 0, 1, ... over
+// their unmasked tokens with delta 0 (every row needs an unmasked token). Runs are the blocks of
+// image or video tokens (its mm_token_type_ids), as here.
+//
 // Golden numbers: tests/golden/mrope_index/ (SOURCES.md names each source function and commit);
 // docs/MULTIMODAL.md walks through an example and each release difference.
 #pragma once
@@ -47,8 +55,9 @@ struct VisionGrid {
 };
 
 // The numbering rule of each model as released, and later releases' rules where they differ.
-// Every rule numbers text and images the same way; they differ in T(i) for videos and in how a
-// video's grid maps onto runs.
+// The 4.x rules number text and images the same way; they differ in T(i) for videos and in how a
+// video's grid maps onto runs. The transformers 5 rules also move text after a run, padded slots
+// and the delta (see above).
 enum class MropeIndexRules {
   // Qwen2-VL, transformers v4.45.0: T(i) = i, one run per video.
   kQwen2Vl,
@@ -63,9 +72,19 @@ enum class MropeIndexRules {
   // Qwen3-VL, transformers v4.57.0: a video of grid (t, h, w) is t runs of grid (1, h, w), each
   // with its own vision_start, timestamps between them as ordinary text; T(i) = 0.
   kQwen3Vl,
+  // transformers 5's get_rope_index (checked against 5.23.0, tests/golden/mrope_index_v5/), with
+  // the resume point, padded slots, delta and text-only numbering described above.
+  // Qwen2-VL: T(i) = i, one run per video.
+  kQwen2VlTransformers5,
+  // Qwen2.5-VL: for a video T(i) = trunc(float32(i) * float32(tokens_per_second * s)), s the
+  // float32 seconds (without second_per_grid_ts: i * tokens_per_second); for an image T(i) = i.
+  kQwen2_5VlTransformers5,
+  // Qwen3-VL: frames as separate runs as kQwen3Vl, T(i) = 0.
+  kQwen3VlTransformers5,
 };
 
-// "qwen2_vl", "qwen2_5_vl", "qwen2_5_vl_int_seconds", "qwen3_vl" (the golden files' `release`).
+// "qwen2_vl", "qwen2_5_vl", "qwen2_5_vl_int_seconds", "qwen3_vl", "qwen2_vl_transformers5",
+// "qwen2_5_vl_transformers5", "qwen3_vl_transformers5" (the golden files' `release`).
 std::string_view MropeIndexRulesName(MropeIndexRules rules);
 // The inverse of MropeIndexRulesName; posenc::Error for any other name.
 MropeIndexRules ParseMropeIndexRules(std::string_view name);

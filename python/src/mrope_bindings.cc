@@ -515,20 +515,28 @@ f_1, f_3, ...; half-split. head_dim a multiple of 4.)")
       .def("__repr__", &Repr);
 
   py::enum_<MropeIndexRules>(m, "MropeIndexRules", R"(How Qwen-VL's get_rope_index numbers
-video frames (posenc/mrope_positions.h); text and images are numbered alike by all.
+video frames (posenc/mrope_positions.h); the 4.x rules number text and images alike.
 
 QWEN2_VL: transformers v4.45.0, frame i at time i. QWEN2_5_VL: v4.49.0 (and vLLM), frame i at
 trunc(float32(i * seconds_per_grid) * tokens_per_second). QWEN2_5_VL_INT_SECONDS: later 4.5x
 releases, the seconds truncated to an integer first (0.5 s puts every frame at 0). QWEN3_VL:
-v4.57.0, each frame its own run with timestamps as text between, time 0 in each.)")
+v4.57.0, each frame its own run with timestamps as text between, time 0 in each.
+QWEN2_VL_TRANSFORMERS5, QWEN2_5_VL_TRANSFORMERS5, QWEN3_VL_TRANSFORMERS5: transformers 5
+(checked against 5.23.0): text after a run resumes at base + max(h, w) / merge, padded slots 0,
+the delta over the unpadded row, no mask-only branch; Qwen2.5-VL frame i at
+trunc(float32(i) * float32(tokens_per_second * seconds_per_grid)), images at time i.)")
       .value("QWEN2_VL", MropeIndexRules::kQwen2Vl)
       .value("QWEN2_5_VL", MropeIndexRules::kQwen2_5Vl)
       .value("QWEN2_5_VL_INT_SECONDS", MropeIndexRules::kQwen2_5VlIntSeconds)
       .value("QWEN3_VL", MropeIndexRules::kQwen3Vl)
+      .value("QWEN2_VL_TRANSFORMERS5", MropeIndexRules::kQwen2VlTransformers5)
+      .value("QWEN2_5_VL_TRANSFORMERS5", MropeIndexRules::kQwen2_5VlTransformers5)
+      .value("QWEN3_VL_TRANSFORMERS5", MropeIndexRules::kQwen3VlTransformers5)
       .def_property_readonly(
           "rule_name",
           [](MropeIndexRules rules) { return std::string(MropeIndexRulesName(rules)); },
-          "\"qwen2_vl\", \"qwen2_5_vl\", \"qwen2_5_vl_int_seconds\" or \"qwen3_vl\".");
+          "\"qwen2_vl\", \"qwen2_5_vl\", \"qwen2_5_vl_int_seconds\", \"qwen3_vl\" or one of "
+          "them + \"_transformers5\" (not qwen2_5_vl_int_seconds).");
 
   py::class_<QwenVlTokens>(m, "QwenVlTokens", R"(The token ids and sizes that Qwen-VL's
 get_rope_index reads from a config (posenc/mrope_positions.h), and the numbering rules.

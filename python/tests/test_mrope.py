@@ -781,6 +781,10 @@ def test_torch_expanded_position_ids_are_views():
 INDEX = ROOT / "tests" / "golden" / "mrope_index"
 REAL = ROOT / "tests" / "configs" / "real"
 INDEX_FILES = sorted(p.stem for p in INDEX.glob("*.json"))
+# transformers 5.23.0's own get_rope_index on the same inputs and more
+# (tests/golden/mrope_index_v5/README.md).
+INDEX_V5 = ROOT / "tests" / "golden" / "mrope_index_v5"
+INDEX_FILES_V5 = sorted(p.stem for p in INDEX_V5.glob("*.json"))
 
 
 def index_config(g):
@@ -809,9 +813,19 @@ def index_args(g):
     )
 
 
-@pytest.mark.parametrize("name", INDEX_FILES)
-def test_qwen_vl_rope_index_golden(name):
-    g = json.loads((INDEX / f"{name}.json").read_text())
+def test_transformers5_golden_files_are_there():
+    assert len(INDEX_FILES) == 43 and len(INDEX_FILES_V5) == 45
+    assert all(n.split("-")[0].endswith("_transformers5") for n in INDEX_FILES_V5)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [INDEX / f"{n}.json" for n in INDEX_FILES]
+    + [INDEX_V5 / f"{n}.json" for n in INDEX_FILES_V5],
+    ids=INDEX_FILES + [f"v5/{n}" for n in INDEX_FILES_V5],
+)
+def test_qwen_vl_rope_index_golden(path):
+    g = json.loads(path.read_text())
     positions, deltas = posenc.qwen_vl_rope_index(
         index_config(g), *index_args(g), rules=g["release"]
     )
@@ -906,7 +920,8 @@ INDEX_ERRORS = {
     "rules name": (
         lambda: posenc.qwen_vl_tokens(INDEX_TOKENS, "qwen4_vl"),
         "[mrope_index] rules must be one of qwen2_vl, qwen2_5_vl, qwen2_5_vl_int_seconds, "
-        'qwen3_vl, got "qwen4_vl"',
+        "qwen3_vl, qwen2_vl_transformers5, qwen2_5_vl_transformers5, "
+        'qwen3_vl_transformers5, got "qwen4_vl"',
     ),
     "rules type": (
         lambda: posenc.qwen_vl_tokens(INDEX_TOKENS, 3),
