@@ -515,12 +515,16 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
     }
   }
 
-  // Gemma 2/3 scale scores by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2.
+  // Gemma 2/3 scale scores by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2, and cap them
+  // by attn_logit_softcapping (Gemma2Attention passes softcap=config.attn_logit_softcapping to
+  // its attention function; Gemma 3's configs give null).
   if (model_type == "gemma2" || model_type == "gemma3" || model_type == "gemma3_text") {
     if (const auto scalar =
             OptionalNumber(top, "query_pre_attn_scalar", "be a number > 0", kPositive)) {
       scheme.softmax_scale = 1.0 / std::sqrt(*scalar);
     }
+    scheme.logit_softcap =
+        OptionalNumber(top, "attn_logit_softcapping", "be a number > 0 or null", kPositive);
   }
   if (scheme.softmax_scale_multiplier && top.Value("qk_nope_head_dim") != nullptr &&
       top.Value("qk_rope_head_dim") != nullptr) {

@@ -487,6 +487,7 @@ AttentionOptions LayerAttentionOptions(const ModelPositions& model, int64_t laye
                               frequencies);
     }
     if (rope->softmax_scale) options.scale = *rope->softmax_scale;
+    if (rope->logit_softcap) options.softcap = *rope->logit_softcap;
   } else if (const auto* alibi = std::get_if<AlibiScheme>(&model.scheme)) {
     options.alibi = Alibi{.num_heads = alibi->num_heads, .max_bias = alibi->max_bias};
   } else if (const auto* t5 = std::get_if<RelativeBiasScheme>(&model.scheme)) {

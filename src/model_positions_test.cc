@@ -270,6 +270,28 @@ TEST(ModelPositions, Gemma2AlternatesFromASlidingFirstLayer) {
   EXPECT_EQ(model.layers[1].sliding_window, 0);
   EXPECT_EQ(model.layers[2].layer_type, "sliding_attention");
   EXPECT_EQ(model.layers[3].layer_type, "full_attention");
+  // No attn_logit_softcapping: no soft-capping.
+  EXPECT_EQ(LayerAttentionOptions(model, 0).softcap, 0.0);
+}
+
+TEST(ModelPositions, Gemma2CapsItsLogits) {
+  // Gemma 2 2B's config: attn_logit_softcapping 50, query_pre_attn_scalar 256, on every layer.
+  Json config = {{"model_type", "gemma2"}, {"num_attention_heads", 8}, {"head_dim", 256},
+                 {"hidden_size", 2304}, {"num_hidden_layers", 2}, {"sliding_window", 4096},
+                 {"rope_theta", 10000.0}, {"query_pre_attn_scalar", 256},
+                 {"attn_logit_softcapping", 50.0}};
+  const ModelPositions model = Describe(config);
+  for (const int64_t layer : {0, 1}) {
+    const AttentionOptions options = LayerAttentionOptions(model, layer);
+    EXPECT_EQ(options.softcap, 50.0) << layer;
+    EXPECT_EQ(options.scale, 1.0 / 16.0) << layer;
+  }
+  // Gemma 3's configs give null: none.
+  config["model_type"] = "gemma3_text";
+  config["attn_logit_softcapping"] = nullptr;
+  EXPECT_EQ(LayerAttentionOptions(Describe(config), 0).softcap, 0.0);
+  config["attn_logit_softcapping"] = -1.0;
+  ExpectError(config, "[hf_config] attn_logit_softcapping must be a number > 0 or null, got -1.0");
 }
 
 TEST(ModelPositions, Cohere2AndExaone4RotateOnlySlidingLayers) {

@@ -122,6 +122,9 @@ struct RopeScheme {
   // softmax_scale is (qk_nope_head_dim + qk_rope_head_dim)^-1/2 times that, when both are known.
   std::optional<double> softmax_scale_multiplier;
   std::optional<double> softmax_scale;
+  // Gemma 2/3's attn_logit_softcapping (AttentionOptions::softcap), when the config gives a
+  // number (Gemma 3's null: none).
+  std::optional<double> logit_softcap;
   // Qwen2-VL / Qwen2.5-VL / Qwen3-VL M-RoPE: rotary pairs per position stream (time, height,
   // width), in blocks or interleaved across pairs. Empty for 1-D RoPE. For text tokens (equal
   // streams) M-RoPE is this 1-D RoPE exactly; image and video tokens need 3-D positions.

@@ -86,7 +86,8 @@ const RopeLayerScheme& RopeLayerOfType(const ModelPositions& model, std::string_
                                        std::string_view function, std::string_view parameter);
 
 // The attention options that run layer `layer` as the model does: causal, RoPE (for kRope
-// layers, with frequency options), ALiBi slopes, sliding window, chunk size and query scale. A
+// layers, with frequency options), ALiBi slopes, sliding window, chunk size, query scale and
+// logit soft-capping (Gemma 2's attn_logit_softcapping). A
 // kRelativeBias layer gets relative_bias with its buckets and heads but no table: the table is
 // a trained weight, so the caller sets relative_bias->table. The score scale stays 0 (1 /
 // sqrt(head_dim)) except where the config fixes it (DeepSeek's YaRN multiplier; T5: 1).
