@@ -445,3 +445,69 @@ def test_mrope_sections():
     assert model.summary() == [
         "all 28 layers: RoPE theta 1e6 [full_attention]"
     ]
+
+
+# ------------------------------------------ transformers 5.23.0's rope rules
+# tests/golden/hf_rope_v5/: each config of tests/configs/ and tests/configs/real/
+# that transformers 5.23.0 models, rewritten in its form (rope_parameters, one
+# dict per layer type for Gemma 3 and ModernBERT), with the inverse frequencies
+# and attention factors its own rotary-embedding classes compute. transformers 5
+# agrees with the releases posenc follows on all of them, so posenc must match
+# these numbers from the v5 form and from the file as published.
+GOLDEN_V5 = GOLDEN.parent / "hf_rope_v5"
+V5_FILES = sorted(
+    p.stem for p in GOLDEN_V5.glob("*.json") if p.name != "index.json"
+)
+CONFIGS = GOLDEN.parents[1] / "configs"
+
+
+def v5_cases():
+    for name in V5_FILES:
+        golden = json.loads((GOLDEN_V5 / f"{name}.json").read_text())
+        for entry in golden["layer_types"]:
+            lt = entry["layer_type"]
+            yield name, lt, None, entry["inv_freq_f32"], entry["attention_factor"]
+            for s in entry["by_seq_len"]:
+                yield (name, lt, s["seq_len"], s["inv_freq_f32"],
+                       s["attention_factor"])
+
+
+V5_CASES = list(v5_cases())
+
+
+def test_transformers5_sweep_covers_the_configs():
+    index = json.loads((GOLDEN_V5 / "index.json").read_text())
+    assert index["transformers_version"] == "5.23.0"
+    assert len(V5_FILES) == 18 and len(V5_CASES) == 25
+    types = {t for f in index["files"] for t in f["rope_types"]}
+    assert types == {"default", "yarn", "llama3", "dynamic", "longrope"}
+    per_layer = {f["file"] for f in index["files"] if f["layer_types"] != [None]}
+    assert per_layer == {
+        "gemma3_text-embeddinggemma-300m.json",
+        "modernbert-modernbert-large-zeroshot-v2.0.json",
+    }
+
+
+@pytest.mark.parametrize(
+    "name,layer_type,seq_len,inv_freq,attention_factor",
+    V5_CASES,
+    ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in V5_CASES],
+)
+def test_frequencies_match_transformers5(
+    name, layer_type, seq_len, inv_freq, attention_factor
+):
+    golden = json.loads((GOLDEN_V5 / f"{name}.json").read_text())
+    published = json.loads((CONFIGS / golden["config_file"]).read_text())
+    expected = np.array(inv_freq, dtype=np.float32)
+    for config in (golden["config_v5"], published):
+        options = {}
+        if layer_type is not None:
+            options["layer_type"] = layer_type
+        if seq_len is not None:
+            options["seq_len"] = seq_len
+        rope = posenc.rope_from_hf_config(config, **options)
+        got = np.array(rope.inv_freq)
+        assert got.shape == expected.shape
+        ulps = np.abs(got - expected) / np.spacing(expected)
+        assert np.all(ulps <= 1), ulps
+        assert rope.attention_factor == pytest.approx(attention_factor, rel=1e-12)
