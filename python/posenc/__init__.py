@@ -367,7 +367,8 @@ def qwen_vl_tokens(config, rules=None):
     the config classes' defaults otherwise).
 
     rules: None for the model's release rules, or a ``MropeIndexRules`` (or
-    its name, e.g. "qwen2_5_vl_int_seconds") of the same model."""
+    its name, e.g. "qwen2_5_vl_int_seconds", or "qwen2_vl_transformers5" for
+    transformers 5's numbering) of the same model."""
     if isinstance(config, QwenVlTokens):
         if rules is None:
             return config
