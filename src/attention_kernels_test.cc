@@ -19,26 +19,14 @@
 #include "posenc/heads.h"
 #include "posenc/positions.h"
 #include "posenc/storage.h"
+#include "bf16_arithmetics_for_test.h"
 #include "simd_targets_for_test.h"
 
 namespace posenc {
 namespace {
 
+using testing_support::ForEachBf16Arithmetic;
 using testing_support::ForEachSimdTarget;
-
-// Runs body with the kernel's bfloat16 arithmetic as this CPU chooses it, then, where the CPU has
-// AVX512-BF16, with the other one forced (internal::Bf16DotProductsPay): bfloat16 dot products
-// and float32 products of widened inputs are both held to every check on such a machine.
-template <typename F>
-void ForEachBf16Arithmetic(F&& body) {
-  body();
-  if (!internal::HasBf16DotProducts()) return;
-  const int other = internal::Bf16DotProductsPay() ? 0 : 1;
-  SCOPED_TRACE(other == 1 ? "AVX512-BF16 dot products" : "bfloat16 widened to float32");
-  internal::SetBf16DotProductsForTest(other);
-  body();
-  internal::SetBf16DotProductsForTest(-1);
-}
 
 // How far Attention's output may be from the reference's, absolute (values lie in [-1, 1]).
 // float32: the kernel's float32 dot products, exp and sums against double, a few ulps of the

@@ -31,6 +31,7 @@
 #include "posenc/rope.h"
 #include "posenc/self_extend.h"
 #include "posenc/storage.h"
+#include "bf16_arithmetics_for_test.h"
 #include "simd_targets_for_test.h"
 #include "test_support.h"
 
@@ -38,21 +39,10 @@ namespace posenc {
 namespace {
 
 using testing_support::ExpectError;
+using testing_support::ForEachBf16Arithmetic;
 using testing_support::ForEachSimdTarget;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// bfloat16 with the arithmetic this CPU chooses, then (with AVX512-BF16) the other one.
-template <typename F>
-void ForEachBf16Arithmetic(F&& body) {
-  body();
-  if (!internal::HasBf16DotProducts()) return;
-  const int other = internal::Bf16DotProductsPay() ? 0 : 1;
-  SCOPED_TRACE(other == 1 ? "AVX512-BF16 dot products" : "bfloat16 widened to float32");
-  internal::SetBf16DotProductsForTest(other);
-  body();
-  internal::SetBf16DotProductsForTest(-1);
-}
 
 std::vector<float> Uniform(size_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);
