@@ -263,9 +263,14 @@ py::tuple BackwardOf(const AttentionOptions& options, const py::object& q_arg,
                    dv);
   }
   if (!sinks) return py::make_tuple(dq_array, dk_array, dv_array);
-  py::array_t<float> d_sinks(static_cast<py::ssize_t>(total_sinks.size()));
+  // Made as dq is, and written through its pointer: pybind11 before 2.12 (Debian 12 has 2.10)
+  // sizes a 1-D array_t(count)'s strides and mutable_at()'s index with the element size read in
+  // numpy 1's descriptor layout, which numpy 2 changed (every head's gradient then read as one).
+  py::array_t<float> d_sinks = NewFloatArray(
+      {static_cast<int64_t>(total_sinks.size())}, kBackwardFn, "d_sinks");
+  float* d_sinks_data = d_sinks.mutable_data();
   for (size_t h = 0; h < total_sinks.size(); ++h) {
-    d_sinks.mutable_at(static_cast<py::ssize_t>(h)) = static_cast<float>(total_sinks[h]);
+    d_sinks_data[h] = static_cast<float>(total_sinks[h]);
   }
   return py::make_tuple(dq_array, dk_array, dv_array, d_sinks);
 }
