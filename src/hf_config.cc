@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -107,9 +108,36 @@ double ReadFactor(const Node& dict, std::string_view type) {
                         kAtLeastOne);
 }
 
+// The YaRN rules of the release that wrote the config (`transformers_version`): the 4.45-4.50
+// rule for a version before 4.51 (the only YaRN transformers had then), unless the config runs
+// its own code (`auto_map`: DeepSeek V3's files say 4.33.1); else, and when the version is absent
+// or unreadable, the current rule. 4.51.0-4.56.1's factor override is never a default: it was a
+// regression, fixed in 4.56.2 (it is offered by name).
+YarnRules ReleaseYarnRules(const RopeContext& c) {
+  const Json* version = c.top.Value("transformers_version");
+  if (version == nullptr || !version->is_string() || c.top.Value("auto_map") != nullptr) {
+    return YarnRules::kTransformers5;
+  }
+  const std::string& text = version->get_ref<const std::string&>();
+  int major = 0, minor = 0;
+  if (std::sscanf(text.c_str(), "%d.%d", &major, &minor) != 2) return YarnRules::kTransformers5;
+  if (major > 4 || (major == 4 && minor >= 51)) return YarnRules::kTransformers5;
+  Note(c.scheme, "yarn follows transformers 4.45-4.50's rule (the correction range over "
+                 "max_position_embeddings, no mscale), the release that wrote this config "
+                 "(transformers_version " + text + "); yarn_rules transformers5 gives the "
+                 "current rule");
+  return YarnRules::kTransformers4_50;
+}
+
 YarnScaling ReadYarn(const RopeContext& c, const Node& dict, bool nested) {
   YarnScaling yarn;
   yarn.original_max_positions = ReadOriginalMax(c, dict);
+  yarn.max_positions = c.max_positions.value_or(0);
+  if (dict.Value("original_max_position_embeddings") != nullptr) {
+    yarn.parameters_original_max_positions =
+        RequiredInt(dict, "original_max_position_embeddings", 1, kMaxPositions);
+  }
+  yarn.rules = ReleaseYarnRules(c);
   const double l0 = static_cast<double>(yarn.original_max_positions);
   const Json* factor = dict.Find("factor");
   if (factor == nullptr) {
@@ -132,8 +160,9 @@ YarnScaling ReadYarn(const RopeContext& c, const Node& dict, bool nested) {
       if (implied != yarn.factor && implied != 1.0) {
         Note(c.scheme, "max_position_embeddings / original_max_position_embeddings = " +
                            Format(implied) + " differs from " + dict.Key("factor") + " = " +
-                           Format(yarn.factor) + "; the explicit factor is used, as Hugging "
-                           "Face does since v4.57 (v4.51-v4.56 used the ratio)");
+                           Format(yarn.factor) + "; the explicit factor is used, as transformers "
+                           "does since 4.56.2 (4.51.0-4.56.1 used the ratio: yarn_rules "
+                           "transformers4_51)");
       }
     }
   }

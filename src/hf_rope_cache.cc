@@ -19,7 +19,7 @@ HfRopeCache::HfRopeCache(double base, int64_t rotary_dim, RopeScaling scaling,
 
 RopeFrequencies HfRopeCache::Compute(std::optional<int64_t> seq_len) const {
   return ComputeRopeFrequencies(base_, rotary_dim_, scaling_,
-                                {.precision = precision_, .seq_len = seq_len});
+                                {.precision = precision_, .seq_len = seq_len, .yarn_rules = {}});
 }
 
 const RopeFrequencies& HfRopeCache::Forward(std::span<const int64_t> positions) {

@@ -199,6 +199,38 @@ double CorrectionDim(double rotations, int64_t rotary_dim, double base, int64_t 
          (2.0 * std::log(base));
 }
 
+// The parameters under which the current rule computes what `rules` computes: each earlier
+// release differs only in which length, factor and attention-factor inputs it reads.
+YarnScaling Resolve(YarnScaling rule, YarnRules rules) {
+  Require(rules == YarnRules::kTransformers5 || rules == YarnRules::kTransformers4_50 ||
+              rules == YarnRules::kTransformers4_51,
+          kFn, "yarn_rules", "be transformers5, transformers4_50 or transformers4_51",
+          static_cast<int>(rules));
+  rule.rules = YarnRules::kTransformers5;
+  if (rules == YarnRules::kTransformers5) return rule;
+  const std::string rule_name = "be > 0 under " + std::string(YarnRulesName(rules)) +
+                                " (max_position_embeddings, which that release reads)";
+  Require(rule.max_positions > 0, kFn, "max_positions", rule_name, rule.max_positions);
+  if (rules == YarnRules::kTransformers4_50) {
+    rule.original_max_positions = rule.max_positions;
+    rule.mscale = 0.0;
+    rule.mscale_all_dim = 0.0;
+    rule.truncate = true;
+    return rule;
+  }
+  if (const auto l0 = rule.parameters_original_max_positions) {
+    Require(*l0 > 0, kFn, "parameters_original_max_positions", "be > 0", *l0);
+    const double factor = static_cast<double>(rule.max_positions) / static_cast<double>(*l0);
+    Require(factor >= 1.0, kFn, "max_positions / parameters_original_max_positions",
+            "be >= 1 (the factor under transformers4_51)", factor);
+    rule.factor = factor;
+    rule.original_max_positions = *l0;
+  } else {
+    rule.original_max_positions = rule.max_positions;
+  }
+  return rule;
+}
+
 template <typename T>
 Scaled<T> Frequencies(const YarnScaling& rule, double base, int64_t rotary_dim,
                       std::optional<int64_t>) {
@@ -316,6 +348,30 @@ std::string_view RopeTypeName(const RopeScaling& scaling) {
   return kNames[scaling.index()];
 }
 
+namespace {
+constexpr std::pair<YarnRules, std::string_view> kYarnRuleNames[] = {
+    {YarnRules::kTransformers5, "transformers5"},
+    {YarnRules::kTransformers4_50, "transformers4_50"},
+    {YarnRules::kTransformers4_51, "transformers4_51"}};
+}  // namespace
+
+std::string_view YarnRulesName(YarnRules rules) {
+  for (const auto& [value, name] : kYarnRuleNames) {
+    if (value == rules) return name;
+  }
+  return "unknown";
+}
+
+YarnRules ParseYarnRules(std::string_view name, std::string_view function,
+                         std::string_view parameter) {
+  for (const auto& [value, known] : kYarnRuleNames) {
+    if (known == name) return value;
+  }
+  throw Error(ErrorMessage(function, parameter,
+                           "be transformers5, transformers4_50 or transformers4_51",
+                           "\"" + std::string(name) + "\""));
+}
+
 double YarnMscale(double factor, double mscale) {
   return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
 }
@@ -329,11 +385,20 @@ RopeFrequencies ComputeRopeFrequencies(double base, int64_t rotary_dim, const Ro
   Require(options.precision == RopePrecision::kReference ||
               options.precision == RopePrecision::kExact,
           kFn, "precision", "be kReference or kExact", static_cast<int>(options.precision));
-  std::visit([&](const auto& rule) { Validate(rule, base, rotary_dim); }, scaling);
+  if (const auto* yarn = std::get_if<YarnScaling>(&scaling);
+      yarn != nullptr && (yarn->rules != YarnRules::kTransformers5 || options.yarn_rules)) {
+    return ComputeRopeFrequencies(base, rotary_dim,
+                                  Resolve(*yarn, options.yarn_rules.value_or(yarn->rules)),
+                                  {.precision = options.precision,
+                                   .seq_len = options.seq_len,
+                                   .yarn_rules = {}});
+  }
+  const RopeScaling& resolved = scaling;
+  std::visit([&](const auto& rule) { Validate(rule, base, rotary_dim); }, resolved);
   RopeFrequencies frequencies =
       options.precision == RopePrecision::kReference
-          ? Compute<float>(base, rotary_dim, scaling, options.seq_len)
-          : Compute<double>(base, rotary_dim, scaling, options.seq_len);
+          ? Compute<float>(base, rotary_dim, resolved, options.seq_len)
+          : Compute<double>(base, rotary_dim, resolved, options.seq_len);
   // Valid but extreme inputs (a base or factor near the float32 range, mscales near the double
   // range) can overflow; report that instead of returning inf or NaN.
   for (size_t i = 0; i < frequencies.inv_freq.size(); ++i) {

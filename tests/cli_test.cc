@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "posenc/npy.h"
 
@@ -253,6 +254,33 @@ TEST(CliInspect, ExactPrecisionAndYarnAttentionFactor) {
   const auto ours = out["inv_freq"].get<std::vector<double>>();
   ASSERT_EQ(ours.size(), f64.size());
   for (size_t i = 0; i < f64.size(); ++i) EXPECT_NEAR(ours[i], f64[i], 1e-15 * f64[i]) << i;
+}
+
+TEST(CliInspect, YarnRulesByRelease) {
+  // Written by transformers 4.43.1: 4.50.3's numbers by default, 5.23.0's with --yarn-rules.
+  const std::string config = ConfigFile("qwen2.5-7b-instruct-yarn-128k.json");
+  for (const auto& [flag, release, rules] :
+       {std::tuple{"", "4.50.3", "transformers4_50"},
+        std::tuple{" --yarn-rules transformers5", "5.23.0", "transformers5"},
+        std::tuple{" --yarn-rules transformers4_50", "4.50.3", "transformers4_50"}}) {
+    const CliRun run = Cli("inspect " + config + flag + " --json");
+    ASSERT_EQ(run.status, 0) << run.output;
+    const auto out = nlohmann::json::parse(run.output);
+    const auto golden = GoldenFile(std::string("yarn_releases/qwen2.5-7b-instruct-yarn-128k__") +
+                                   "transformers-" + release + ".json");
+    EXPECT_EQ(out["yarn_rules"], rules);
+    EXPECT_EQ(out["inv_freq"].get<std::vector<double>>(),
+              golden["inv_freq_f32"].get<std::vector<double>>()) << flag;
+  }
+  CliRun run = Cli("inspect " + config);
+  EXPECT_NE(run.output.find("yarn          rules transformers4_50"), std::string::npos)
+      << run.output;
+  run = Cli("inspect " + config + " --yarn-rules transformers4_49");
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("--yarn-rules"), std::string::npos) << run.output;
+  EXPECT_EQ(nlohmann::json::parse(Cli("inspect " + ConfigFile("llama3.1-8b.json") + " --json")
+                                      .output)["yarn_rules"],
+            nullptr);
 }
 
 TEST(CliInspect, DeepSeekSoftmaxMultiplierAndTextReport) {

@@ -106,6 +106,10 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows,
             << (r["seq_len"].is_null() ? "- (construction time)" : r["seq_len"].dump()) << "\n"
             << "context       original " << Number(r["original_context"])
             << "   max_position_embeddings " << Number(r["max_position_embeddings"]) << "\n"
+            << (r["yarn_rules"].is_null()
+                    ? ""
+                    : "yarn          rules " + r["yarn_rules"].get<std::string>() +
+                          " (--yarn-rules: transformers5, transformers4_50, transformers4_51)\n")
             << "attention     factor " << Number(r["attention_factor"])
             << " (multiplies cos and sin, so logits gain its square)\n";
   const int64_t head_dim = r["head_dim"], rotary_dim = r["rotary_dim"],

@@ -21,6 +21,15 @@ void ModelRopeOptions::AddTo(CLI::App* command, const std::string& seq_len_help)
                       "throughout")
       ->check(CLI::IsMember({"reference", "exact"}))
       ->capture_default_str();
+  command->add_option("--yarn-rules", yarn_rules,
+                      "YaRN as a transformers release computes it: transformers5 (4.56.2 and "
+                      "later, the paper's), transformers4_50 (4.45-4.50: the correction range "
+                      "over max_position_embeddings, no mscale) or transformers4_51 "
+                      "(4.51.0-4.56.1: factor = max_position_embeddings / L0); default: the "
+                      "release named by the "
+                      "config's transformers_version (before 4.51: transformers4_50), else "
+                      "transformers5")
+      ->check(CLI::IsMember({"transformers5", "transformers4_50", "transformers4_51"}));
   limit.AddTo(command);
   command->add_option("--layer", layer,
                       "Layer of a per-layer config: a layer type (e.g. full_attention) or a layer index "
@@ -29,7 +38,10 @@ void ModelRopeOptions::AddTo(CLI::App* command, const std::string& seq_len_help)
 
 RopeFrequencyOptions ModelRopeOptions::Frequencies() const {
   return {.precision = precision == "exact" ? RopePrecision::kExact : RopePrecision::kReference,
-          .seq_len = seq_len};
+          .seq_len = seq_len,
+          .yarn_rules = yarn_rules.empty() ? std::nullopt
+                                           : std::optional(ParseYarnRules(
+                                                 yarn_rules, error_function, "--yarn-rules"))};
 }
 
 std::optional<int64_t> ModelRopeOptions::LayerIndex() const {

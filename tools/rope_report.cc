@@ -68,6 +68,13 @@ std::optional<int64_t> OriginalContext(const RopeScheme& scheme, const RopeLayer
                                                  : scheme.max_position_embeddings;
 }
 
+// The YaRN release rules the frequencies follow (posenc/rope_scaling.h); null for other rules.
+Json YarnRulesJson(const RopeLayerScheme& layer, const RopeFrequencyOptions& options) {
+  const auto* yarn = std::get_if<YarnScaling>(&layer.scaling);
+  if (yarn == nullptr) return nullptr;
+  return std::string(YarnRulesName(options.yarn_rules.value_or(yarn->rules)));
+}
+
 }  // namespace
 
 RopeReport InspectRope(const ModelPositions& model, const ModelRopeOptions& options) {
@@ -102,6 +109,7 @@ RopeReport InspectRope(const ModelPositions& model, const ModelRopeOptions& opti
            {"original_context", context ? Json(*context) : Json(nullptr)},
            {"max_position_embeddings",
             scheme.max_position_embeddings ? Json(*scheme.max_position_embeddings) : Json(nullptr)},
+           {"yarn_rules", YarnRulesJson(layer, frequency_options)},
            {"inv_freq", scaled.inv_freq},
            {"attention_factor", scaled.attention_factor}});
   Json layers = Json::array();

@@ -10,7 +10,8 @@
 //   DynamicNtkScaling   "dynamic"   theta' = theta (s L/M - (s-1))^(d/(d-2)), L = max(seq_len, M)
 //                                                                                  (ref §3)
 //   YarnScaling         "yarn"      fast pairs kept, slow pairs / s, a ramp in between;
-//                                   attention factor 0.1 ln s + 1 (arXiv:2309.00071) (ref §4)
+//                                   attention factor 0.1 ln s + 1 (arXiv:2309.00071) (ref §4);
+//                                   earlier transformers releases' rules as YarnRules
 //   LongRopeScaling     "longrope"  w_i / lambda_i with per-pair short or long factors (ref §5)
 //   Llama3Scaling       "llama3"    wavelength bands: kept, smoothed, / s          (ref §6)
 //   ProportionalScaling "proportional"  exponent over head_dim, k rotated pairs, rest 0 (ref §7)
@@ -64,6 +65,29 @@ struct DynamicNtkScaling {
   int64_t max_positions = 0;  // M = max_position_embeddings (not L0, which dynamic ignores), > 0
 };
 
+// Which transformers release's YaRN a YarnScaling follows (docs/MODELS.md, "YaRN by release";
+// tests/golden/yarn_releases/ holds each release's own numbers). With M = max_position_embeddings:
+enum class YarnRules {
+  // transformers 4.56.2 and later (checked against 5.23.0), as the paper: the correction range
+  // spans L0, the attention factor follows mscale / mscale_all_dim when both are set, `truncate`
+  // is honoured, the factor is the explicit one.
+  kTransformers5,
+  // transformers 4.45.0 - 4.50.3: the correction range spans M (L0 is not read), the attention
+  // factor is attention_factor or 0.1 ln s + 1 (mscale and mscale_all_dim are not read), and the
+  // range is always truncated (`truncate` is not read).
+  kTransformers4_50,
+  // transformers 4.51.0 - 4.56.1: as kTransformers5, but L0 is read from the scaling dict only
+  // (parameters_original_max_positions; absent: M) and, when the dict gives L0, the factor is
+  // M / L0 whatever `factor` says (Qwen2.5's snippet, M = L0, then scales nothing).
+  kTransformers4_51,
+};
+
+// "transformers5", "transformers4_50", "transformers4_51".
+std::string_view YarnRulesName(YarnRules rules);
+// The inverse of YarnRulesName; posenc::Error naming `function` and `parameter` for any other.
+YarnRules ParseYarnRules(std::string_view name, std::string_view function = "rope_scaling",
+                         std::string_view parameter = "yarn_rules");
+
 struct YarnScaling {
   double factor = 1.0;                     // s: finite, >= 1
   int64_t original_max_positions = 0;      // L0, the trained context, > 0
@@ -75,6 +99,11 @@ struct YarnScaling {
   // g(s, mscale) / g(s, mscale_all_dim) with g(s, m) = 0.1 m ln s + 1; otherwise g(s, 1).
   double mscale = 0.0;
   double mscale_all_dim = 0.0;
+  YarnRules rules = YarnRules::kTransformers5;  // RopeFrequencyOptions::yarn_rules overrides
+  // M, read by kTransformers4_50 and kTransformers4_51 (> 0 there; 0: unknown).
+  int64_t max_positions = 0;
+  // L0 as the scaling dict itself gives it (not the top level), read by kTransformers4_51.
+  std::optional<int64_t> parameters_original_max_positions;
 };
 
 // LongRoPE (Phi-3 "su"). Both lists have rotary_dim / 2 entries, finite and > 0.
@@ -114,6 +143,8 @@ struct RopeFrequencyOptions {
   // L for the length-dependent rules (dynamic, longrope): max position + 1 of the batch. Absent
   // means the construction-time value (dynamic: M; longrope: the short factors). Must be > 0.
   std::optional<int64_t> seq_len;
+  // The release rules of a YarnScaling (see YarnRules); absent: the scaling's own `rules`.
+  std::optional<YarnRules> yarn_rules;
 };
 
 struct RopeFrequencies {
