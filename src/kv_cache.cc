@@ -97,9 +97,47 @@ KvCache<T>::KvCache(KvCacheOptions options) : options_(std::move(options)) {
             Equal("head_dim", o.head_dim), o.mrope->rope.head_dim);
     streams_.resize(static_cast<size_t>(o.mrope->num_streams * o.capacity));
   }
+  Require(o.crossing == LongRopeCrossing::kRecompute ||
+              o.crossing == LongRopeCrossing::kKeepRotation,
+          kFn, "crossing", "be kRecompute or kKeepRotation", static_cast<int>(o.crossing));
+  if (o.long_rope) {
+    Require(o.rope.has_value(), kFn, "long_rope",
+            "come with rope (LongRoPE's short factors; not with mrope)", "no rope");
+    o.long_rope->Validate();
+    const Rope& r = *o.rope;
+    const Rope& l = *o.long_rope;
+    Require(l.head_dim == r.head_dim && l.rotary_dim == r.rotary_dim && l.layout == r.layout &&
+                l.rotary_offset == r.rotary_offset,
+            kFn, "long_rope", "rotate the same features as rope (head_dim, rotary_dim, layout, "
+            "rotary_offset)", "different");
+    Require(o.long_rope_threshold >= 1, kFn, "long_rope_threshold",
+            "be >= 1 (original_max_position_embeddings)", o.long_rope_threshold);
+  }
   keys_.resize(static_cast<size_t>(o.capacity * o.kv_heads * o.head_dim));
   values_.resize(static_cast<size_t>(o.capacity * o.kv_heads * o.value_dim));
   positions_.resize(static_cast<size_t>(o.capacity));
+}
+
+template <typename T>
+const Rope& KvCache<T>::RotationAt(std::span<const int64_t> positions) const {
+  if (options_.long_rope && !positions.empty() &&
+      *std::max_element(positions.begin(), positions.end()) >= options_.long_rope_threshold) {
+    return *options_.long_rope;
+  }
+  return *options_.rope;
+}
+
+template <typename T>
+void KvCache<T>::RefuseLongRopeShift() const {
+  Require(!options_.long_rope, kFn, "long_rope",
+          "be unset to move positions (LongRoPE keys turn with the short or the long factors, "
+          "and the model's code never moves them)",
+          "set");
+}
+
+template <typename T>
+void KvCache<T>::Clear() {
+  size_ = 0;
 }
 
 template <typename T>
@@ -147,13 +185,24 @@ void KvCache<T>::Append(std::span<const int64_t> positions, const PositionStream
             n);
   }
   ValidatePositions(kFn, positions, n);
+  if (o.long_rope && o.crossing == LongRopeCrossing::kRecompute && size_ > 0 &&
+      size_ <= o.long_rope_threshold && n > o.long_rope_threshold - size_) {
+    const std::string l0 = std::to_string(o.long_rope_threshold);
+    Require(false, kFn, "k.tokens",
+            "keep a LongRoPE cache of size " + std::to_string(size_) + " within "
+            "original_max_position_embeddings (" + l0 + "): there Phi-3's generate() drops its "
+            "cache and recomputes the whole sequence with the long factors; Clear() and append "
+            "every token's recomputed k and v (crossing kKeepRotation keeps the cached keys as "
+            "a plain forward does)",
+            n);
+  }
   const Heads<T> key_slots =
       Heads<T>::Dense(keys_.data() + size_ * o.kv_heads * o.head_dim, n, o.kv_heads, o.head_dim);
   if (o.mrope) streams.Validate(kFn, "streams", o.mrope->num_streams, n);
   if (n == 0) return;
 
   if (o.rope) {
-    ApplyRope(*o.rope, positions, k, key_slots, RopeDirection::kForward);
+    ApplyRope(RotationAt(positions), positions, k, key_slots, RopeDirection::kForward);
   } else if (o.mrope) {
     ApplyMRope<T>(*o.mrope, streams, k, key_slots, RopeDirection::kForward);
     for (int64_t s = 0; s < o.mrope->num_streams; ++s) {
@@ -207,7 +256,7 @@ void KvCache<T>::Attend(const AttentionOptions& options, Heads<const T> q,
     rotated.resize(static_cast<size_t>(q.tokens * q.num_heads * q.head_dim));
     const Heads<T> dense = Heads<T>::Dense(rotated.data(), q.tokens, q.num_heads, q.head_dim);
     if (options_.rope) {
-      ApplyRope(*options_.rope, query_pos, q, dense, RopeDirection::kForward);
+      ApplyRope(RotationAt(query_pos), query_pos, q, dense, RopeDirection::kForward);
     } else {
       ApplyMRope<T>(*options_.mrope, query_streams, q, dense, RopeDirection::kForward);
     }
@@ -218,6 +267,7 @@ void KvCache<T>::Attend(const AttentionOptions& options, Heads<const T> q,
 
 template <typename T>
 void KvCache<T>::ShiftPositions(int64_t begin, int64_t end, int64_t delta) {
+  RefuseLongRopeShift();
   Require(begin >= 0 && begin <= size_, kFn, "begin",
           "be in [0, size = " + std::to_string(size_) + "]", begin);
   Require(end >= begin && end <= size_, kFn, "end",
@@ -298,6 +348,7 @@ void KvCache<T>::Remove(int64_t begin, int64_t end) {
 
 template <typename T>
 void KvCache<T>::ContextShift(int64_t n_keep, int64_t n_discard) {
+  RefuseLongRopeShift();  // before Remove, so that nothing moves
   Require(n_keep >= 0, kFn, "n_keep", "be >= 0", n_keep);
   Require(n_discard >= 1, kFn, "n_discard", "be >= 1", n_discard);
   if (n_discard > size_ - n_keep) {

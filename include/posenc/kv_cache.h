@@ -34,6 +34,19 @@
 
 namespace posenc {
 
+// What a LongRoPE cache does when its sequence crosses original_max_position_embeddings (L0).
+enum class LongRopeCrossing {
+  // Phi-3's generate() (Phi3ForCausalLM.prepare_inputs_for_generation, transformers 4.x and 5):
+  // when the tokens appended to a cache of at most L0 tokens bring it past L0, the model drops
+  // its cache and recomputes the whole sequence, so that every key turns with the long factors.
+  // A layer's cache cannot recompute the model, so Append refuses such tokens (posenc::Error
+  // saying what to do): Clear(), then append every token's recomputed k and v.
+  kRecompute,
+  // The model's forward without generate() (a hand-written loop over its cache): the new keys
+  // turn with the long factors, the cached ones keep the short factors they were appended with.
+  kKeepRotation,
+};
+
 struct KvCacheOptions {
   int64_t capacity = 0;        // slots, >= 1
   int64_t kv_heads = 0;        // >= 1
@@ -41,6 +54,13 @@ struct KvCacheOptions {
   int64_t value_dim = 0;       // 0 means head_dim
   std::optional<Rope> rope;    // keys rotated on append by 1-D RoPE at their positions
   std::optional<MRope> mrope;  // or by multi-stream RoPE (not with rope)
+  // LongRoPE (Phi-3): `rope` holds the short factors, long_rope the long ones (the same
+  // head_dim, rotary_dim, layout and rotary_offset). As Hugging Face's rotary module does for
+  // each forward, an Append (its keys) or an Attend (its queries) whose positions give
+  // max + 1 > long_rope_threshold turns with long_rope, else with rope (rope_scaling.h).
+  std::optional<Rope> long_rope;
+  int64_t long_rope_threshold = 0;  // L0 (original_max_position_embeddings), >= 1 with long_rope
+  LongRopeCrossing crossing = LongRopeCrossing::kRecompute;
 };
 
 // T is float or BFloat16: the storage of keys and values (bfloat16 keys are rotated in float32
@@ -59,7 +79,7 @@ class KvCache {
   // [0, kMaxPosition]) into the next n slots, v [n, kv_heads, value_dim] is copied. For an mrope
   // cache the rotation reads `streams` (mrope->num_streams x n) and `positions` is the token
   // order the mask follows. Everything is validated before the cache changes: past capacity,
-  // shapes, positions; the cache is then untouched.
+  // shapes, positions, a LongRoPE crossing that kRecompute refuses; the cache is then untouched.
   void Append(std::span<const int64_t> positions, Heads<const T> k, Heads<const T> v);
   void Append(std::span<const int64_t> positions, const PositionStreams& streams, Heads<const T> k,
               Heads<const T> v);
@@ -78,10 +98,15 @@ class KvCache {
   void Attend(const AttentionOptions& options, Heads<const T> q, std::span<const int64_t> query_pos,
               const PositionStreams& query_streams, Heads<float> out) const;
 
+  // Empties the cache (capacity and options kept): before appending a recomputed sequence.
+  void Clear();
+
   // llama.cpp's context shift (llama_kv_cache_seq_rm + seq_add): keeps the first n_keep tokens,
   // drops the next n_discard, moves the rest down to slot n_keep and their positions by
   // -n_discard, re-rotating their keys by the delta (1-D RoPE; for mrope every stream moves).
   // n_keep >= 0, n_discard >= 1, n_keep + n_discard <= size(); the moved positions stay >= 0.
+  // Moving positions is refused for a LongRoPE cache (long_rope set): its keys may turn with
+  // either factor set, and the model's code never moves them.
   void ContextShift(int64_t n_keep, int64_t n_discard);
 
   // Drops slots [begin, end) and moves the slots after them down, keeping their positions and
@@ -93,6 +118,10 @@ class KvCache {
   void ShiftPositions(int64_t begin, int64_t end, int64_t delta);
 
  private:
+  // The rotation of a call at these positions: long_rope past the threshold, else rope/mrope.
+  const Rope& RotationAt(std::span<const int64_t> positions) const;
+  void RefuseLongRopeShift() const;
+
   KvCacheOptions options_;
   int64_t size_ = 0;
   std::vector<T> keys_, values_;
