@@ -163,10 +163,10 @@ void KvCache<T>::Append(std::span<const int64_t> positions, Heads<const T> k, He
 }
 
 template <typename T>
-void KvCache<T>::Append(std::span<const int64_t> positions, const PositionStreams& streams,
-                        Heads<const T> k, Heads<const T> v) {
+void KvCache<T>::ValidateAppend(std::span<const int64_t> positions,
+                                const PositionStreams& streams, Heads<const T> k,
+                                Heads<const T> v) const {
   const KvCacheOptions& o = options_;
-  // Everything is checked before the cache changes.
   k.Validate(kFn, "k");
   v.Validate(kFn, "v");
   Require(k.num_heads == o.kv_heads, kFn, "k.num_heads", Equal("kv_heads", o.kv_heads),
@@ -196,11 +196,19 @@ void KvCache<T>::Append(std::span<const int64_t> positions, const PositionStream
             "a plain forward does)",
             n);
   }
+  if (o.mrope) streams.Validate(kFn, "streams", o.mrope->num_streams, n);
+}
+
+template <typename T>
+void KvCache<T>::Append(std::span<const int64_t> positions, const PositionStreams& streams,
+                        Heads<const T> k, Heads<const T> v) {
+  const KvCacheOptions& o = options_;
+  // Everything is checked before the cache changes.
+  ValidateAppend(positions, streams, k, v);
+  const int64_t n = k.tokens;
+  if (n == 0) return;
   const Heads<T> key_slots =
       Heads<T>::Dense(keys_.data() + size_ * o.kv_heads * o.head_dim, n, o.kv_heads, o.head_dim);
-  if (o.mrope) streams.Validate(kFn, "streams", o.mrope->num_streams, n);
-  if (n == 0) return;
-
   if (o.rope) {
     ApplyRope(RotationAt(positions), positions, k, key_slots, RopeDirection::kForward);
   } else if (o.mrope) {
@@ -397,8 +405,153 @@ int64_t RollSinkWindow(KvCache<T>& cache, int64_t sinks, int64_t window, int64_t
   return excess;
 }
 
+namespace {
+
+constexpr std::string_view kBatchFn = "kv_cache_batch";
+constexpr int64_t kMaxBatch = int64_t{1} << 20;
+
+// The run of real tokens of each row: [first, first + count) of its n tokens.
+struct Run {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+// Checks the step's shapes against the batch and finds each row's run of ones in the mask.
+std::vector<Run> RowRuns(int64_t batch, int64_t tokens, std::span<const int64_t> positions,
+                         std::span<const uint8_t> mask, std::string_view tokens_name) {
+  Require(tokens % batch == 0, kBatchFn, std::string(tokens_name),
+          "be a multiple of batch (" + std::to_string(batch) + "): batch * n", tokens);
+  const int64_t n = tokens / batch;
+  Require(static_cast<int64_t>(mask.size()) == tokens, kBatchFn, "mask.size()",
+          Equal(std::string(tokens_name), tokens), mask.size());
+  Require(static_cast<int64_t>(positions.size()) == tokens, kBatchFn, "positions.size()",
+          Equal(std::string(tokens_name), tokens), positions.size());
+  std::vector<Run> runs(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    const uint8_t* row = mask.data() + b * n;
+    int64_t first = 0;
+    while (first < n && row[first] == 0) ++first;
+    int64_t end = first;
+    while (end < n && row[end] != 0) ++end;
+    for (int64_t t = end; t < n; ++t) {
+      if (row[t] != 0) {
+        Require(false, kBatchFn, "mask[" + std::to_string(b) + "]",
+                "hold one run of real tokens (left or right padding, no holes)",
+                "a real token at " + std::to_string(t) + " after a pad at " +
+                    std::to_string(end));
+      }
+    }
+    runs[b] = {first, end - first};
+  }
+  return runs;
+}
+
+template <typename T>
+Heads<T> RowTokens(Heads<T> x, int64_t n, int64_t b, const Run& run) {
+  x.data = x.data + (b * n + run.first) * x.token_stride;
+  x.tokens = run.count;
+  return x;
+}
+
+std::span<const int64_t> RowPositions(std::span<const int64_t> positions, int64_t n, int64_t b,
+                                      const Run& run) {
+  return positions.subspan(static_cast<size_t>(b * n + run.first),
+                           static_cast<size_t>(run.count));
+}
+
+// Runs f for row b, naming the row in the error it throws.
+template <typename F>
+void ForRow(int64_t b, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (row " + std::to_string(b) + ")");
+  }
+}
+
+}  // namespace
+
+template <typename T>
+KvCacheBatch<T>::KvCacheBatch(int64_t batch, const KvCacheOptions& options) {
+  Require(batch >= 1 && batch <= kMaxBatch, kBatchFn, "batch", "be in [1, 2^20]", batch);
+  Require(!options.mrope, kBatchFn, "options.mrope",
+          "be unset (M-RoPE rows: one KvCache per sequence)", "set");
+  rows_.reserve(static_cast<size_t>(batch));
+  rows_.emplace_back(options);  // validates the options once, before the other rows allocate
+  for (int64_t b = 1; b < batch; ++b) rows_.emplace_back(options);
+}
+
+template <typename T>
+const KvCache<T>& KvCacheBatch<T>::Row(int64_t b) const {
+  Require(b >= 0 && b < batch(), kBatchFn, "row", "be in [0, batch)", b);
+  return rows_[b];
+}
+
+template <typename T>
+KvCache<T>& KvCacheBatch<T>::Row(int64_t b) {
+  Require(b >= 0 && b < batch(), kBatchFn, "row", "be in [0, batch)", b);
+  return rows_[b];
+}
+
+template <typename T>
+void KvCacheBatch<T>::Append(std::span<const int64_t> positions, std::span<const uint8_t> mask,
+                             Heads<const T> k, Heads<const T> v) {
+  k.Validate(kBatchFn, "k");
+  v.Validate(kBatchFn, "v");
+  Require(v.tokens == k.tokens, kBatchFn, "v.tokens", Equal("k.tokens", k.tokens), v.tokens);
+  const std::vector<Run> runs = RowRuns(batch(), k.tokens, positions, mask, "k.tokens");
+  const int64_t n = k.tokens / batch();
+  for (int64_t b = 0; b < batch(); ++b) {
+    ForRow(b, [&] {
+      rows_[b].ValidateAppend(RowPositions(positions, n, b, runs[b]), PositionStreams{},
+                              RowTokens(k, n, b, runs[b]), RowTokens(v, n, b, runs[b]));
+    });
+  }
+  for (int64_t b = 0; b < batch(); ++b) {
+    rows_[b].Append(RowPositions(positions, n, b, runs[b]), RowTokens(k, n, b, runs[b]),
+                    RowTokens(v, n, b, runs[b]));
+  }
+}
+
+template <typename T>
+void KvCacheBatch<T>::Attend(const AttentionOptions& options, Heads<const T> q,
+                             std::span<const int64_t> query_pos, std::span<const uint8_t> mask,
+                             Heads<float> out) const {
+  q.Validate(kBatchFn, "q");
+  out.Validate(kBatchFn, "out");
+  Require(out.tokens == q.tokens, kBatchFn, "out.tokens", Equal("q.tokens", q.tokens),
+          out.tokens);
+  const std::vector<Run> runs = RowRuns(batch(), q.tokens, query_pos, mask, "q.tokens");
+  const int64_t n = q.tokens / batch();
+  // Every row-specific check before the first row writes out: the rows share q's shape and the
+  // options (an error there comes at the first row with queries, before it writes); the query
+  // positions are each row's own.
+  for (int64_t b = 0; b < batch(); ++b) {
+    ForRow(b, [&] {
+      ValidatePositions(kFn, RowPositions(query_pos, n, b, runs[b]), runs[b].count, "query_pos");
+    });
+  }
+  for (int64_t b = 0; b < batch(); ++b) {
+    ForRow(b, [&] {
+      rows_[b].Attend(options, RowTokens(q, n, b, runs[b]), RowPositions(query_pos, n, b, runs[b]),
+                      RowTokens(out, n, b, runs[b]));
+    });
+  }
+  // Pads get zeros.
+  for (int64_t b = 0; b < batch(); ++b) {
+    for (int64_t t = 0; t < n; ++t) {
+      if (t >= runs[b].first && t < runs[b].first + runs[b].count) continue;
+      for (int64_t h = 0; h < out.num_heads; ++h) {
+        std::fill_n(out.Row(b * n + t, h), out.head_dim, 0.0f);
+      }
+    }
+  }
+}
+
 template class KvCache<float>;
 template class KvCache<BFloat16>;
+template class KvCacheBatch<float>;
+template class KvCacheBatch<BFloat16>;
 template int64_t RollSinkWindow(KvCache<float>&, int64_t, int64_t, int64_t, SinkPositions);
 template int64_t RollSinkWindow(KvCache<BFloat16>&, int64_t, int64_t, int64_t, SinkPositions);
 

@@ -83,6 +83,10 @@ class KvCache {
   void Append(std::span<const int64_t> positions, Heads<const T> k, Heads<const T> v);
   void Append(std::span<const int64_t> positions, const PositionStreams& streams, Heads<const T> k,
               Heads<const T> v);
+  // Append's checks alone, the same errors, nothing written (for KvCacheBatch: every row checked
+  // before the first is written).
+  void ValidateAppend(std::span<const int64_t> positions, const PositionStreams& streams,
+                      Heads<const T> k, Heads<const T> v) const;
 
   // The cached keys (rotated), values and positions of slots [0, size()).
   Heads<const T> Keys() const;
@@ -132,6 +136,40 @@ class KvCache {
 
 extern template class KvCache<float>;
 extern template class KvCache<BFloat16>;
+
+// A batch of sequences of different lengths, for batched generation: row b is a KvCache of its
+// own (its size, positions and LongRoPE regime), built from the same options. A step's inputs
+// are [batch * n, heads, dim] with token t of row b at b * n + t, positions [batch * n], and a
+// mask [batch * n] (nonzero: a real token) whose ones in each row form one run: left padding as
+// Hugging Face's batched generate() pads a prompt, right padding, or none at all (the row takes
+// no part in the step). Pads never enter a cache; their positions are not read.
+template <typename T>
+class KvCacheBatch {
+ public:
+  // batch in [1, 2^20]; options as KvCache's (not mrope); capacity is per row.
+  KvCacheBatch(int64_t batch, const KvCacheOptions& options);
+
+  int64_t batch() const { return static_cast<int64_t>(rows_.size()); }
+  const KvCache<T>& Row(int64_t b) const;
+  KvCache<T>& Row(int64_t b);  // per-row Clear(), Remove(), context shifts
+
+  // Appends each row's run of real tokens to that row's cache. Every row is validated (shapes,
+  // mask, capacity, positions, LongRoPE crossings; errors name the row) before any row changes.
+  void Append(std::span<const int64_t> positions, std::span<const uint8_t> mask, Heads<const T> k,
+              Heads<const T> v);
+
+  // Each row's real queries against that row's cache (KvCache::Attend: the existing attention
+  // over the row's keys and positions); out [batch * n, heads, value_dim], zero at pads.
+  void Attend(const AttentionOptions& options, Heads<const T> q,
+              std::span<const int64_t> query_pos, std::span<const uint8_t> mask,
+              Heads<float> out) const;
+
+ private:
+  std::vector<KvCache<T>> rows_;
+};
+
+extern template class KvCacheBatch<float>;
+extern template class KvCacheBatch<BFloat16>;
 
 // Attention sinks (StreamingLLM, Xiao et al. 2023): keep the first `sinks` tokens and a rolling
 // window of the last `window` tokens.
