@@ -93,9 +93,21 @@ from posenc import _core
 from posenc._arguments import ArgumentTypeError, checked_types
 
 
+def _pretrained_config_dict(config):
+    """config.to_dict() of a transformers PretrainedConfig, else None. An
+    object of that class means transformers is loaded: it is looked up, never
+    imported here."""
+    transformers = sys.modules.get("transformers")
+    config_class = getattr(transformers, "PretrainedConfig", None) if transformers else None
+    if config_class is not None and isinstance(config, config_class):
+        return config.to_dict()
+    return None
+
+
 def _config_call(config, from_text, from_file, **options):
-    """Calls from_text with the JSON text of a dict or a JSON string, or
-    from_file with a path."""
+    """Calls from_text with the JSON text of a dict, a transformers
+    PretrainedConfig or a JSON string, or from_file with a path."""
+    config = _pretrained_config_dict(config) or config
     if isinstance(config, dict):
         return from_text(json.dumps(config), **options)
     if isinstance(config, str) and config.lstrip().startswith("{"):
@@ -103,8 +115,8 @@ def _config_call(config, from_text, from_file, **options):
     if isinstance(config, (str, os.PathLike)):
         return from_file(os.fspath(config), **options)
     raise Error(
-        "[hf_config] config must be a dict or a config.json path (or its "
-        "JSON text), got " + type(config).__name__
+        "[hf_config] config must be a dict, a transformers PretrainedConfig or a "
+        "config.json path (or its JSON text), got " + type(config).__name__
     )
 
 
@@ -116,9 +128,9 @@ def rope_from_hf_config(
     seq_len=None,
     precision=RopePrecision.REFERENCE,
 ):
-    """The ``Rope`` of a Hugging Face model config: a dict
-    (``config.to_dict()``, a parsed config.json), its JSON text, or the path
-    of a config.json.
+    """The ``Rope`` of a Hugging Face model config: a transformers
+    ``PretrainedConfig`` (read as its ``to_dict()``), a dict (a parsed
+    config.json), its JSON text, or the path of a config.json.
 
     The rope type, theta, head_dim and rotary width (and rotary_offset:
     DeepSeek's 64 rotated features sit after 128 unrotated ones of a 192-wide
@@ -333,8 +345,9 @@ def model_positions(config):
     """A Hugging Face config's positions, layer by layer: a
     ``ModelPositions``.
 
-    config: a dict (``config.to_dict()``, a parsed config.json), its JSON
-    text, or the path of a config.json; a multimodal config's language model
+    config: a transformers ``PretrainedConfig``, a dict (a parsed
+    config.json), its JSON text, or the path of a config.json (as
+    ``rope_from_hf_config`` reads them); a multimodal config's language model
     is read from ``text_config``. Each layer says whether it rotates (RoPE,
     with its theta and rope type) or not (NoPE: Llama 4 and SmolLM3 every
     4th layer; none: Mamba layers), its sliding window (Gemma 2/3, gpt-oss,
@@ -361,8 +374,8 @@ def model_positions(config):
 
 def qwen_vl_tokens(config, rules=None):
     """The token ids and sizes Qwen-VL's ``get_rope_index`` reads (a
-    ``QwenVlTokens``) from a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config: a dict,
-    its JSON text or a config.json path (ids at the top level or in
+    ``QwenVlTokens``) from a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config: a
+    ``PretrainedConfig``, a dict, its JSON text or a config.json path (ids at the top level or in
     text_config, spatial_merge_size and tokens_per_second in vision_config,
     the config classes' defaults otherwise).
 
@@ -404,7 +417,8 @@ def qwen_vl_rope_index(
     Hugging Face returns (posenc/mrope_positions.h; tests against its outputs
     in tests/golden/mrope_index/).
 
-    config: a Qwen-VL config (dict, JSON text or path) or a ``QwenVlTokens``.
+    config: a Qwen-VL config (PretrainedConfig, dict, JSON text or path) or a
+    ``QwenVlTokens``.
     input_ids: int64 [batch, seq_len]. image_grid_thw, video_grid_thw: int
     [n, 3] rows (t, h, w) before merging, consumed in order across the batch.
     second_per_grid_ts: one number per video (Qwen2.5-VL rules; None for 1.0

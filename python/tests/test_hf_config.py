@@ -105,7 +105,7 @@ def test_configs_that_are_not_rope_or_are_malformed():
         posenc.rope_from_hf_config(bad)
     with pytest.raises(
         ValueError,
-        match=r"\[hf_config\] config must be a dict or a config.json",
+        match=r"\[hf_config\] config must be a dict, a transformers PretrainedConfig or a config",
     ):
         posenc.rope_from_hf_config(42)
 
@@ -242,7 +242,10 @@ def test_model_positions_takes_a_path_a_json_string_or_a_dict():
     assert posenc.model_positions(str(path)).to_dict() == from_path
     assert posenc.model_positions(text).to_dict() == from_path
     assert posenc.model_positions(json.loads(text)).to_dict() == from_path
-    with pytest.raises(ValueError, match=r"\[hf_config\] config must be a dict or a config.json"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[hf_config\] config must be a dict, a transformers PretrainedConfig or a config",
+    ):
         posenc.model_positions(42)
     with pytest.raises(ValueError, match=r"\[hf_config\] config must be valid JSON"):
         posenc.model_positions("{not json")
