@@ -25,15 +25,17 @@ void RequireBatchOf(const BatchedHeads<A>& q, const BatchedHeads<B>& view, std::
 
 // posenc.attention's keywords as options; the fields not named keep their defaults (named
 // here, not listed in braces, which would leave the rest to -Wmissing-field-initializers).
+// scale None is the library's 0: 1 / sqrt(head_dim), as in posenc.torch.
 // options.sinks points into `sinks`, which must outlive the options.
 AttentionOptions KeywordOptions(bool causal, std::optional<Alibi> alibi, std::optional<Rope> rope,
-                                double scale, int64_t window, double softcap = 0.0,
+                                std::optional<double> scale, int64_t window,
+                                double softcap = 0.0,
                                 std::span<const float> sinks = {}) {
   AttentionOptions options;
   options.causal = causal;
   options.alibi = std::move(alibi);
   options.rope = std::move(rope);
-  options.scale = scale;
+  options.scale = scale.value_or(0.0);
   options.window = window;
   options.softcap = softcap;
   options.sinks = sinks;
@@ -282,7 +284,8 @@ void BindAttention(py::module_& m) {
       "attention",
       [](const py::object& q, const py::object& k, const py::object& v,
          const py::object& query_positions, const py::object& key_positions, bool causal,
-         std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
+         std::optional<Alibi> alibi, std::optional<Rope> rope, std::optional<double> scale,
+         int64_t window,
          double softcap, const py::object& sinks_arg, const py::object& out, bool bfloat16) {
         const std::vector<float> sinks = SinkValues(sinks_arg, kFn);
         const PlainAttention call{KeywordOptions(causal, std::move(alibi), std::move(rope), scale,
@@ -293,7 +296,7 @@ void BindAttention(py::module_& m) {
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("causal") = false,
-      py::arg("alibi") = py::none(), py::arg("rope") = py::none(), py::arg("scale") = 0.0,
+      py::arg("alibi") = py::none(), py::arg("rope") = py::none(), py::arg("scale") = py::none(),
       py::arg("window") = 0, py::arg("softcap") = 0.0, py::arg("sinks") = py::none(),
       py::arg("out") = py::none(), py::arg("bfloat16") = false,
       R"(Multi-head scaled dot-product attention on float32 arrays (or bfloat16, see below):
@@ -308,7 +311,7 @@ when given; bias_h is the ALiBi bias of `alibi` when given; g = h / (num_heads /
 key_positions[j] <= query_positions[i]. With window > 0 (a sliding window), key j is visible only
 when query_positions[i] - key_positions[j] < window: with causal, each query sees itself and the
 window - 1 keys before it; 0 means no window. Positions are int64 [tokens] or [..., tokens];
-key_positions defaults to query_positions. scale 0 means 1 / sqrt(head_dim).
+key_positions defaults to query_positions. scale None (or 0) means 1 / sqrt(head_dim).
 
 softcap > 0 (Gemma 2's attn_logit_softcapping): each scaled score s becomes
 softcap * tanh(s / softcap) before the ALiBi bias and the masks; 0 (default) is off. sinks
@@ -325,7 +328,8 @@ output within 2^-9 max|v| of the exact result), at about 1.8x the float32 speed.
       "attention_forward",
       [](const py::object& q, const py::object& k, const py::object& v,
          const py::object& query_positions, const py::object& key_positions, bool causal,
-         std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
+         std::optional<Alibi> alibi, std::optional<Rope> rope, std::optional<double> scale,
+         int64_t window,
          double softcap, const py::object& sinks_arg, bool bfloat16) {
         const std::vector<float> sinks = SinkValues(sinks_arg, kForwardFn);
         const AttentionOptions options = KeywordOptions(causal, std::move(alibi), std::move(rope),
@@ -335,7 +339,7 @@ output within 2^-9 max|v| of the exact result), at about 1.8x the float32 speed.
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("causal") = false,
-      py::arg("alibi") = py::none(), py::arg("rope") = py::none(), py::arg("scale") = 0.0,
+      py::arg("alibi") = py::none(), py::arg("rope") = py::none(), py::arg("scale") = py::none(),
       py::arg("window") = 0, py::arg("softcap") = 0.0, py::arg("sinks") = py::none(),
       py::arg("bfloat16") = false,
       R"(The forward pass of training (posenc/attention_backward.h): posenc.attention with the same
@@ -350,7 +354,8 @@ attention_backward takes both back.)");
       [](const py::object& q, const py::object& k, const py::object& v,
          const py::object& query_positions, const py::object& key_positions,
          const py::object& out, const py::object& lse, const py::object& d_out, bool causal,
-         std::optional<Alibi> alibi, std::optional<Rope> rope, double scale, int64_t window,
+         std::optional<Alibi> alibi, std::optional<Rope> rope, std::optional<double> scale,
+         int64_t window,
          double softcap, const py::object& sinks_arg, bool bfloat16) {
         const std::vector<float> sinks = SinkValues(sinks_arg, kBackwardFn);
         const AttentionOptions options = KeywordOptions(causal, std::move(alibi), std::move(rope),
@@ -363,7 +368,7 @@ attention_backward takes both back.)");
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("out"), py::arg("lse"),
       py::arg("d_out"), py::arg("causal") = false, py::arg("alibi") = py::none(),
-      py::arg("rope") = py::none(), py::arg("scale") = 0.0, py::arg("window") = 0,
+      py::arg("rope") = py::none(), py::arg("scale") = py::none(), py::arg("window") = 0,
       py::arg("softcap") = 0.0, py::arg("sinks") = py::none(), py::arg("bfloat16") = false,
       R"(The backward pass of attention_forward (FlashAttention-2 style: scores recomputed tile by
 tile from q, k and lse, no T x T buffer): given the same q, k, v, positions and options, its out
@@ -381,7 +386,8 @@ summed over the batch, -sum_i exp(sinks[h] - lse_i) (d_out_i . out_i) over the r
       "self_extend_attention",
       [](const py::object& q, const py::object& k, const py::object& v,
          const py::object& query_positions, const py::object& key_positions, int64_t group_size,
-         int64_t neighbor_window, const Rope& rope, bool causal, double scale, int64_t window,
+         int64_t neighbor_window, const Rope& rope, bool causal, std::optional<double> scale,
+         int64_t window,
          const py::object& out, bool bfloat16) {
         const GroupedAttention call{KeywordOptions(causal, std::nullopt, rope, scale, window),
                                     SelfExtend{group_size, neighbor_window}};
@@ -392,7 +398,7 @@ summed over the batch, -sum_i exp(sinks[h] - lse_i) (d_out_i . out_i) over the r
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("group_size"),
       py::arg("neighbor_window"), py::arg("rope"), py::arg("causal") = false,
-      py::arg("scale") = 0.0, py::arg("window") = 0, py::arg("out") = py::none(),
+      py::arg("scale") = py::none(), py::arg("window") = 0, py::arg("out") = py::none(),
       py::arg("bfloat16") = false,
       R"(Self-Extend attention (posenc/self_extend.h, Jin et al. 2024): a RoPE model reads past its
 trained context with no training. Keys closer than neighbor_window (W) to the query are scored at

@@ -252,7 +252,10 @@ posenc.Error, and the cache is untouched.)")
             AttentionOptions options;
             options.causal = py::bool_(causal);
             options.alibi = OptionalArg<Alibi>(alibi, kFn, "alibi", "be None or a posenc.Alibi");
-            options.scale = NumberArg(scale, kFn, "scale", "be a number (0: 1 / sqrt(head_dim))");
+            options.scale = scale.is_none() ? 0.0
+                                            : NumberArg(scale, kFn, "scale",
+                                                        "be None or a number (None or 0: 1 / "
+                                                        "sqrt(head_dim))");
             options.window = IntArg(window, kFn, "window", "be an int (0: no window)");
             options.chunk_size = IntArg(chunk_size, kFn, "chunk_size", "be an int (0: no chunks)");
             options.softcap = NumberArg(softcap, kFn, "softcap", "be a number (0: off)");
@@ -262,7 +265,7 @@ posenc.Error, and the cache is untouched.)")
             });
           },
           py::arg("q"), py::arg("query_pos"), py::kw_only(), py::arg("causal") = false,
-          py::arg("alibi") = py::none(), py::arg("scale") = 0.0, py::arg("window") = 0,
+          py::arg("alibi") = py::none(), py::arg("scale") = py::none(), py::arg("window") = 0,
           py::arg("chunk_size") = 0, py::arg("softcap") = 0.0, py::arg("sinks") = py::none(),
           py::arg("query_streams") = py::none(), py::arg("out") = py::none(),
           R"(Attention of q [n, heads, head_dim] at query_pos (int64 [n]) against every cached
@@ -270,7 +273,8 @@ token -> out float32 [n, heads, value_dim] (into `out`, C-contiguous float32, wh
 
 q is rotated by the cache's rope (a copy; for an mrope cache by query_streams [num_streams, n]),
 the cached keys are not. The options are posenc.attention's, against the cached positions:
-causal (key j visible when positions[j] <= query_pos[i]), alibi, scale (0: 1 / sqrt(head_dim)),
+causal (key j visible when positions[j] <= query_pos[i]), alibi, scale (None or 0: 1 /
+sqrt(head_dim)),
 window (query_pos[i] - positions[j] < window; 0: none), chunk_size (Llama 4's chunks; 0: none),
 softcap (Gemma 2's logit soft-capping; 0: off) and sinks (gpt-oss: None or float32 [heads]).
 Heads may be a multiple of kv_heads (grouped-query attention).)")
