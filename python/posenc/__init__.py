@@ -24,7 +24,10 @@ Hugging Face's ``get_rope_index`` does.
 KV cache: ``KvCache`` is one layer's cache of one sequence: keys rotated once
 on ``append``, ``attend`` rotating only the new queries, and the position
 moves of a live cache (``context_shift``, ``roll_sink_window`` for attention
-sinks) re-rotating the moved keys exactly.
+sinks) re-rotating the moved keys exactly; LongRoPE's two factor sets with
+``long_rope=`` (Phi-3's switch at original_max_position_embeddings).
+``KvCacheBatch`` holds a batch of sequences of different lengths (a
+left-padded prefill, then decode steps), one ``KvCache`` per row.
 
 Training: ``attention_forward`` returns attention's output with each row's
 log-sum-exp, and ``attention_backward`` turns the gradient of that output
@@ -54,6 +57,7 @@ from posenc._core import (
     Alibi,
     Error,
     KvCache,
+    KvCacheBatch,
     LearnedPositions,
     MRope,
     MropeIndexRules,
@@ -127,6 +131,7 @@ def rope_from_hf_config(
     layer=None,
     seq_len=None,
     precision=RopePrecision.REFERENCE,
+    yarn_rules=None,
 ):
     """The ``Rope`` of a Hugging Face model config: a transformers
     ``PretrainedConfig`` (read as its ``to_dict()``), a dict (a parsed
@@ -143,7 +148,13 @@ def rope_from_hf_config(
     string given as ``layer`` means the same). seq_len is the length L of the
     length-dependent rules (dynamic, longrope): max(position_ids) + 1.
     precision REFERENCE reproduces the float32 frequencies the models were
-    trained with; EXACT is double throughout. A config that is not RoPE, or a
+    trained with; EXACT is double throughout. yarn_rules picks the YaRN of a
+    transformers release (docs/MODELS.md, "YaRN by release"):
+    "transformers5" (4.56.2 and later, the paper's), "transformers4_50"
+    (4.45-4.50: the correction range over max_position_embeddings, no
+    mscale) or "transformers4_51" (4.51.0-4.56.1: factor M / L0); None takes
+    the release that wrote the config (its transformers_version: before 4.51,
+    transformers4_50), else transformers5. A config that is not RoPE, or a
     bad key, raises ``posenc.Error`` naming the key as written in the file.
     """
     return _layer_config_call(
@@ -154,6 +165,7 @@ def rope_from_hf_config(
         layer_type,
         seq_len=seq_len,
         precision=precision,
+        yarn_rules=yarn_rules,
     )
 
 
@@ -194,6 +206,7 @@ def mrope_from_hf_config(
     layer=None,
     seq_len=None,
     precision=RopePrecision.REFERENCE,
+    yarn_rules=None,
 ):
     """The language model's RoPE of a Hugging Face config as an ``MRope``:
     for a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config, M-RoPE over
@@ -210,6 +223,7 @@ def mrope_from_hf_config(
         layer_type,
         seq_len=seq_len,
         precision=precision,
+        yarn_rules=yarn_rules,
     )
 
 
@@ -448,6 +462,7 @@ __all__ = [
     "ArgumentTypeError",
     "Error",
     "KvCache",
+    "KvCacheBatch",
     "LayerPositions",
     "LearnedPositions",
     "MRope",

@@ -13,5 +13,6 @@ void BindHfConfig(pybind11::module_& m);   // hf_config_bindings.cc
 void BindRelativeBias(pybind11::module_& m);  // relative_bias_bindings.cc
 void BindMRope(pybind11::module_& m);         // mrope_bindings.cc
 void BindKvCache(pybind11::module_& m);       // kv_cache_bindings.cc
+void BindKvCacheBatch(pybind11::module_& m);  // kv_cache_bindings.cc
 
 }  // namespace posenc::python

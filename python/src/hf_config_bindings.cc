@@ -40,12 +40,10 @@ std::string Describe(const PositionScheme& scheme) {
 }
 
 Rope RopeFromModel(const ModelPositions& model, const std::optional<std::string>& layer_type,
-                   const std::optional<int64_t>& layer, const std::optional<int64_t>& seq_len,
-                   RopePrecision precision) {
+                   const std::optional<int64_t>& layer, const RopeFrequencyOptions& frequencies) {
   const auto* rope = std::get_if<RopeScheme>(&model.scheme);
   Require(rope != nullptr, kFn, "config", "describe a RoPE model", Describe(model.scheme));
-  return MakeRope(*rope, ChooseRopeLayer(model, *rope, layer_type, layer),
-                  RopeFrequencyOptions{precision, seq_len});
+  return MakeRope(*rope, ChooseRopeLayer(model, *rope, layer_type, layer), frequencies);
 }
 
 // The description as posenc inspect gives it: its JSON text and the run-length summary lines

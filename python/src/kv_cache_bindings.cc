@@ -187,9 +187,32 @@ SinkPositions ModeOf(const py::object& mode) {
   return mode.cast<std::string>() == "text" ? SinkPositions::kText : SinkPositions::kCache;
 }
 
+// LongRoPE's long factors (KvCacheOptions::long_rope): None, or a posenc.Rope with the
+// threshold L0 and the crossing rule "recompute" (Phi-3's generate()) or "keep_rotation".
+void SetLongRope(KvCacheOptions& options, const py::object& long_rope,
+                 const py::object& threshold, const py::object& crossing) {
+  options.long_rope = OptionalArg<Rope>(long_rope, kFn, "long_rope",
+                                        "be None or a posenc.Rope (LongRoPE's long factors)");
+  options.long_rope_threshold =
+      IntArg(threshold, kFn, "long_rope_threshold", "be an int (original_max_position_embeddings)");
+  const bool known = py::isinstance<py::str>(crossing) &&
+                     (crossing.cast<std::string>() == "recompute" ||
+                      crossing.cast<std::string>() == "keep_rotation");
+  Require(known, kFn, "crossing", "be 'recompute' or 'keep_rotation'",
+          std::string(py::repr(crossing)));
+  options.crossing = crossing.cast<std::string>() == "recompute"
+                         ? LongRopeCrossing::kRecompute
+                         : LongRopeCrossing::kKeepRotation;
+}
+
+std::string CrossingName(LongRopeCrossing crossing) {
+  return crossing == LongRopeCrossing::kRecompute ? "recompute" : "keep_rotation";
+}
+
 constexpr const char* kDoc = R"(One attention layer's KV cache of one sequence (posenc/kv_cache.h).
 
-KvCache(capacity, kv_heads, head_dim, *, value_dim=0, rope=None, mrope=None, bfloat16=False)
+KvCache(capacity, kv_heads, head_dim, *, value_dim=0, rope=None, mrope=None, bfloat16=False,
+        long_rope=None, long_rope_threshold=0, crossing="recompute")
 
 Keys [capacity, kv_heads, head_dim] and values [capacity, kv_heads, value_dim] (value_dim 0 means
 head_dim), allocated up front and filled from slot 0, with each slot's position. Keys are rotated
@@ -199,19 +222,235 @@ queries. Moving positions (context_shift, shift_positions, roll_sink_window in "
 re-rotates the moved keys by the delta, with the angle formed exactly and unbiased rounding, so
 that repeated shifts drift as a random walk (docs/KV_CACHE.md).
 
+LongRoPE (Phi-3): `rope` holds the short factors and `long_rope` the long ones; an append (its
+keys) or attend (its queries) whose positions reach long_rope_threshold (L0) turns with long_rope,
+as Hugging Face's rotary module chooses per forward. crossing "recompute" (Phi-3's generate(),
+which drops its cache at the crossing and recomputes the sequence): the append that would take a
+cache of at most L0 tokens past L0 raises posenc.Error; clear() and append the recomputed
+sequence. "keep_rotation": the cached keys keep the short factors, as a plain forward loop does.
+
 One cache is one layer of one sequence: k, v and q are [tokens, heads, dim] with no batch dims.
 Storage is float32, or bfloat16 with bfloat16=True (then k, v and q hold bfloat16 bits in int16 or
 uint16 arrays, as from tensor.view(torch.int16).numpy(), and keys and values read back as int16).
 Every problem raises posenc.Error before the cache changes. Calls release the GIL; one lock
 serialises the calls on one cache.)";
 
+// ---------------------------------------------------------------------------------------------
+// posenc.KvCacheBatch: a batch of sequences of different lengths (KvCacheBatch).
+
+constexpr std::string_view kBatchFn = "kv_cache_batch";
+
+// k, v or q of a step: [batch, n, heads, dim], contiguous over batch and tokens, as [batch * n].
+template <typename T>
+Heads<T> StepView(const py::object& value, std::string_view name, int64_t batch) {
+  BatchedHeads<T> view = ViewHeads<T>(value, kBatchFn, name);
+  const bool shaped = view.batch_shape.size() == 1 && view.batch_shape[0] == batch;
+  Require(shaped, kBatchFn, std::string(name) + ".shape",
+          "be [batch = " + std::to_string(batch) + ", tokens, heads, dim]",
+          ShapeString(AsArray(value, kBatchFn, name)));
+  Require(view.Fold(), kBatchFn, name, "step evenly over its batch dim (C-contiguous)",
+          "strided");
+  return view.first;
+}
+
+// positions [batch, n] as int64, held by `array`.
+std::span<const int64_t> StepPositions(const py::object& value, py::array_t<int64_t>& array,
+                                       std::string_view name, int64_t batch, int64_t n) {
+  array = Int64Array(value, kBatchFn, name);
+  const bool shaped = array.ndim() == 2 && array.shape(0) == batch && array.shape(1) == n;
+  Require(shaped, kBatchFn, std::string(name) + ".shape",
+          "be [batch = " + std::to_string(batch) + ", tokens = " + std::to_string(n) + "]",
+          ShapeString(array));
+  return {array.data(), static_cast<size_t>(batch * n)};
+}
+
+// The mask [batch, n]: bool, or integers (Hugging Face's attention_mask), nonzero = real token.
+std::vector<uint8_t> StepMask(const py::object& value, int64_t batch, int64_t n) {
+  const py::array array = py::array::ensure(value);
+  const char kind = array ? array.dtype().kind() : 'O';
+  Require(kind == 'b' || kind == 'i' || kind == 'u', kBatchFn, "mask",
+          "be a bool or integer array [batch, tokens] (nonzero: a real token)",
+          array ? std::string(py::str(array.dtype())) : TypeName(value));
+  const bool shaped = array.ndim() == 2 && array.shape(0) == batch && array.shape(1) == n;
+  Require(shaped, kBatchFn, "mask.shape",
+          "be [batch = " + std::to_string(batch) + ", tokens = " + std::to_string(n) + "]",
+          ShapeString(array));
+  const auto flags = py::array_t<bool, py::array::c_style | py::array::forcecast>::ensure(
+      array.attr("astype")("bool"));
+  return std::vector<uint8_t>(flags.data(), flags.data() + batch * n);
+}
+
+class PyKvCacheBatch {
+ public:
+  PyKvCacheBatch(int64_t batch, const KvCacheOptions& options, bool bfloat16)
+      : cache_(bfloat16 ? Variant(std::in_place_index<1>, batch, options)
+                        : Variant(std::in_place_index<0>, batch, options)) {}
+
+  template <typename F>
+  decltype(auto) Visit(const F& f) {
+    return std::visit([&](auto& cache) -> decltype(auto) { return f(cache); }, cache_);
+  }
+  template <typename F>
+  decltype(auto) Locked(const F& f) {
+    py::gil_scoped_release release;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return f();
+  }
+  bool BFloat16Storage() const {
+    return std::holds_alternative<KvCacheBatch<BFloat16>>(cache_);
+  }
+
+ private:
+  using Variant = std::variant<KvCacheBatch<float>, KvCacheBatch<BFloat16>>;
+  Variant cache_;
+  std::mutex mutex_;
+};
+
+constexpr const char* kBatchDoc = R"(A batch of sequences of different lengths (posenc/kv_cache.h,
+KvCacheBatch): row b is a KvCache of its own, with its own size, positions and LongRoPE regime.
+
+KvCacheBatch(batch, capacity, kv_heads, head_dim, *, value_dim=0, rope=None, bfloat16=False,
+             long_rope=None, long_rope_threshold=0, crossing="recompute")
+
+capacity is per row; the options are KvCache's (not mrope). A step passes k, v [batch, n, kv_heads,
+dim] and q [batch, n, heads, dim], positions [batch, n] and a mask [batch, n] (bool, or Hugging
+Face's int attention_mask; nonzero: a real token) whose real tokens form one run per row: a
+left-padded prompt, one decode token per row, or none (a finished row). Pads never enter a cache,
+their positions are not read and their outputs are zero. Every row is checked before any row
+changes; errors name the row.)";
+
 }  // namespace
+
+void BindKvCacheBatch(py::module_& m) {
+  py::class_<PyKvCacheBatch>(m, "KvCacheBatch", kBatchDoc)
+      .def(py::init([](const py::object& batch, const py::object& capacity,
+                       const py::object& kv_heads, const py::object& head_dim,
+                       const py::object& value_dim, const py::object& rope, bool bfloat16,
+                       const py::object& long_rope, const py::object& long_rope_threshold,
+                       const py::object& crossing) {
+             KvCacheOptions options;
+             options.capacity = IntArg(capacity, kBatchFn, "capacity");
+             options.kv_heads = IntArg(kv_heads, kBatchFn, "kv_heads");
+             options.head_dim = IntArg(head_dim, kBatchFn, "head_dim");
+             options.value_dim =
+                 IntArg(value_dim, kBatchFn, "value_dim", "be an int (0: head_dim)");
+             options.rope = OptionalArg<Rope>(rope, kBatchFn, "rope", "be None or a posenc.Rope");
+             SetLongRope(options, long_rope, long_rope_threshold, crossing);
+             return std::make_unique<PyKvCacheBatch>(IntArg(batch, kBatchFn, "batch"), options,
+                                                     bfloat16);
+           }),
+           py::arg("batch"), py::arg("capacity"), py::arg("kv_heads"), py::arg("head_dim"),
+           py::kw_only(), py::arg("value_dim") = 0, py::arg("rope") = py::none(),
+           py::arg("bfloat16") = false, py::arg("long_rope") = py::none(),
+           py::arg("long_rope_threshold") = 0, py::arg("crossing") = "recompute")
+      .def(
+          "append",
+          [](PyKvCacheBatch& self, const py::object& positions_arg, const py::object& mask_arg,
+             const py::object& k_arg, const py::object& v_arg) {
+            self.Visit([&](auto& cache) {
+              using T = std::remove_cvref_t<decltype(*cache.Row(0).Keys().data)>;
+              const int64_t batch = cache.batch();
+              const Heads<const T> k = StepView<const T>(k_arg, "k", batch);
+              const Heads<const T> v = StepView<const T>(v_arg, "v", batch);
+              const int64_t n = k.tokens / batch;
+              py::array_t<int64_t> positions_array;
+              const auto positions = StepPositions(positions_arg, positions_array, "positions",
+                                                   batch, n);
+              const std::vector<uint8_t> mask = StepMask(mask_arg, batch, n);
+              self.Locked([&] { cache.Append(positions, mask, k, v); });
+            });
+          },
+          py::arg("positions"), py::arg("mask"), py::arg("k"), py::arg("v"),
+          "Appends each row's real tokens (mask) of k, v [batch, n, kv_heads, dim] at positions "
+          "[batch, n] to that row's cache.")
+      .def(
+          "attend",
+          [](PyKvCacheBatch& self, const py::object& q_arg, const py::object& query_pos_arg,
+             const py::object& mask_arg, const py::object& causal, const py::object& alibi,
+             const py::object& scale, const py::object& window, const py::object& chunk_size,
+             const py::object& softcap, const py::object& sinks_arg, const py::object& out_arg) {
+            const std::vector<float> sinks = SinkValues(sinks_arg, kBatchFn);
+            AttentionOptions options;
+            options.causal = py::bool_(causal);
+            options.alibi =
+                OptionalArg<Alibi>(alibi, kBatchFn, "alibi", "be None or a posenc.Alibi");
+            options.scale =
+                NumberArg(scale, kBatchFn, "scale", "be a number (0: 1 / sqrt(head_dim))");
+            options.window = IntArg(window, kBatchFn, "window", "be an int (0: no window)");
+            options.chunk_size =
+                IntArg(chunk_size, kBatchFn, "chunk_size", "be an int (0: no chunks)");
+            options.softcap = NumberArg(softcap, kBatchFn, "softcap", "be a number (0: off)");
+            options.sinks = sinks;
+            return self.Visit([&](auto& cache) {
+              using T = std::remove_cvref_t<decltype(*cache.Row(0).Keys().data)>;
+              const int64_t batch = cache.batch();
+              const Heads<const T> q = StepView<const T>(q_arg, "q", batch);
+              const int64_t n = q.tokens / batch;
+              py::array_t<int64_t> positions_array;
+              const auto query_pos = StepPositions(query_pos_arg, positions_array, "query_pos",
+                                                   batch, n);
+              const std::vector<uint8_t> mask = StepMask(mask_arg, batch, n);
+              const int64_t value_dim = cache.Row(0).options().value_dim;
+              py::array_t<float> out =
+                  OutputArray(out_arg, {batch, n, q.num_heads, value_dim}, kBatchFn);
+              const Heads<float> out_view =
+                  Heads<float>::Dense(out.mutable_data(), batch * n, q.num_heads, value_dim);
+              self.Locked([&] { cache.Attend(options, q, query_pos, mask, out_view); });
+              return out;
+            });
+          },
+          py::arg("q"), py::arg("query_pos"), py::arg("mask"), py::kw_only(),
+          py::arg("causal") = false, py::arg("alibi") = py::none(), py::arg("scale") = 0.0,
+          py::arg("window") = 0, py::arg("chunk_size") = 0, py::arg("softcap") = 0.0,
+          py::arg("sinks") = py::none(), py::arg("out") = py::none(),
+          "Each row's real queries of q [batch, n, heads, head_dim] at query_pos [batch, n] "
+          "against that row's cache -> float32 [batch, n, heads, value_dim], zero at pads; the "
+          "options are KvCache.attend's.")
+      .def(
+          "clear",
+          [](PyKvCacheBatch& self, const py::object& row) {
+            const int64_t b = IntArg(row, kBatchFn, "row");
+            self.Visit([&](auto& cache) { self.Locked([&] { cache.Row(b).Clear(); }); });
+          },
+          py::arg("row"), "Empties row `row` (before appending its recomputed sequence).")
+      .def_property_readonly(
+          "batch",
+          [](PyKvCacheBatch& self) { return self.Visit([](auto& c) { return c.batch(); }); },
+          "Sequences (rows).")
+      .def_property_readonly(
+          "sizes",
+          [](PyKvCacheBatch& self) {
+            return self.Visit([&](auto& cache) {
+              return self.Locked([&] {
+                std::vector<int64_t> sizes;
+                for (int64_t b = 0; b < cache.batch(); ++b) sizes.push_back(cache.Row(b).size());
+                return sizes;
+              });
+            });
+          },
+          "Tokens cached in each row (a list).")
+      .def(
+          "positions",
+          [](PyKvCacheBatch& self, const py::object& row) {
+            const int64_t b = IntArg(row, kBatchFn, "row");
+            return self.Visit([&](auto& cache) {
+              return self.Locked([&] {
+                const std::span<const int64_t> p = cache.Row(b).Positions();
+                return std::vector<int64_t>(p.begin(), p.end());
+              });
+            });
+          },
+          py::arg("row"), "The positions cached in row `row` (a list, a copy).")
+      .def_property_readonly("bfloat16", &PyKvCacheBatch::BFloat16Storage);
+}
 
 void BindKvCache(py::module_& m) {
   py::class_<PyKvCache>(m, "KvCache", kDoc)
       .def(py::init([](const py::object& capacity, const py::object& kv_heads,
                        const py::object& head_dim, const py::object& value_dim,
-                       const py::object& rope, const py::object& mrope, bool bfloat16) {
+                       const py::object& rope, const py::object& mrope, bool bfloat16,
+                       const py::object& long_rope, const py::object& long_rope_threshold,
+                       const py::object& crossing) {
              KvCacheOptions options{
                  .capacity = IntArg(capacity, kFn, "capacity"),
                  .kv_heads = IntArg(kv_heads, kFn, "kv_heads"),
@@ -222,12 +461,24 @@ void BindKvCache(py::module_& m) {
                                            ".rope)"),
                  .mrope = OptionalArg<MRope>(mrope, kFn, "mrope",
                                              "be None or a posenc.MRope (of a "
-                                             "MultimodalRotaryEmbedding: its .mrope)")};
+                                             "MultimodalRotaryEmbedding: its .mrope)"),
+                 .long_rope = std::nullopt,
+                 .long_rope_threshold = 0,
+                 .crossing = LongRopeCrossing::kRecompute};
+             SetLongRope(options, long_rope, long_rope_threshold, crossing);
              return std::make_unique<PyKvCache>(std::move(options), bfloat16);
            }),
            py::arg("capacity"), py::arg("kv_heads"), py::arg("head_dim"), py::kw_only(),
            py::arg("value_dim") = 0, py::arg("rope") = py::none(), py::arg("mrope") = py::none(),
-           py::arg("bfloat16") = false)
+           py::arg("bfloat16") = false, py::arg("long_rope") = py::none(),
+           py::arg("long_rope_threshold") = 0, py::arg("crossing") = "recompute")
+      .def(
+          "clear",
+          [](PyKvCache& self) {
+            self.Visit([&](auto& cache) { self.Locked([&] { cache.Clear(); }); });
+          },
+          "Empties the cache (capacity and options kept): before appending a recomputed "
+          "sequence.")
       .def(
           "append",
           [](PyKvCache& self, const py::object& positions, const py::object& k,
@@ -345,6 +596,15 @@ sinks + window <= capacity.)")
       .def_property_readonly(
           "mrope", [](PyKvCache& self) { return self.Options().mrope; },
           "The posenc.MRope that rotates the keys (a copy), or None.")
+      .def_property_readonly(
+          "long_rope", [](PyKvCache& self) { return self.Options().long_rope; },
+          "LongRoPE's long-factor posenc.Rope (a copy), or None.")
+      .def_property_readonly(
+          "long_rope_threshold", [](PyKvCache& self) { return self.Options().long_rope_threshold; },
+          "L0: positions from it on turn with long_rope.")
+      .def_property_readonly(
+          "crossing", [](PyKvCache& self) { return CrossingName(self.Options().crossing); },
+          "'recompute' or 'keep_rotation' (see the class).")
       .def_property_readonly(
           "keys",
           [](const py::object& self_object) {

@@ -35,4 +35,5 @@ PYBIND11_MODULE(_core, m) {
   posenc::python::BindRelativeBias(m);
   posenc::python::BindMRope(m);
   posenc::python::BindKvCache(m);
+  posenc::python::BindKvCacheBatch(m);
 }

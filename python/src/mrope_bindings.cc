@@ -381,12 +381,11 @@ std::string Described(const ModelPositions& model) {
 
 // MakeMRope of a described config: M-RoPE for a Qwen-VL config, one stream for 1-D RoPE.
 MRope MRopeFromModel(const ModelPositions& model, const std::optional<std::string>& layer_type,
-                     const std::optional<int64_t>& layer, const std::optional<int64_t>& seq_len,
-                     RopePrecision precision) {
+                     const std::optional<int64_t>& layer,
+                     const RopeFrequencyOptions& frequencies) {
   const auto* rope = std::get_if<RopeScheme>(&model.scheme);
   Require(rope != nullptr, kConfigFn, "config", "describe a RoPE model", Described(model));
-  return MakeMRope(*rope, ChooseRopeLayer(model, *rope, layer_type, layer),
-                   RopeFrequencyOptions{precision, seq_len});
+  return MakeMRope(*rope, ChooseRopeLayer(model, *rope, layer_type, layer), frequencies);
 }
 
 // MakeVisionRope of a described config's vision tower.

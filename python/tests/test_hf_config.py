@@ -514,3 +514,45 @@ def test_frequencies_match_transformers5(
         ulps = np.abs(got - expected) / np.spacing(expected)
         assert np.all(ulps <= 1), ulps
         assert rope.attention_factor == pytest.approx(attention_factor, rel=1e-12)
+
+
+# YaRN by release (docs/MODELS.md): rope_from_hf_config(yarn_rules=...) against
+# transformers 4.50.3, 4.51.0 and 5.23.0's own numbers (tests/golden/yarn_releases).
+YARN_RELEASES = GOLDEN.parent / "yarn_releases"
+RULES_OF_RELEASE = {
+    "4.50.3": "transformers4_50",
+    "4.51.0": "transformers4_51",
+    "5.23.0": "transformers5",
+}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.stem for p in YARN_RELEASES.glob("*.json"))
+)
+def test_yarn_rules_match_each_release(name):
+    golden = json.loads((YARN_RELEASES / f"{name}.json").read_text())
+    rope = posenc.rope_from_hf_config(
+        str(CONFIGS / golden["config_file"]),
+        yarn_rules=RULES_OF_RELEASE[golden["transformers_version"]],
+    )
+    expected = np.array(golden["inv_freq_f32"], dtype=np.float32)
+    ulps = np.abs(np.array(rope.inv_freq) - expected) / np.spacing(expected)
+    assert np.all(ulps <= 1), ulps
+    assert rope.attention_factor == pytest.approx(golden["attention_factor"], abs=1e-15)
+
+
+def test_yarn_rules_default_to_the_release_that_wrote_the_config():
+    config = json.loads((CONFIGS / "qwen2.5-7b-instruct-yarn-128k.json").read_text())
+    old = json.loads(
+        (YARN_RELEASES / "qwen2.5-7b-instruct-yarn-128k__transformers-4.50.3.json").read_text()
+    )
+    assert posenc.rope_from_hf_config(config).inv_freq == old["inv_freq_f32"]
+    del config["transformers_version"]
+    new = json.loads(
+        (YARN_RELEASES / "qwen2.5-7b-instruct-yarn-128k__transformers-5.23.0.json").read_text()
+    )
+    assert posenc.rope_from_hf_config(config).inv_freq == new["inv_freq_f32"]
+    with pytest.raises(posenc.Error, match="yarn_rules must be transformers5, "):
+        posenc.rope_from_hf_config(config, yarn_rules="transformers4_49")
+    with pytest.raises(posenc.Error, match="yarn_rules must be None or a name"):
+        posenc.rope_from_hf_config(config, yarn_rules=450)
