@@ -374,8 +374,10 @@ void BindKvCacheBatch(py::module_& m) {
             options.causal = py::bool_(causal);
             options.alibi =
                 OptionalArg<Alibi>(alibi, kBatchFn, "alibi", "be None or a posenc.Alibi");
-            options.scale =
-                NumberArg(scale, kBatchFn, "scale", "be a number (0: 1 / sqrt(head_dim))");
+            options.scale = scale.is_none() ? 0.0
+                                            : NumberArg(scale, kBatchFn, "scale",
+                                                        "be None or a number (None or 0: 1 / "
+                                                        "sqrt(head_dim))");
             options.window = IntArg(window, kBatchFn, "window", "be an int (0: no window)");
             options.chunk_size =
                 IntArg(chunk_size, kBatchFn, "chunk_size", "be an int (0: no chunks)");
@@ -400,7 +402,7 @@ void BindKvCacheBatch(py::module_& m) {
             });
           },
           py::arg("q"), py::arg("query_pos"), py::arg("mask"), py::kw_only(),
-          py::arg("causal") = false, py::arg("alibi") = py::none(), py::arg("scale") = 0.0,
+          py::arg("causal") = false, py::arg("alibi") = py::none(), py::arg("scale") = py::none(),
           py::arg("window") = 0, py::arg("chunk_size") = 0, py::arg("softcap") = 0.0,
           py::arg("sinks") = py::none(), py::arg("out") = py::none(),
           "Each row's real queries of q [batch, n, heads, head_dim] at query_pos [batch, n] "
