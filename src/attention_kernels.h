@@ -48,6 +48,11 @@ struct AttentionKernelArgs {
   // Visible iff query_pos - key_pos >= min_distance (on top of the masks above); 0 = none. The
   // far part of Self-Extend (self_extend.cc): keys at least the neighbour window away.
   int64_t min_distance = 0;
+  // Dual chunk attention's parts (dual_chunk.cc), with chunk_size: the chunk seen is the query's
+  // own less chunk_lag (1: the chunk before it), and with earlier_chunks every chunk before that
+  // one too. 0 and false: the query's own chunk, as above.
+  int64_t chunk_lag = 0;
+  bool earlier_chunks = false;
   const float* alibi_slopes = nullptr;  // num_heads entries, or nullptr without ALiBi
   float scale = 1.0f;                   // score scale, > 0
   // Per query token, the score scale times its query scale (replacing scale), or nullptr.
@@ -104,9 +109,10 @@ inline float KernelSink(const AttentionKernelArgs& a, int64_t head, int64_t pos,
   return static_cast<float>(sink);
 }
 
-// The key positions [lo, hi] that a query at `pos` sees: causal, the window, chunks and the
-// minimum distance together leave one interval. Positions are in [0, 2^32] and window,
-// chunk_size, min_distance in [1, 2^32] where used: no overflow.
+// The key positions [lo, hi] that a query at `pos` sees: causal, the window, chunks (with their
+// lag) and the minimum distance together leave one interval, empty (hi < lo or hi < 0) when
+// nothing is visible. Positions are in [0, 2^32], window, chunk_size, min_distance in [1, 2^32]
+// where used and chunk_lag in [0, 2]: no overflow.
 struct KeyInterval {
   int64_t lo = std::numeric_limits<int64_t>::min();
   int64_t hi = std::numeric_limits<int64_t>::max();
@@ -116,8 +122,8 @@ inline KeyInterval VisibleKeys(const AttentionKernelArgs& a, int64_t pos) {
   if (a.causal) keys.hi = pos;
   if (a.window > 0) keys.lo = pos - a.window + 1;
   if (a.chunk_size > 0) {
-    const int64_t chunk_begin = pos - pos % a.chunk_size;
-    keys.lo = std::max(keys.lo, chunk_begin);
+    const int64_t chunk_begin = pos - pos % a.chunk_size - a.chunk_lag * a.chunk_size;
+    if (!a.earlier_chunks) keys.lo = std::max(keys.lo, chunk_begin);
     keys.hi = std::min(keys.hi, chunk_begin + (a.chunk_size - 1));
   }
   if (a.min_distance > 0) keys.hi = std::min(keys.hi, pos - a.min_distance);

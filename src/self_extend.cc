@@ -1,14 +1,13 @@
 #include "posenc/self_extend.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "attention_kernels.h"
 #include "attention_reference_row.h"
+#include "partial_attention.h"
 #include "posenc/error.h"
 #include "posenc/positions.h"
 
@@ -43,38 +42,26 @@ bool AnyGroupKey(const AttentionOptions& options, const SelfExtend& se,
   return max_query - min_key >= se.neighbor_window;
 }
 
-// A dense copy of x rotated by `rope` at `positions`, by the standalone op (the same SIMD kernel
-// as Attention's), in x's storage type.
-template <typename T>
-std::vector<T> Rotated(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x) {
-  std::vector<T> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
-  ApplyRope(rope, positions, x, Heads<T>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim),
-            RopeDirection::kForward);
-  return buffer;
-}
-
-// One partial attention on the tiled kernel: q and k rotated at the given positions, the masks
-// of options in the original positions, plus `window` and `min_distance`, into out (any view) and,
-// when given, each row's log-sum-exp into lse [q_tokens, num_heads].
+// One partial attention: q and k rotated at the given positions, the masks of options in the
+// original positions plus `window` and `min_distance`, into out and, when given, lse.
 template <typename T>
 void PartialAttention(const AttentionOptions& options, Heads<const T> q, Heads<const T> k,
                       Heads<const T> v, std::span<const int64_t> query_pos,
                       std::span<const int64_t> key_pos, std::span<const int64_t> query_rotation,
                       std::span<const int64_t> key_rotation, int64_t window, int64_t min_distance,
                       Heads<float> out, float* lse) {
-  const std::vector<T> q_rotated = Rotated(*options.rope, query_rotation, q);
-  const std::vector<T> k_rotated = Rotated(*options.rope, key_rotation, k);
-  internal::AttentionKernelArgs args = internal::KernelArgsFor<T>(
+  const std::vector<T> q_rotated = internal::RotatedCopy(*options.rope, query_rotation, q);
+  const std::vector<T> k_rotated = internal::RotatedCopy(*options.rope, key_rotation, k);
+  internal::PartialMasks masks;
+  masks.causal = options.causal;
+  masks.window = window;
+  masks.chunk_size = options.chunk_size;
+  masks.min_distance = min_distance;
+  internal::PartialAttention(
+      masks, static_cast<float>(ScoreScale(options, q.head_dim)),
       Heads<const T>::Dense(q_rotated.data(), q.tokens, q.num_heads, q.head_dim),
       Heads<const T>::Dense(k_rotated.data(), k.tokens, k.num_heads, k.head_dim), v, query_pos,
-      key_pos, out);
-  args.causal = options.causal;
-  args.window = window;
-  args.chunk_size = options.chunk_size;
-  args.min_distance = min_distance;
-  args.scale = static_cast<float>(ScoreScale(options, q.head_dim));
-  args.lse = lse;
-  internal::AttentionKernel(args);
+      key_pos, out, lse);
 }
 
 // The fast path on validated input. The neighbour keys (d < W) and the group keys (d >= W) of a
@@ -105,28 +92,7 @@ void FusedSelfExtend(const AttentionOptions& options, const SelfExtend& se, Head
   PartialAttention(options, q, k, v, query_pos, key_pos, group_query, group_key, options.window, w,
                    group, group_lse.data());
 
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < q.tokens; ++i) {
-    for (int64_t h = 0; h < q.num_heads; ++h) {
-      const size_t row = static_cast<size_t>(i * q.num_heads + h);
-      const double ln = neighbor_lse[row], lg = group_lse[row];
-      float* o = out.Row(i, h);
-      const float* og = group.Row(i, h);
-      if (lg == kNegInf) continue;  // no group key: the neighbour part is the answer
-      if (ln == kNegInf) {          // no neighbour key (a window or chunk edge)
-        std::copy(og, og + v.head_dim, o);
-        continue;
-      }
-      // NaN in either log-sum-exp makes both weights NaN, and the row NaN.
-      const double m = std::isnan(ln) || std::isnan(lg) ? ln + lg : std::max(ln, lg);
-      const double wn = std::exp(ln - m), wg = std::exp(lg - m);
-      const double total = wn + wg;
-      for (int64_t e = 0; e < v.head_dim; ++e) {
-        o[e] = static_cast<float>(
-            (wn * static_cast<double>(o[e]) + wg * static_cast<double>(og[e])) / total);
-      }
-    }
-  }
+  internal::MergePartialAttention(out, neighbor_lse.data(), group, group_lse.data());
 }
 
 // Self-Extend's own checks, then Attention's (shapes, positions, rope, scale, window, chunks,
@@ -158,16 +124,6 @@ void ValidatedSelfExtend(const AttentionOptions& options, const SelfExtend& se, 
   CheckSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
   if (q.Empty()) return;
   FusedSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
-}
-
-// ApplyRopeReference of x at `positions` into a dense float copy.
-std::vector<float> RotatedReference(const Rope& rope, std::span<const int64_t> positions,
-                                    Heads<const float> x) {
-  std::vector<float> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
-  ApplyRopeReference(rope, positions, x,
-                     Heads<float>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim),
-                     RopeDirection::kForward);
-  return buffer;
 }
 
 }  // namespace
@@ -218,10 +174,10 @@ void SelfExtendAttentionReference(const AttentionOptions& options, const SelfExt
   const Rope& rope = *options.rope;
   const std::vector<int64_t> group_query = GroupPositions(se, query_pos, true);
   const std::vector<int64_t> group_key = GroupPositions(se, key_pos, false);
-  const std::vector<float> qn = RotatedReference(rope, query_pos, q);
-  const std::vector<float> kn = RotatedReference(rope, key_pos, k);
-  const std::vector<float> qg = RotatedReference(rope, group_query, q);
-  const std::vector<float> kg = RotatedReference(rope, group_key, k);
+  const std::vector<float> qn = internal::RotatedReferenceCopy(rope, query_pos, q);
+  const std::vector<float> kn = internal::RotatedReferenceCopy(rope, key_pos, k);
+  const std::vector<float> qg = internal::RotatedReferenceCopy(rope, group_query, q);
+  const std::vector<float> kg = internal::RotatedReferenceCopy(rope, group_key, k);
   const auto dense = [](const std::vector<float>& x, const auto& like) {
     return Heads<const float>::Dense(x.data(), like.tokens, like.num_heads, like.head_dim);
   };
