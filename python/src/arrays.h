@@ -40,15 +40,23 @@ py::array AsArray(const py::object& value, std::string_view function, std::strin
 // (any stride). Its length and values are the library's to check (AttentionOptions::sinks).
 std::vector<float> SinkValues(const py::object& value, std::string_view function);
 
+// The size of an array's elements in bytes, asked of numpy. pybind11 before 2.12 (Debian 12 has
+// 2.10) reads py::array::itemsize() from the dtype descriptor's numpy 1 layout, in which numpy 2
+// moved the element size: under numpy 2 it returns another field's bits.
+inline ssize_t ItemSize(const py::array& array) {
+  return array.dtype().attr("itemsize").cast<ssize_t>();
+}
+
 // Whether `array` holds elements of type T, and T's name in messages. float16 is numpy's own;
 // bfloat16 has no numpy dtype, so its bits travel in a 2-byte integer array (from PyTorch:
-// tensor.view(torch.int16)), a reinterpretation that copies nothing.
+// tensor.view(torch.int16)), a reinterpretation that copies nothing. The dtype's character code
+// ('e' float16, 'h' int16, 'H' uint16) sits where numpy 1 and 2 both keep it (see ItemSize).
 template <typename T>
 bool HoldsElement(const py::array& array) {
   if constexpr (std::is_same_v<T, Float16>) {
-    return array.dtype().kind() == 'f' && array.itemsize() == 2;
+    return array.dtype().char_() == 'e';
   } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return (array.dtype().kind() == 'i' || array.dtype().kind() == 'u') && array.itemsize() == 2;
+    return array.dtype().char_() == 'h' || array.dtype().char_() == 'H';
   } else {
     return py::isinstance<py::array_t<T>>(array);
   }

@@ -13,10 +13,19 @@ py::object OutputLike(const py::object& out, const py::object& like, std::string
   const py::array array = AsArray(like, function, name);
   // `like` may be a broadcast view of far more elements than its memory holds.
   const std::vector<int64_t> shape = ShapeOf(array);
-  if (!OutputFits(shape, array.itemsize())) {  // the dtype's name is a Python call: only to fail
-    RequireOutputSize(shape, array.itemsize(), function, "out.shape", DtypeName(array));
+  const ssize_t item_size = ItemSize(array);
+  if (!OutputFits(shape, item_size)) {  // the dtype's name is a Python call: only to fail
+    RequireOutputSize(shape, item_size, function, "out.shape", DtypeName(array));
   }
-  return py::array(array.dtype(), shape);
+  // C-contiguous strides from numpy's item size, given explicitly: pybind11 2.10 would derive
+  // them from its own reading of the element size, wrong under numpy 2 (ItemSize).
+  std::vector<int64_t> strides(shape.size());
+  int64_t stride = item_size;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return py::array(array.dtype(), shape, strides);
 }
 
 void RequireSameShape(const py::object& a, const py::object& b, std::string_view function,
