@@ -488,3 +488,30 @@ def test_register_twice_and_load_with_posenc():
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(llama31(), attn_implementation="posenc")
     assert model.config._attn_implementation == "posenc"
+
+
+def test_qwen2_vl_with_an_image():
+    # Qwen2-VL with one 4 x 4-patch image per row (4 tokens after the 2 x 2 merge): M-RoPE's
+    # three position streams differ there, and the vision tower's attention (bidirectional,
+    # no mask, one call per image) runs on posenc too.
+    model = model_of("qwen2-vl")
+    ids, mask = batch(12)
+    ids, mask = ids[:2].clone(), mask[:2]
+    ids[:, 5:11] = torch.tensor([120, 123, 123, 123, 123, 121])  # vision start, image, end
+    config = model.config.vision_config
+    features = config.in_channels * config.temporal_patch_size * config.patch_size ** 2
+    pixels = torch.randn(2 * 16, features, generator=torch.Generator().manual_seed(3))
+    image = dict(pixel_values=pixels, image_grid_thw=torch.tensor([[1, 4, 4], [1, 4, 4]]),
+                 mm_token_type_ids=(ids == 123).long())  # text 0, image 1, as the processor
+    kept = mask.bool()
+    with torch.no_grad():
+        expect = run(model, "sdpa", ids, mask, **image).logits[kept]
+        got = run(model, "posenc", ids, mask, **image).logits[kept]
+    # As in test_logits_float32.
+    assert (got - expect).abs().max() <= 2e-5 * expect.abs().max()
+    settings = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
+    tokens = []
+    for impl in ("sdpa", "posenc"):
+        model.set_attn_implementation(impl)
+        tokens.append(model.generate(input_ids=ids, attention_mask=mask, **image, **settings))
+    assert torch.equal(tokens[1], tokens[0])
