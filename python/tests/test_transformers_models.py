@@ -19,10 +19,10 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, Qwen2VLForConditionalGeneration
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import (
+    and_masks,
     causal_mask_function,
     chunked_causal_mask_function,
     packed_sequence_mask_function,
-    and_masks,
     sdpa_mask,
     sliding_window_causal_mask_function,
 )
@@ -33,7 +33,6 @@ import posenc.transformers as ptf
 TRANSFORMERS_VERSION = "5.23.0"
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "configs"
 
-torch.set_num_threads(2)
 ptf.register()
 
 # The shrink every model gets: 64 wide, 2 layers, head_dim 16, a 128-token vocabulary. The
@@ -42,7 +41,6 @@ ptf.register()
 SMALL = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16, vocab_size=128,
     initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    tie_word_embeddings=False,
 )
 
 
@@ -162,9 +160,7 @@ def qwen2_vl():
     ids = dict(vision_start_token_id=120, vision_end_token_id=121, vision_token_id=122,
                image_token_id=123, video_token_id=124)
     fields.update(ids)
-    fields.pop("head_dim", None)
-    config = _config(fields, num_attention_heads=4, num_key_value_heads=2)
-    return config
+    return _config(fields, num_attention_heads=4, num_key_value_heads=2)
 
 
 def llama4():
