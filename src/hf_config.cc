@@ -14,6 +14,7 @@
 #include "hf_json.h"
 #include "posenc/error.h"
 #include "posenc/files.h"
+#include "posenc/positions.h"
 
 namespace posenc {
 namespace {
@@ -438,6 +439,37 @@ int64_t ReadKeyValueHeads(const Node& top, const std::string& model_type, int64_
   return OptionalInt(top, "num_key_value_heads", 1, heads).value_or(heads);
 }
 
+// Qwen2.5-1M's dual_chunk_attention_config. vLLM reads it with .get(key, default)
+// (DualChunkFlashAttentionImpl: chunk_size 8192, local_size 1024,
+// original_max_position_embeddings 0) and forms the chunk length chunk_size - local_size, which
+// must be >= 1.
+void ReadDualChunk(const Node& top, RopeScheme& scheme) {
+  const Json* value = top.Value("dual_chunk_attention_config");
+  if (value == nullptr) return;
+  if (!value->is_object()) Fail(top.Key("dual_chunk_attention_config"), "be an object", value);
+  const Node dict{*value, top.Key("dual_chunk_attention_config.")};
+  DualChunk dca;
+  for (auto [field, key, lo, fallback] :
+       {std::tuple{&dca.chunk_size, "chunk_size", int64_t{2}, int64_t{8192}},
+        std::tuple{&dca.local_size, "local_size", int64_t{1}, int64_t{1024}},
+        std::tuple{&dca.original_max_position_embeddings, "original_max_position_embeddings",
+                   int64_t{0}, int64_t{0}}}) {
+    const std::optional<int64_t> given = OptionalInt(dict, key, lo, kMaxPosition);
+    if (!given) {
+      Note(scheme, dict.Key(key) + " absent: " + std::to_string(fallback) + " (vLLM's default)");
+    }
+    *field = given.value_or(fallback);
+  }
+  if (dca.chunk_size <= dca.local_size) {
+    const Json shown = dca.chunk_size;  // as given, or vLLM's default
+    Fail(dict.Key("chunk_size"),
+         "be > local_size (" + std::to_string(dca.local_size) +
+             "): the chunk length chunk_size - local_size must be >= 1",
+         &shown);
+  }
+  scheme.dual_chunk = dca;
+}
+
 // M-RoPE's sections (Qwen2-VL family): they must cover the rotary pairs exactly.
 void ReadMropeSection(const Node& dict, RopeScheme& scheme, int64_t rotary_dim) {
   const Json* section = dict.Value("mrope_section");
@@ -555,6 +587,7 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
     scheme.logit_softcap =
         OptionalNumber(top, "attn_logit_softcapping", "be a number > 0 or null", kPositive);
   }
+  ReadDualChunk(top, scheme);
   if (scheme.softmax_scale_multiplier && top.Value("qk_nope_head_dim") != nullptr &&
       top.Value("qk_rope_head_dim") != nullptr) {
     const int64_t qk_head_dim = RequiredInt(top, "qk_nope_head_dim", 1, kMaxHeadDim) +

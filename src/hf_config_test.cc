@@ -317,6 +317,42 @@ TEST(HfConfigRules, LegacyRopeScalingReplacesRopeParameters) {
   EXPECT_EQ(newer.rope_theta, 500000.0);
 }
 
+// Qwen2.5-1M's dual_chunk_attention_config as vLLM reads it: the published file's values, vLLM's
+// defaults for keys left out (each noted), and a chunk length below 1 refused.
+TEST(HfConfigRules, DualChunkAttentionConfig) {
+  const RopeScheme qwen =
+      AsRope(LoadHfConfig(ConfigPath("real/qwen2-qwen2.5-7b-instruct-1m.json")));
+  ASSERT_TRUE(qwen.dual_chunk.has_value());
+  EXPECT_EQ(qwen.dual_chunk->chunk_size, 262144);
+  EXPECT_EQ(qwen.dual_chunk->local_size, 8192);
+  EXPECT_EQ(qwen.dual_chunk->original_max_position_embeddings, 262144);
+  EXPECT_FALSE(ParseRope(Llama()).dual_chunk.has_value());
+  Json config = Llama();
+  config["dual_chunk_attention_config"] = Json::object();
+  const RopeScheme defaults = ParseRope(config);
+  ASSERT_TRUE(defaults.dual_chunk.has_value());
+  EXPECT_EQ(defaults.dual_chunk->chunk_size, 8192);
+  EXPECT_EQ(defaults.dual_chunk->local_size, 1024);
+  EXPECT_EQ(defaults.dual_chunk->original_max_position_embeddings, 0);
+  for (const char* note : {"dual_chunk_attention_config.chunk_size absent: 8192 (vLLM's default)",
+                           "dual_chunk_attention_config.local_size absent: 1024 (vLLM's default)",
+                           "dual_chunk_attention_config.original_max_position_embeddings absent: "
+                           "0 (vLLM's default)"}) {
+    EXPECT_NE(std::find(defaults.notes.begin(), defaults.notes.end(), note), defaults.notes.end())
+        << note;
+  }
+  config["dual_chunk_attention_config"] = {{"local_size", 8192}};
+  ExpectError(config.dump(),
+              "[hf_config] dual_chunk_attention_config.chunk_size must be > local_size (8192): "
+              "the chunk length chunk_size - local_size must be >= 1, got 8192");
+  config["dual_chunk_attention_config"] = {{"chunk_size", 1024}, {"local_size", 0}};
+  ExpectError(config.dump(),
+              "[hf_config] dual_chunk_attention_config.local_size must be an integer in [1, "
+              "4294967296], got 0");
+  config["dual_chunk_attention_config"] = 4;
+  ExpectError(config.dump(), "[hf_config] dual_chunk_attention_config must be an object, got 4");
+}
+
 TEST(HfConfigRules, MissingThetaTakesTheClassDefaultAndSaysSo) {
   Json config = Llama();
   config.erase("rope_theta");

@@ -516,6 +516,61 @@ TEST(CliInspectLayers, EmbeddingGemmaWindowsOnFiveOfSixLayers) {
       << text.output;
 }
 
+// Qwen2.5-7B-Instruct-1M's dual_chunk_attention_config (docs/DUAL_CHUNK.md): the published values,
+// the chunk length chunk_size - local_size, the inter-chunk query position and the length
+// scaling at max_position_embeddings as vLLM's code gives them (tests/golden/dca_vllm/).
+TEST(CliInspect, QwenDualChunkAttention) {
+  const std::string config = RealConfig("qwen2-qwen2.5-7b-instruct-1m");
+  const auto golden = GoldenFile("dca_vllm/positions_qwen_1m.json");
+  const auto out = InspectJson(config);
+  const auto& d = out["dual_chunk_attention"];
+  EXPECT_EQ(d["chunk_size"], 262144);
+  EXPECT_EQ(d["local_size"], 8192);
+  EXPECT_EQ(d["original_max_position_embeddings"], 262144);
+  EXPECT_EQ(d["chunk_length"], 262144 - 8192);
+  EXPECT_EQ(d["inter_query_position"], golden["q_inter"][0]);
+  EXPECT_EQ(d["largest_scored_distance"], 262144);
+  // vLLM's float32 scaling factor at 1010000 tokens.
+  ASSERT_EQ(golden["scaling_factor_lengths"].back(), 1010000);
+  EXPECT_NEAR(d["length_scaling_at_max_position_embeddings"].get<double>(),
+              golden["scaling_factor_float32"].back().get<double>(), 1e-6);
+  EXPECT_EQ(out["rope_theta"], 1e7);
+  EXPECT_EQ(out["max_position_embeddings"], 1010000);
+  const CliRun text = Cli("inspect " + config);
+  ASSERT_EQ(text.status, 0) << text.output;
+  for (const std::string line :
+       {"dual chunk    chunk_size 262144, local_size 8192, original_max_position_embeddings "
+        "262144 (dual chunk attention, as vLLM serves it)\n",
+        "              chunks of 253952 positions: keys rotate at pos mod 253952; queries at pos "
+        "mod 253952 for keys in their chunk, min(pos mod 253952 + 253952, 262144) for the chunk "
+        "before, 262144 for earlier chunks\n",
+        "              no scored distance exceeds 262144 at any length: max_position_embeddings "
+        "1010000 is reached by chunking, not by RoPE scaling\n",
+        "              logits x f^2, f = max(1, 0.1 ln(n / 262144) + 1) for n tokens: f = "
+        "1.134881164 at 1010000\n"}) {
+    EXPECT_NE(text.output.find(line), std::string::npos) << line << "\n" << text.output;
+  }
+  // A config without the key reports none.
+  EXPECT_FALSE(InspectJson(ConfigFile("qwen2.5-7b-instruct-yarn.json"))
+                   .contains("dual_chunk_attention"));
+}
+
+// A chunk no longer than the local window is refused, naming the key as written.
+TEST(CliInspect, DualChunkAttentionConfigIsValidated) {
+  const auto dir = ScratchDir("inspect-dca");
+  auto config = nlohmann::json::parse(ReadFile(RealConfig("qwen2-qwen2.5-7b-instruct-1m")));
+  config["dual_chunk_attention_config"]["local_size"] = 262144;
+  const auto path = dir / "dca.json";
+  std::ofstream(path) << config.dump();
+  const CliRun run = Cli("inspect " + path.string());
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.output.find("[hf_config] dual_chunk_attention_config.chunk_size must be > "
+                            "local_size (262144): the chunk length chunk_size - local_size must "
+                            "be >= 1, got 262144"),
+            std::string::npos)
+      << run.output;
+}
+
 TEST(CliInspectLayers, ChatGlmAndAyaInterleaved) {
   for (const char* name : {"chatglm-chatglm2-6b", "chatglm-glm-4-9b-chat", "cohere-aya-23-8b"}) {
     SCOPED_TRACE(name);

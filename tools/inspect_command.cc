@@ -84,6 +84,35 @@ std::string Number(const Json& value) {
   return s.str();
 }
 
+// dual_chunk_attention_config (docs/DUAL_CHUNK.md): the chunks, where each part rotates the
+// query, and what that does to the context.
+void PrintDualChunk(const Json& r) {
+  const Json& d = r["dual_chunk_attention"];
+  const std::string l = d["chunk_length"].dump(), c = d["chunk_size"].dump();
+  std::cout << "dual chunk    chunk_size " << c << ", local_size " << d["local_size"]
+            << ", original_max_position_embeddings " << d["original_max_position_embeddings"]
+            << " (dual chunk attention, as vLLM serves it)\n"
+            << "              chunks of " << l << " positions: keys rotate at pos mod " << l
+            << "; queries at pos mod " << l << " for keys in their chunk, min(pos mod " << l
+            << " + " << l << ", " << c << ") for the chunk before, "
+            << d["inter_query_position"] << " for earlier chunks\n"
+            << "              no scored distance exceeds " << c << " at any length";
+  if (!r["max_position_embeddings"].is_null()) {
+    std::cout << ": max_position_embeddings " << Number(r["max_position_embeddings"])
+              << " is reached by chunking, not by RoPE scaling";
+  }
+  std::cout << "\n";
+  if (d["original_max_position_embeddings"] != 0) {
+    std::cout << "              logits x f^2, f = max(1, 0.1 ln(n / "
+              << d["original_max_position_embeddings"] << ") + 1) for n tokens";
+    if (!d["length_scaling_at_max_position_embeddings"].is_null()) {
+      std::cout << ": f = " << Number(d["length_scaling_at_max_position_embeddings"]) << " at "
+                << Number(r["max_position_embeddings"]);
+    }
+    std::cout << "\n";
+  }
+}
+
 void PrintRope(const Json& r, const std::vector<PairRow>& rows,
                const std::vector<std::string>& vision_lines) {
   std::cout << "scheme        RoPE ("
@@ -142,6 +171,7 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows,
     if (r.contains("softmax_scale")) std::cout << ": " << Number(r["softmax_scale"]);
     std::cout << "\n";
   }
+  if (r.contains("dual_chunk_attention")) PrintDualChunk(r);
   for (PairClass c : {PairClass::kExtrapolated, PairClass::kBlended, PairClass::kInterpolated,
                       PairClass::kUnrotated}) {
     std::printf("%-13s %s\n", Name(c), Ranges(rows, c).c_str());
@@ -211,7 +241,8 @@ void AddInspectCommand(CLI::App& app) {
       "Prints the scheme; for RoPE the rope type, head_dim, rotary_dim, every pair's inverse "
       "frequency and wavelength before and after scaling against the original context "
       "(extrapolated: frequency kept; interpolated: divided by the rule's full factor; blended: "
-      "in between), the attention factor, DeepSeek's softmax multiplier, cos and sin at "
+      "in between), the attention factor, DeepSeek's softmax multiplier, Qwen2.5-1M's dual "
+      "chunk attention (chunks, query positions, length scaling), cos and sin at "
       "--positions, and a wavelength chart (--chart). Then each layer, run-length coded where "
       "layers differ: RoPE (theta, rope type) or NoPE, sliding window, chunked attention, query "
       "scale, bidirectional attention. Also: rotary_offset (DeepSeek: head_dim 192 = 128 "
@@ -225,7 +256,10 @@ void AddInspectCommand(CLI::App& app) {
                     "rotary_offset, mrope_section, mrope (sections, layout, pair_stream, "
                     "pairs), vision_rope (kind, head_dim, theta, patch grid, pair_stream, "
                     "inv_freq, pairs), inv_freq (full double precision), "
-                    "attention_factor, wavelength, pair_class, layers (index, scheme, "
+                    "attention_factor, wavelength, pair_class, dual_chunk_attention (chunk_size, "
+                    "local_size, original_max_position_embeddings, chunk_length, "
+                    "inter_query_position, largest_scored_distance, "
+                    "length_scaling_at_max_position_embeddings), layers (index, scheme, "
                     "layer_type, rope_theta, rope_type, sliding_window, attention_chunk_size, "
                     "query_scale, causal, symmetric_window), ...; with "
                     "--positions also positions, cos and sin [position][pair] (attention factor "

@@ -29,6 +29,23 @@ const char* Name(PairClass c) {
 
 namespace {
 
+// What a dual_chunk_attention_config means (posenc/dual_chunk.h): the chunk length, the query
+// positions of the three parts, the largest distance ever scored, and the length scaling f at
+// max_position_embeddings.
+Json DualChunkJson(const RopeScheme& scheme) {
+  const DualChunk& dca = *scheme.dual_chunk;
+  Json out{{"chunk_size", dca.chunk_size},
+           {"local_size", dca.local_size},
+           {"original_max_position_embeddings", dca.original_max_position_embeddings},
+           {"chunk_length", dca.ChunkLength()},
+           {"inter_query_position", dca.QueryPosition(DualChunkPart::kInter, 0)},
+           {"largest_scored_distance", dca.chunk_size}};
+  out["length_scaling_at_max_position_embeddings"] =
+      scheme.max_position_embeddings ? Json(dca.LengthScaling(*scheme.max_position_embeddings))
+                                     : Json(nullptr);
+  return out;
+}
+
 double Wavelength(double inv_freq) {
   return inv_freq > 0 ? 2.0 * std::numbers::pi / inv_freq : std::numeric_limits<double>::infinity();
 }
@@ -129,6 +146,7 @@ RopeReport InspectRope(const ModelPositions& model, const ModelRopeOptions& opti
     out["softmax_scale_multiplier"] = *scheme.softmax_scale_multiplier;
   }
   if (scheme.softmax_scale) out["softmax_scale"] = *scheme.softmax_scale;
+  if (scheme.dual_chunk) out["dual_chunk_attention"] = DualChunkJson(scheme);
   if (!options.positions.empty()) {
     // A printed cos and sin pair takes at most 64 bytes ("  pair  12  cos ...  sin ...").
     options.limit.Check("inspect", "--positions x rotary pairs",

@@ -42,6 +42,7 @@
 #include <variant>
 #include <vector>
 
+#include "posenc/dual_chunk.h"
 #include "posenc/mrope.h"
 #include "posenc/rope.h"
 #include "posenc/rope_scaling.h"
@@ -125,6 +126,10 @@ struct RopeScheme {
   // Gemma 2/3's attn_logit_softcapping (AttentionOptions::softcap), when the config gives a
   // number (Gemma 3's null: none).
   std::optional<double> logit_softcap;
+  // Qwen2.5-1M's dual_chunk_attention_config (posenc/dual_chunk.h, docs/DUAL_CHUNK.md), when the
+  // config gives one: vLLM serves such a model with dual chunk attention. Keys left out take
+  // vLLM's defaults (chunk_size 8192, local_size 1024, original_max_position_embeddings 0).
+  std::optional<DualChunk> dual_chunk;
   // Qwen2-VL / Qwen2.5-VL / Qwen3-VL M-RoPE: rotary pairs per position stream (time, height,
   // width), in blocks or interleaved across pairs. Empty for 1-D RoPE. For text tokens (equal
   // streams) M-RoPE is this 1-D RoPE exactly; image and video tokens need 3-D positions.
