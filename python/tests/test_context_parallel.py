@@ -310,4 +310,4 @@ def test_arguments_checked_before_the_ring():
 
 def test_names():
     assert pt.distributed is cp
-    assert cp.context_parallel_attention.__module__ == "posenc.distributed"
+    assert cp.context_parallel_attention.__module__ == "posenc.torch.distributed"

@@ -16,6 +16,7 @@ import torch.fx
 import posenc
 import posenc.torch as pt
 from posenc import _torch_reference as reference
+from posenc.torch._tensors import _head_view
 
 torch.manual_seed(0)
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -70,9 +71,9 @@ def test_hf_layout_views_are_read_in_place():
     gradient reaches the kernel as it is: no copy."""
     x = torch.randn(2, 4, 6, 16)
     view = x.transpose(1, 2)
-    assert pt._head_view(view) is view
+    assert _head_view(view) is view
     expanded = torch.randn(1, 1, 16).expand(6, 4, 16)
-    assert pt._head_view(expanded) is not expanded
+    assert _head_view(expanded) is not expanded
 
 
 def test_positions_are_never_guessed_from_an_ambiguous_shape():

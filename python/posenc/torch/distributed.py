@@ -39,7 +39,19 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from posenc import _core
-import posenc.torch as _pt
+from posenc.torch._tensors import (
+    _check_cpu,
+    _check_positions,
+    _check_tensor,
+    _dtype_name,
+    _empty,
+    _error,
+    _item_size,
+    _numpy,
+    _qkv_format,
+    _tokens_first,
+)
+from posenc.torch.attention import _ATTENTION_DTYPES, _check_options
 
 __all__ = ["context_parallel_attention", "shard_positions"]
 
@@ -53,9 +65,9 @@ _TAG_GRAD = 12
 
 def _check_int(function, name, value, rule, ok):
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _pt._error(function, name, "be an int", type(value).__name__)
+        raise _error(function, name, "be an int", type(value).__name__)
     if not ok(value):
-        raise _pt._error(function, name, rule, value)
+        raise _error(function, name, rule, value)
 
 
 def shard_positions(seq_len, world, rank, scheme="zigzag"):
@@ -72,7 +84,7 @@ def shard_positions(seq_len, world, rank, scheme="zigzag"):
     _check_int(fn, "world", world, "be >= 1", lambda w: w >= 1)
     _check_int(fn, "rank", rank, f"be in [0, world) = [0, {world})", lambda r: 0 <= r < world)
     if scheme not in _SCHEMES:
-        raise _pt._error(fn, "scheme", "be 'zigzag' or 'contiguous'", repr(scheme))
+        raise _error(fn, "scheme", "be 'zigzag' or 'contiguous'", repr(scheme))
     chunks = 2 * world if scheme == "zigzag" else world
     _check_int(
         fn,
@@ -86,7 +98,7 @@ def shard_positions(seq_len, world, rank, scheme="zigzag"):
     _core.validate_positions(fn, seq_len - 1, "seq_len - 1")
     chunk = seq_len // chunks
     held = chunks // world  # chunks per rank: 2 for zigzag
-    positions = _pt._empty(fn, (held * chunk,), torch.int64, name="positions.shape")
+    positions = _empty(fn, (held * chunk,), torch.int64, name="positions.shape")
     torch.arange(held * chunk, out=positions)
     positions += rank * chunk
     if scheme == "zigzag":  # the late chunk, 2 * world - 1 - rank
@@ -155,7 +167,7 @@ def _unpack(buffer, layout):
         count = 1
         for n in shape:
             count *= n
-        size = count * _pt._item_size(dtype)
+        size = count * _item_size(dtype)
         views.append(buffer[offset : offset + size].view(dtype).view(shape))
         offset += size
     return views
@@ -170,7 +182,7 @@ def _block_forward(q, k, v, qpos, kpos, options):
     float32 tensors, lse -inf for rows that see nothing of the block. A
     module-level function so that a test can make a rank fail mid-ring."""
     out, lse = _core.attention_forward(
-        _pt._numpy(q), _pt._numpy(k), _pt._numpy(v), qpos.numpy(), kpos.numpy(),
+        _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
         bfloat16=q.dtype is torch.bfloat16, **options,
     )
     return torch.from_numpy(out), torch.from_numpy(lse)
@@ -182,7 +194,7 @@ def _block_backward(q, k, v, qpos, kpos, out, lse, d_out, options):
     block's term of the sum over keys and dk, dv are the local queries' terms
     of the block's gradients."""
     dq, dk, dv = _core.attention_backward(
-        _pt._numpy(q), _pt._numpy(k), _pt._numpy(v), qpos.numpy(), kpos.numpy(),
+        _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
         out=out.numpy(), lse=lse.numpy(), d_out=d_out.numpy(),
         bfloat16=q.dtype is torch.bfloat16, **options,
     )
@@ -302,12 +314,12 @@ class _RingAttention(torch.autograd.Function):
 
 def _check_inputs(q, k, v, positions, qkv_format):
     for name, tensor in (("q", q), ("k", k), ("v", v)):
-        _pt._check_cpu(_FN, name, tensor)
-        _pt._check_tensor(_FN, name, tensor, _pt._ATTENTION_DTYPES)
+        _check_cpu(_FN, name, tensor)
+        _check_tensor(_FN, name, tensor, _ATTENTION_DTYPES)
     if not (q.dtype == k.dtype == v.dtype):
-        raise _pt._error(
-            _FN, "k and v", f"have q's dtype ({_pt._dtype_name(q.dtype)})",
-            f"{_pt._dtype_name(k.dtype)} and {_pt._dtype_name(v.dtype)}",
+        raise _error(
+            _FN, "k and v", f"have q's dtype ({_dtype_name(q.dtype)})",
+            f"{_dtype_name(k.dtype)} and {_dtype_name(v.dtype)}",
         )
     views = []
     for name, tensor in (("q", q), ("k", k), ("v", v)):
@@ -315,18 +327,18 @@ def _check_inputs(q, k, v, positions, qkv_format):
             layout = "[tokens, heads, dim] or [batch, tokens, heads, dim]"
             if qkv_format == "bhsd":
                 layout = "[heads, tokens, dim] or [batch, heads, tokens, dim]"
-            raise _pt._error(_FN, f"{name}.shape", f"be {layout}", tuple(tensor.shape))
-        views.append(_pt._tokens_first(_FN, name, tensor, qkv_format))
+            raise _error(_FN, f"{name}.shape", f"be {layout}", tuple(tensor.shape))
+        views.append(_tokens_first(_FN, name, tensor, qkv_format))
     if not isinstance(positions, torch.Tensor):
-        raise _pt._error(_FN, "positions", "be a torch.Tensor", type(positions).__name__)
+        raise _error(_FN, "positions", "be a torch.Tensor", type(positions).__name__)
     if positions.dtype != torch.int64 or positions.dim() != 1 or not positions.is_cpu:
-        raise _pt._error(
+        raise _error(
             _FN, "positions", "be a 1-D int64 CPU tensor (the shard's global positions)",
-            f"{_pt._dtype_name(positions.dtype)} {tuple(positions.shape)} on {positions.device}",
+            f"{_dtype_name(positions.dtype)} {tuple(positions.shape)} on {positions.device}",
         )
     for name, view in zip(("q", "k", "v"), views):
         if view.shape[-3] != positions.shape[0]:
-            raise _pt._error(
+            raise _error(
                 _FN, f"{name}.shape",
                 f"have len(positions) = {positions.shape[0]} tokens (one shard holds q, k "
                 "and v of the same tokens)",
@@ -348,13 +360,13 @@ def _agree(ring, q, k, v, positions):
     valid = bool(((positions >= 0) & (positions <= _core.MAX_POSITION)).all())
     largest = int(positions.max()) if len(positions) else -1
     info = torch.tensor(
-        dims + [_pt._ATTENTION_DTYPES.index(q.dtype), valid, largest], dtype=torch.int64
+        dims + [_ATTENTION_DTYPES.index(q.dtype), valid, largest], dtype=torch.int64
     )
     gathered = [torch.empty_like(info) for _ in range(ring.world)]
     dist.all_gather(gathered, info, group=ring.group)
     for rank, other in enumerate(gathered):
         if not torch.equal(other[:-2], info[:-2]):
-            raise _pt._error(
+            raise _error(
                 _FN, "q, k, v",
                 f"have the same shapes and dtype on every rank of the group (rank {rank}: "
                 f"{other[:-2].tolist()}, this rank {ring.rank}: {info[:-2].tolist()} as "
@@ -364,8 +376,8 @@ def _agree(ring, q, k, v, positions):
     invalid = [rank for rank, other in enumerate(gathered) if not other[-2]]
     if invalid:
         # The rank holding a bad position names it with the message of every other API.
-        _pt._check_positions(_FN, positions)
-        raise _pt._error(
+        _check_positions(_FN, positions)
+        raise _error(
             _FN, "positions",
             "be in [0, 2^32] (kMaxPosition) on every rank of the group",
             f"positions outside on rank {', '.join(map(str, invalid))}",
@@ -409,11 +421,11 @@ def context_parallel_attention(
     stats: a dict to which the call adds compute_s (kernel and merge time),
     wait_s (time blocked on transfers) and bytes_sent, forward and backward.
     """
-    qkv_format = _pt._qkv_format(_FN, qkv_format)
+    qkv_format = _qkv_format(_FN, qkv_format)
     q_view, k_view, v_view = _check_inputs(q, k, v, positions, qkv_format)
-    _pt._check_options(scale, window, alibi, rope, causal, function=_FN)
+    _check_options(scale, window, alibi, rope, causal, function=_FN)
     if not (dist.is_available() and dist.is_initialized()):
-        raise _pt._error(
+        raise _error(
             _FN, "group", "belong to an initialized torch.distributed process group "
             "(call torch.distributed.init_process_group first)", "none initialized",
         )

@@ -1,0 +1,701 @@
+"""Attention on torch tensors: attention (posenc's fused kernel with its backward pass as an
+autograd Function, or the PyTorch definition) and self_extend_attention; posenc.Rope and
+posenc.Alibi as torch.fx graph arguments."""
+
+import math
+
+import numpy as np
+import torch
+import torch.fx
+
+from posenc import _core
+from posenc import _torch_reference as _reference
+from posenc.torch._tensors import (
+    _LAYOUTS,
+    _PLAIN_TENSORS,
+    _check_int,
+    _check_tensor,
+    _dtype_name,
+    _empty,
+    _error,
+    _float_dtype,
+    _head_view,
+    _numpy,
+    _on_kernel,
+    _position_range,
+    _position_tensor,
+    _qkv_format,
+    _real_number,
+    _records,
+    _tokens_first,
+)
+from posenc.torch.rope import RotaryEmbedding
+
+
+# The kernel's dtypes; the KV cache stores these.
+_ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
+# attention() also takes float16 and float64, which run the PyTorch definition.
+_ANY_ATTENTION_DTYPES = _ATTENTION_DTYPES + (torch.float16, torch.float64)
+
+
+def _check_options(scale, window, alibi, rope, causal, function="attention"):
+    """What the binding could not convert, named here: pybind11 would list its
+    whole signature instead."""
+    if scale is not None:
+        try:
+            value = _real_number(scale)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or not value > 0 or math.isinf(value):
+            shown = scale if value is not None else type(scale).__name__
+            raise _error(
+                function,
+                "scale",
+                "be None (1 / sqrt(head_dim)) or a positive finite number",
+                shown,
+            )
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise _error(function, "window", "be an int >= 0 (0: no window)", window)
+    if alibi is not None and not isinstance(alibi, _core.Alibi):
+        raise _error(function, "alibi", "be None or a posenc.Alibi", type(alibi).__name__)
+    if rope is not None and not isinstance(rope, (_core.Rope, RotaryEmbedding)):
+        raise _error(
+            function,
+            "rope",
+            "be None, a posenc.Rope or a posenc.torch.RotaryEmbedding",
+            type(rope).__name__,
+        )
+    if not isinstance(causal, bool):
+        raise _error(function, "causal", "be a bool", type(causal).__name__)
+
+
+def _check_softcap_sinks(softcap, sinks, q, num_heads, function="attention"):
+    """softcap: a finite number >= 0 (0: off); sinks: None or a floating
+    tensor [num_heads] on q's device."""
+    try:
+        value = _real_number(softcap) if not isinstance(softcap, bool) else None
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not (value >= 0 and math.isfinite(value)):
+        shown = softcap if value is not None else type(softcap).__name__
+        raise _error(function, "softcap", "be a finite number >= 0 (0: off)", shown)
+    if sinks is None:
+        return
+    if not isinstance(sinks, torch.Tensor):
+        raise _error(function, "sinks", "be None or a torch.Tensor [num_heads]",
+                     type(sinks).__name__)
+    if not sinks.is_floating_point():
+        raise _error(function, "sinks", "have a floating dtype", _dtype_name(sinks.dtype))
+    if tuple(sinks.shape) != (num_heads,):
+        raise _error(function, "sinks.shape", f"be ({num_heads},) (one logit per query head)",
+                     tuple(sinks.shape))
+    if sinks.device != q.device:
+        raise _error(function, "sinks", f"be on q's device ({q.device})", sinks.device)
+
+
+def _kernel_options(options):
+    """The options as the bindings take them: scale 0 for None, the sinks
+    as a float32 numpy array (a copy, detached)."""
+    sinks = options.get("sinks")
+    if sinks is not None:
+        sinks = sinks.detach().to(torch.float32).contiguous().numpy()
+    return dict(options, scale=options["scale"] or 0.0, sinks=sinks)
+
+
+def _plain_attention_call(q, k, v, qpos, kpos, out, causal, alibi, rope, scale, window):
+    """Whether a call can go straight to the kernel: CPU float32 or bfloat16
+    q, k, v, explicit int64 positions, a float32 out= or none, plain option
+    values, nothing for autograd to record. The library validates the rest
+    (shapes, grouping, positions, window) itself; this test keeps a decode
+    step's call within microseconds of the kernel."""
+    return (
+        _on_kernel(q, k, v, qpos, kpos, out)
+        and type(qpos) in _PLAIN_TENSORS
+        and type(kpos) in _PLAIN_TENSORS
+        and qpos.dtype is torch.int64
+        and kpos.dtype is torch.int64
+        and (q.dtype is torch.float32 or q.dtype is torch.bfloat16)
+        and k.dtype is q.dtype
+        and v.dtype is q.dtype
+        and (out is None or out.dtype is torch.float32)
+        and type(causal) is bool
+        and type(window) is int
+        and (alibi is None or type(alibi) is _core.Alibi)
+        and (rope is None or type(rope) is _core.Rope)
+        and (scale is None or (type(scale) is float and 0.0 < scale < math.inf))
+        and not _records(q, k, v)
+    )
+
+
+def _padding_positions(mask, q_tokens):
+    """Hugging Face's position_ids of a padded batch: each kept token's
+    index among the kept ones of its row (left padding starts at 0); the
+    queries are the last q_tokens."""
+    keys = (mask.to(torch.int64).cumsum(-1) - 1).clamp(min=0)
+    return keys[..., keys.shape[-1] - q_tokens :], keys
+
+
+def _key_interval(row):
+    """(begin, end) of the kept keys of a mask row when they are one
+    interval, else None."""
+    kept = torch.nonzero(row).flatten()
+    if kept.numel() == 0:
+        return 0, 0
+    begin, end = int(kept[0]), int(kept[-1]) + 1
+    return (begin, end) if end - begin == kept.numel() else None
+
+
+def _at(tensor, index):
+    """tensor[index] for a batched tensor; a [tokens] tensor is shared."""
+    return tensor if tensor.dim() == 1 else tensor[index]
+
+
+def _kernel_attention(q, k, v, qpos, kpos, out, options, intervals):
+    """The C++ kernel into the float32 view out: one call, or one per batch
+    element with the keys cut to each row's interval of kept keys."""
+    bfloat16 = q.dtype == torch.bfloat16
+    if intervals is None:
+        _core.attention(
+            _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
+            out=_numpy(out), bfloat16=bfloat16, **options,
+        )
+        return
+    for index, (begin, end) in intervals:
+        if begin == end:
+            out[index].zero_()
+            continue
+        _core.attention(
+            _numpy(q[index]),
+            _numpy(k[index][begin:end]),
+            _numpy(v[index][begin:end]),
+            _at(qpos, index).numpy(),
+            _at(kpos, index)[..., begin:end].numpy(),
+            out=_numpy(out[index]),
+            bfloat16=bfloat16,
+            **options,
+        )
+
+
+def _varlen_bounds(function, cu_seqlens, name, total):
+    """The segment bounds of FlashAttention's cu_seqlens: int [segments + 1],
+    0 first, non-decreasing, total last."""
+    if not isinstance(cu_seqlens, torch.Tensor):
+        cu_seqlens = torch.as_tensor(cu_seqlens)
+    if cu_seqlens.dtype not in (torch.int32, torch.int64) or cu_seqlens.dim() != 1:
+        raise _error(
+            function,
+            name,
+            "be a 1-D int32 or int64 tensor [segments + 1]",
+            f"{tuple(cu_seqlens.shape)} {_dtype_name(cu_seqlens.dtype)}",
+        )
+    bounds = [int(b) for b in cu_seqlens.cpu()]
+    ok = (
+        len(bounds) >= 2
+        and bounds[0] == 0
+        and bounds[-1] == total
+        and all(a <= b for a, b in zip(bounds, bounds[1:]))
+    )
+    if not ok:
+        raise _error(
+            function,
+            name,
+            f"start at 0, never decrease and end at the token count {total}",
+            bounds,
+        )
+    return bounds
+
+
+def _segments(q, k, v, cu_seqlens_q, cu_seqlens_k):
+    """Packed sequences: [(q_begin, q_end, k_begin, k_end)] of each segment
+    of q [total_q, heads, d] and k, v [total_k, kv_heads, d]."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 3:
+            raise _error(
+                "attention",
+                f"{name}.shape",
+                "be [total_tokens, heads, dim] with cu_seqlens",
+                tuple(t.shape),
+            )
+    q_bounds = _varlen_bounds("attention", cu_seqlens_q, "cu_seqlens_q", q.shape[0])
+    k_bounds = (
+        q_bounds
+        if cu_seqlens_k is None
+        else _varlen_bounds("attention", cu_seqlens_k, "cu_seqlens_k", k.shape[0])
+    )
+    if len(k_bounds) != len(q_bounds):
+        raise _error(
+            "attention",
+            "cu_seqlens_k",
+            f"hold as many segments as cu_seqlens_q ({len(q_bounds) - 1})",
+            len(k_bounds) - 1,
+        )
+    return list(zip(q_bounds, q_bounds[1:], k_bounds, k_bounds[1:]))
+
+
+def _aligned_positions(function, q_tokens, kv_tokens):
+    """Default positions: keys 0 .. kv_tokens - 1, queries the last q_tokens
+    of them (a decode step's query after its keys)."""
+    every = _position_range(function, max(q_tokens, kv_tokens))
+    shift = max(kv_tokens - q_tokens, 0)
+    return every[shift : shift + q_tokens], every[:kv_tokens]
+
+
+def _attention_positions(
+    function, query_positions, key_positions, q_tokens, kv_tokens, mask, segments
+):
+    """(query, key) positions as int64 tensors: the given ones (checked
+    against the position rule before any work), else the defaults of the
+    call's form (aligned, padded batch, or per segment)."""
+    if mask is not None:
+        defaults = _padding_positions(mask, min(q_tokens, kv_tokens))
+    elif segments is not None:
+        per_segment = [
+            _aligned_positions(function, qb - qa, kb - ka) for qa, qb, ka, kb in segments
+        ]
+        defaults = tuple(torch.cat([p[i] for p in per_segment]) for i in (0, 1))
+    else:
+        defaults = _aligned_positions(function, q_tokens, kv_tokens)
+    given = (
+        (query_positions, "query_positions"),
+        (key_positions, "key_positions"),
+    )
+    return tuple(
+        default if p is None else _position_tensor(function, p, name)
+        for default, (p, name) in zip(defaults, given)
+    )
+
+
+def _key_intervals(key_mask):
+    """[(batch index, (begin, end))]: the kept keys of each mask row, or None
+    when some row's kept keys are not one interval."""
+    intervals = []
+    for index in np.ndindex(*key_mask.shape[:-1]):
+        interval = _key_interval(key_mask[index])
+        if interval is None:
+            return None
+        intervals.append((index, interval))
+    return intervals
+
+
+class _Attention(torch.autograd.Function):
+    """posenc's kernel with its backward pass (posenc/attention_backward.h).
+    q, k, v: tokens-first CPU views [..., tokens, heads, dim], float32 or
+    bfloat16; out is float32. The forward pass keeps each row's log-sum-exp,
+    from which the backward pass recomputes the scores tile by tile (no
+    T x T buffer in either). q and k are saved un-rotated: RoPE is applied
+    inside both passes and the kernel returns the gradients of the
+    un-rotated q and k. The backward pass is itself not differentiable: a
+    second derivative needs the PyTorch definition (float64 tensors run
+    it)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, qpos, kpos, sinks, options):
+        options = _kernel_options(dict(options, sinks=sinks))
+        out, lse = _core.attention_forward(
+            _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
+            bfloat16=q.dtype is torch.bfloat16, **options,
+        )
+        out, lse = torch.from_numpy(out), torch.from_numpy(lse)
+        # The float32 out, not its bfloat16 rounding: the backward pass's
+        # d_out . out term then matches the forward pass exactly.
+        ctx.save_for_backward(q, k, v, qpos, kpos, out, lse)
+        ctx.options = options
+        ctx.sinks_dtype = None if sinks is None else sinks.dtype
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, v, qpos, kpos, out, lse = ctx.saved_tensors
+        # autograd may hand over an expanded gradient (of a sum, say).
+        d_out = _head_view(d_out.to(torch.float32))
+        dq, dk, dv, *d_sinks = _core.attention_backward(
+            _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
+            out=out.numpy(), lse=lse.numpy(), d_out=d_out.numpy(),
+            bfloat16=q.dtype is torch.bfloat16, **ctx.options,
+        )
+        # The kernel's gradients are float32; a bfloat16 input gets bfloat16.
+        grads = (
+            torch.from_numpy(g).to(t.dtype) for g, t in ((dq, q), (dk, k), (dv, v))
+        )
+        # With sinks, their gradient [heads] (summed over the batch) in the sinks' dtype.
+        d_sinks = torch.from_numpy(d_sinks[0]).to(ctx.sinks_dtype) if d_sinks else None
+        return (*grads, None, None, d_sinks, None)
+
+
+def _trained_attention(qs, ks, vs, qp, kp, options, intervals):
+    """The kernel through _Attention (float32 out), or None when the call is
+    one the Function does not cover (a masked batch without elements). With
+    key intervals, one Function per batch element on its kept keys; a row
+    without keys gets zeros, as in the kernel's inference path."""
+    sinks = options.get("sinks")
+    options = {name: value for name, value in options.items() if name != "sinks"}
+    if intervals is None:
+        return _Attention.apply(qs, ks, vs, qp, kp, sinks, options)
+    if not intervals:
+        return None
+    rows = []
+    for index, (begin, end) in intervals:
+        q_row = qs[index]
+        if begin == end:
+            rows.append(q_row.new_zeros(q_row.shape[:-1] + vs.shape[-1:], dtype=torch.float32))
+            continue
+        rows.append(
+            _Attention.apply(
+                q_row, ks[index][begin:end], vs[index][begin:end],
+                _at(qp, index), _at(kp, index)[..., begin:end], sinks, options,
+            )
+        )
+    return torch.stack(rows).reshape(qs.shape[:-1] + vs.shape[-1:])
+
+
+def _attend(qs, ks, vs, qp, kp, key_mask, target, kernel, options, records=False):
+    """One attention over posenc-layout views: the kernel -> float32 (into
+    target, a float32 view, when given; through its autograd Function when
+    autograd records, never into target then), else the PyTorch definition
+    -> its compute type. A key mask whose kept keys are one interval per row
+    runs the kernel on that interval; any other runs the definition."""
+    intervals = None
+    if kernel and key_mask is not None:
+        intervals = _key_intervals(key_mask)
+        kernel = intervals is not None
+    if kernel and records:
+        result = _trained_attention(qs, ks, vs, qp, kp, options, intervals)
+        if result is not None:
+            return result
+        kernel = False
+    if kernel:
+        result = target
+        if result is None:
+            result = _empty("attention", qs.shape[:-1] + vs.shape[-1:], torch.float32)
+        _kernel_attention(qs, ks, vs, qp, kp, result, _kernel_options(options), intervals)
+        return result
+    device = qs.device
+    return _reference.attention(
+        qs, ks, vs, qp.to(device), kp.to(device),
+        key_mask=None if key_mask is None else key_mask.to(device), **options,
+    )
+
+
+def attention(
+    q,
+    k,
+    v,
+    query_positions=None,
+    key_positions=None,
+    *,
+    causal=False,
+    alibi=None,
+    rope=None,
+    scale=None,
+    window=0,
+    softcap=0.0,
+    sinks=None,
+    qkv_format="bshd",
+    attention_mask=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    out_dtype=None,
+    out=None,
+):
+    """Attention with posenc's position rules: causal mask, sliding window,
+    ALiBi and RoPE (applied inside) follow the positions, grouped heads.
+
+    qkv_format "bshd" (posenc's): q [..., q_tokens, heads, head_dim], k
+    [..., kv_tokens, kv_heads, head_dim], v [..., kv_tokens, kv_heads,
+    value_dim] -> [..., q_tokens, heads, value_dim]; "bhsd" (Hugging
+    Face's): heads before tokens, in and out, without a copy.
+
+    Positions are int64 [tokens] or [..., tokens]. Defaults: keys 0 ..
+    kv_tokens - 1 and queries the last q_tokens of them (a decode step's
+    query after its keys; FlashAttention's bottom-right alignment).
+
+    attention_mask: Hugging Face's padding mask [..., kv_tokens] (1 or True:
+    a token; 0: padding); its positions default as Hugging Face numbers a
+    padded batch (each token's index among the kept ones). Padding keys are
+    never seen; a query that sees no key gets zeros.
+
+    cu_seqlens_q (and cu_seqlens_k, default the same): packed sequences as
+    FlashAttention's varlen API takes them, q [total_q, heads, head_dim], k
+    and v [total_k, kv_heads, dim], segment s holding tokens cu_seqlens[s]
+    .. cu_seqlens[s + 1]; positions [total] per segment (default: each
+    segment from 0).
+
+    scale None: 1 / sqrt(head_dim). rope: a posenc.Rope or a RotaryEmbedding
+    (its length rule follows the positions).
+
+    softcap > 0 (Gemma 2's attn_logit_softcapping): each scaled score s
+    becomes softcap * tanh(s / softcap) before the ALiBi bias and the masks;
+    0 is off. sinks (gpt-oss): a floating tensor [heads] on q's device, one
+    logit per query head that joins every row's softmax denominator and adds
+    no value; it may require grad (its gradient comes from the kernel's
+    backward pass, or through the PyTorch definition).
+
+    Output dtype: q's (float32 out for float32 in, bfloat16 for bfloat16)
+    unless out_dtype says otherwise; out= takes a float32 tensor of the
+    output's shape to write.
+
+    Where it runs: plain CPU float32 and bfloat16 tensors run posenc's fused
+    kernel (no T x T buffer; see posenc.attention for its bfloat16
+    arithmetic). When autograd records (a tensor requires grad), the kernel
+    runs as an autograd Function with the kernel's backward pass
+    (FlashAttention-2 style: scores recomputed from a saved log-sum-exp, no
+    T x T buffer; deterministic for any thread count); gradients of
+    bfloat16 inputs come back in bfloat16, computed in float32. The kernel's
+    backward is not differentiable again (a second derivative raises
+    RuntimeError). Everything else runs the same definition in PyTorch
+    operations, differentiable to any order: CUDA and other devices, meta
+    and fake tensors, float16 and float64 (which ``torch.autograd.gradcheck``
+    needs), and an attention_mask whose kept keys are not one interval per
+    row.
+    """
+    if _plain_attention_call(
+        q, k, v, query_positions, key_positions, out, causal, alibi, rope, scale, window
+    ) and (attention_mask is None and cu_seqlens_q is None and cu_seqlens_k is None) and (
+        qkv_format == "bshd" and out_dtype is None
+    ) and sinks is None and type(softcap) is float and 0.0 <= softcap < math.inf:
+        result = _core.attention(
+            _numpy(q), _numpy(k), _numpy(v), query_positions.numpy(), key_positions.numpy(),
+            causal=causal, alibi=alibi, rope=rope, scale=scale or 0.0, window=window,
+            softcap=softcap, out=None if out is None else out.numpy(),
+            bfloat16=q.dtype is torch.bfloat16,
+        )
+        if out is not None:
+            return out
+        # float32 from the kernel (allocated by the binding), rounded once for bfloat16.
+        result = torch.from_numpy(result)
+        return result if q.dtype is torch.float32 else result.to(q.dtype)
+    _check_qkv("attention", q, k, v)
+    _check_options(scale, window, alibi, rope, causal)
+    qkv_format = _qkv_format("attention", qkv_format)
+    if out_dtype is None:
+        out_dtype = q.dtype
+    _float_dtype("attention", "out_dtype", out_dtype)
+    if out is not None:
+        _check_out("attention", out, q, v)
+    if cu_seqlens_q is not None and (attention_mask is not None or qkv_format != "bshd"):
+        raise _error(
+            "attention",
+            "cu_seqlens_q",
+            "come without attention_mask, in qkv_format 'bshd' ([total, heads, dim])",
+            "with attention_mask or 'bhsd'",
+        )
+    if cu_seqlens_q is None and cu_seqlens_k is not None:
+        raise _error("attention", "cu_seqlens_k", "come with cu_seqlens_q", "alone")
+    q_view, k_view, v_view = (
+        _tokens_first("attention", name, t, qkv_format)
+        for name, t in (("q", q), ("k", k), ("v", v))
+    )
+    q_tokens, kv_tokens = q_view.shape[-3], k_view.shape[-3]
+    _check_softcap_sinks(softcap, sinks, q, q_view.shape[-2])
+    mask = None
+    if attention_mask is not None:
+        mask = _position_mask(attention_mask, k_view)
+        if q_tokens > kv_tokens:
+            raise _error(
+                "attention",
+                "q.shape",
+                f"have at most kv_tokens ({kv_tokens}) tokens with attention_mask",
+                q_tokens,
+            )
+    segments = None
+    if cu_seqlens_q is not None:
+        segments = _segments(q_view, k_view, v_view, cu_seqlens_q, cu_seqlens_k)
+    qpos, kpos = _attention_positions(
+        "attention", query_positions, key_positions, q_tokens, kv_tokens, mask, segments
+    )
+    if rope is not None and not isinstance(rope, _core.Rope):
+        rope = rope.rope_at(qpos, kpos)  # a length rule reads every position of the call
+    kernel = q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos, mask, out, sinks)
+    records = _records(q, k, v, sinks)
+    options = dict(
+        causal=causal, alibi=alibi, rope=rope, window=window, scale=scale,
+        softcap=float(softcap), sinks=sinks,
+    )
+    if segments is not None:
+        result = torch.cat([
+            _attend(q_view[qa:qb], k_view[ka:kb], v_view[ka:kb], qpos[qa:qb], kpos[ka:kb],
+                    None, None, kernel, options, records)
+            for qa, qb, ka, kb in segments
+        ])
+    else:
+        # A float32 out= of the right shape is the kernel's own output, where one kernel call
+        # checks the whole batch (positions, shapes, aliasing) before it writes. A key mask runs
+        # one call per row: its result is formed apart and copied into out only once complete.
+        target = None
+        if out is not None and out.dtype == torch.float32 and _on_kernel(out) and mask is None:
+            view = _tokens_first("attention", "out", out, qkv_format)
+            if view.shape == q_view.shape[:-1] + v_view.shape[-1:] and view.stride(-1) == 1:
+                target = view
+        result = _attend(
+            q_view, k_view, v_view, qpos, kpos, mask, target, kernel, options, records
+        )
+        if target is not None and result is target:
+            return out
+    if qkv_format == "bhsd":
+        result = result.transpose(-2, -3)
+    if out is not None:
+        return out.copy_(result)
+    return result.to(out_dtype)
+
+
+def _check_out(function, out, q, v):
+    """out= of attention, checked before any work: a tensor of q's shape with
+    v's value_dim, of a floating dtype, that autograd does not record."""
+    _check_tensor(function, "out", out, _ANY_ATTENTION_DTYPES)
+    expect = tuple(q.shape[:-1]) + tuple(v.shape[-1:])
+    if tuple(out.shape) != expect:
+        raise _error(function, "out.shape", f"be {expect}", tuple(out.shape))
+    if _records(out):
+        raise _error(
+            function,
+            "out",
+            "not require grad while autograd records (out= is written in place)",
+            "a tensor that requires grad",
+        )
+
+
+def _check_qkv(function, q, k, v):
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(function, name, tensor, _ANY_ATTENTION_DTYPES)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise _error(
+            function,
+            "k and v",
+            f"have q's dtype ({_dtype_name(q.dtype)})",
+            f"{_dtype_name(k.dtype)} and {_dtype_name(v.dtype)}",
+        )
+
+
+def self_extend_attention(
+    q,
+    k,
+    v,
+    query_positions=None,
+    key_positions=None,
+    *,
+    rope,
+    group_size,
+    neighbor_window,
+    causal=False,
+    scale=None,
+    window=0,
+    qkv_format="bshd",
+    out_dtype=None,
+):
+    """Self-Extend attention (Jin et al. 2024; posenc/self_extend.h): a RoPE model reads past its
+    trained context with no training. Keys closer than ``neighbor_window`` (W) to the query are
+    scored at their own positions, farther ones at grouped positions (keys floor(p / G), queries
+    floor(p / G) + W - floor(W / G), G = ``group_size``), one softmax over both. q and k are the
+    un-rotated projections; ``rope`` (a posenc.Rope or a RotaryEmbedding) is required.
+
+    Shapes, positions (and their defaults), causal, window, scale, qkv_format and the output
+    dtype as in ``attention``. Plain CPU float32 and bfloat16 tensors run posenc's tiled kernel
+    twice with no T x T buffer; everything else (other devices, meta and fake tensors, autograd)
+    the same formula in PyTorch operations. The authors pick the smallest G whose window
+    (L0 - W) G + W holds the input (L0 the trained length); docs/SELF_EXTEND.md.
+    """
+    _check_qkv("self_extend", q, k, v)
+    if rope is None:
+        raise _error("self_extend", "rope", "be given (Self-Extend regroups RoPE positions)", None)
+    _check_options(scale, window, None, rope, causal, "self_extend")
+    if out_dtype is None:
+        out_dtype = q.dtype
+    _float_dtype("self_extend", "out_dtype", out_dtype)
+    _check_int("self_extend", "group_size", group_size)
+    _check_int("self_extend", "neighbor_window", neighbor_window)
+    qkv_format = _qkv_format("self_extend", qkv_format)
+    q_view, k_view, v_view = (
+        _tokens_first("self_extend", name, t, qkv_format)
+        for name, t in (("q", q), ("k", k), ("v", v))
+    )
+    qpos, kpos = _attention_positions(
+        "self_extend", query_positions, key_positions, q_view.shape[-3], k_view.shape[-3],
+        None, None,
+    )
+    if not isinstance(rope, _core.Rope):
+        rope = rope.rope_at(qpos, kpos)
+    if q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos) and not _records(q, k, v):
+        result = torch.from_numpy(
+            _core.self_extend_attention(
+                _numpy(q_view), _numpy(k_view), _numpy(v_view), qpos.numpy(), kpos.numpy(),
+                group_size=group_size, neighbor_window=neighbor_window, rope=rope,
+                causal=causal, scale=scale or 0.0, window=window,
+                bfloat16=q.dtype is torch.bfloat16,
+            )
+        )
+    else:
+        if group_size < 1 or neighbor_window < 1:
+            raise _error(
+                "self_extend", "group_size and neighbor_window", "be >= 1",
+                (group_size, neighbor_window),
+            )
+        device = q.device
+        result = _reference.self_extend_attention(
+            q_view, k_view, v_view, qpos.to(device), kpos.to(device), group_size=group_size,
+            neighbor_window=neighbor_window, rope=rope, causal=causal, scale=scale,
+            window=window,
+        )
+    if qkv_format == "bhsd":
+        result = result.transpose(-2, -3)
+    return result.to(out_dtype)
+
+
+torch.fx.wrap("self_extend_attention")
+
+
+def _position_mask(attention_mask, k_view):
+    """attention_mask as a bool tensor [..., kv_tokens] of k's batch dims."""
+    if not isinstance(attention_mask, torch.Tensor):
+        attention_mask = torch.as_tensor(attention_mask)
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise _error(
+            "attention",
+            "attention_mask",
+            "be bool or integer 0/1 (Hugging Face's padding mask, not an "
+            "additive float mask)",
+            _dtype_name(attention_mask.dtype),
+        )
+    expect = tuple(k_view.shape[:-3]) + (k_view.shape[-3],)
+    if tuple(attention_mask.shape) != expect:
+        raise _error(
+            "attention",
+            "attention_mask.shape",
+            f"be (*batch, kv_tokens) = {expect}",
+            tuple(attention_mask.shape),
+        )
+    return attention_mask.to(torch.bool)
+
+
+torch.fx.wrap("attention")
+
+
+def _rope_from_fields(head_dim, rotary_dim, layout, inv_freq, factor, offset):
+    return _core.Rope(
+        head_dim, rotary_dim, _LAYOUTS[layout], list(inv_freq), factor,
+        rotary_offset=offset,
+    )
+
+
+def _rope_fx_arg(rope, tracer):
+    """A posenc.Rope in a torch.fx graph: a node that rebuilds it from its
+    plain fields (fx keeps only plain Python values as constants)."""
+    layout = "half_split" if rope.layout == _core.RopeLayout.HALF_SPLIT else "interleaved"
+    fields = (rope.head_dim, rope.rotary_dim, layout, tuple(rope.inv_freq),
+              rope.attention_factor, rope.rotary_offset)
+    return tracer.create_node("call_function", _rope_from_fields, fields, {})
+
+
+def _alibi_from_fields(num_heads, max_bias, head_offset, shard_heads):
+    return _core.Alibi(
+        num_heads, max_bias=max_bias, head_offset=head_offset, shard_heads=shard_heads
+    )
+
+
+def _alibi_fx_arg(alibi, tracer):
+    fields = (alibi.num_heads, alibi.max_bias, alibi.head_offset, alibi.shard_heads)
+    return tracer.create_node("call_function", _alibi_from_fields, fields, {})
+
+
+_core.Rope.__fx_create_arg__ = _rope_fx_arg
+_core.Alibi.__fx_create_arg__ = _alibi_fx_arg

@@ -1,0 +1,436 @@
+"""RoPE on torch tensors: apply_rope, apply_rope_, rope_cos_sin and the RotaryEmbedding
+module, with the kernel's rotation as an autograd Function (the inverse rotation is its
+backward pass)."""
+
+import json
+import os
+
+import torch
+import torch.fx
+
+from posenc import _core
+from posenc import _torch_reference as _reference
+from posenc import rope_from_hf_config
+from posenc.torch._tensors import (
+    _PLAIN_TENSORS,
+    _ROPE_DTYPES,
+    _check_instance,
+    _check_int,
+    _check_number,
+    _check_pair,
+    _check_positions_device,
+    _check_tensor,
+    _empty,
+    _error,
+    _float_dtype,
+    _head_view,
+    _layout,
+    _numpy,
+    _on_kernel,
+    _position_range,
+    _position_tensor,
+    _qkv_format,
+    _records,
+    _same_view,
+    _tensor_of,
+    _tokens_first,
+    _traced,
+)
+
+
+def _kernel_rotate(rotation, positions, q, k, direction):
+    """Rotated copies of q (and k), allocated like them (strides preserved):
+    q_out, or (q_out, k_out). rotation is a posenc.Rope (positions [...,
+    tokens]) or a posenc.MRope (position streams [streams, ..., tokens]);
+    positions is an int64 numpy array."""
+    multi = type(rotation) is _core.MRope
+    function = "mrope" if multi else "rope"
+    bfloat16 = q.dtype is torch.bfloat16
+    if q.is_contiguous() and (k is None or k.is_contiguous()):
+        # The binding allocates contiguous results itself (within its cap), one conversion
+        # fewer per tensor than handing it tensors to write into.
+        if k is None:
+            apply_one = _core.apply_mrope if multi else _core.apply_rope
+            out = apply_one(rotation, positions, _numpy(q), direction=direction, bfloat16=bfloat16)
+            return _tensor_of(out, bfloat16)
+        apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
+        q_out, k_out = apply_qk(
+            rotation, positions, _numpy(q), _numpy(k), direction=direction, bfloat16=bfloat16
+        )
+        return _tensor_of(q_out, bfloat16), _tensor_of(k_out, bfloat16)
+    q_out = _empty(function, q.shape, q.dtype, like=q)
+    if k is None:
+        apply_one = _core.apply_mrope if multi else _core.apply_rope
+        apply_one(
+            rotation, positions, _numpy(q), direction=direction, out=_numpy(q_out),
+            bfloat16=bfloat16,
+        )
+        return q_out
+    k_out = _empty(function, k.shape, k.dtype, like=k)
+    apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
+    apply_qk(
+        rotation, positions, _numpy(q), _numpy(k), direction=direction,
+        q_out=_numpy(q_out), k_out=_numpy(k_out), bfloat16=bfloat16,
+    )
+    return q_out, k_out
+
+
+_OPPOSITE = {
+    _core.RopeDirection.FORWARD: _core.RopeDirection.INVERSE,
+    _core.RopeDirection.INVERSE: _core.RopeDirection.FORWARD,
+}
+
+
+class _ApplyRope(torch.autograd.Function):
+    """FORWARD is y = a R(phi) x on q (and k); INVERSE is its transpose
+    a R(-phi). Each is the other's backward pass, and the backward is itself
+    this Function, so it is differentiable again (gradgradcheck). The rotation
+    is a posenc.Rope or a posenc.MRope (each pair's angle from its own
+    position stream; the transpose is the same). k may be None."""
+
+    @staticmethod
+    def forward(ctx, q, k, positions, rotation, direction):
+        ctx.rotation, ctx.positions, ctx.direction = rotation, positions, direction
+        return _kernel_rotate(rotation, positions, q, k, direction)
+
+    @staticmethod
+    def backward(ctx, grad_q, grad_k=None):
+        grads = _ApplyRope.apply(
+            _head_view(grad_q),
+            None if grad_k is None else _head_view(grad_k),
+            ctx.positions,
+            ctx.rotation,
+            _OPPOSITE[ctx.direction],
+        )
+        if grad_k is None:
+            return grads, None, None, None, None
+        return grads[0], grads[1], None, None, None
+
+
+def _rotate_views(function, rotation, positions, views):
+    """Rotates posenc-layout views by a posenc.Rope or posenc.MRope at int64
+    positions: the kernel on plain CPU tensors (through the autograd Function
+    only when autograd records), else the pure-PyTorch definition."""
+    if _on_kernel(*views, positions):
+        array = positions.numpy() if isinstance(positions, torch.Tensor) else positions
+        forward = _core.RopeDirection.FORWARD
+        q, k = views if len(views) == 2 else (views[0], None)
+        if _records(*views):
+            outs = _ApplyRope.apply(q, k, array, rotation, forward)
+        else:
+            outs = _kernel_rotate(rotation, array, q, k, forward)
+        return (outs,) if k is None else outs
+    positions = positions.to(views[0].device)
+    return tuple(_reference.rotate(rotation, positions, v) for v in views)
+
+
+def _rope_scheme(function, rope, positions):
+    """The posenc.Rope that rope= names at these positions: a posenc.Rope as
+    it is; a RotaryEmbedding's, following the positions where its scaling
+    rule depends on the length (dynamic NTK, LongRoPE)."""
+    if isinstance(rope, _core.Rope):
+        return rope
+    if isinstance(rope, RotaryEmbedding):
+        return rope.rope_at(positions)
+    raise _error(
+        function,
+        "rope",
+        "be a posenc.Rope or a posenc.torch.RotaryEmbedding",
+        type(rope).__name__,
+    )
+
+
+def _rope_call(function, rope, positions, q, k, qkv_format, inplace):
+    _check_pair(function, q, k)
+    qkv_format = _qkv_format(function, qkv_format)
+    views = tuple(
+        _tokens_first(function, name, t, qkv_format)
+        for name, t in (("q", q), ("k", k))
+        if t is not None
+    )
+    positions = _position_tensor(function, positions)
+    _check_positions_device(function, positions, q)
+    rotation = _rope_scheme(function, rope, positions)
+    if not inplace:
+        outs = _rotate_views(function, rotation, positions, views)
+        if qkv_format == "bhsd":
+            outs = tuple(o.transpose(-2, -3) for o in outs)
+        return outs[0] if k is None else outs
+    if _records(q, k):
+        raise _error(
+            function,
+            "q and k",
+            "not require grad while autograd records (an in-place rotation "
+            "has no backward; use apply_rope)",
+            "a tensor that requires grad",
+        )
+    if _on_kernel(*views, positions):
+        bfloat16 = q.dtype == torch.bfloat16
+        arrays = [_numpy(v) for v in views]
+        if k is None:
+            _core.apply_rope_inplace(rotation, positions.numpy(), *arrays, bfloat16=bfloat16)
+        else:
+            _core.apply_rope_qk_inplace(rotation, positions.numpy(), *arrays, bfloat16=bfloat16)
+    else:
+        # The kernel checks overlap element by element; off the CPU, q and k
+        # as one view (rotated twice in place) are refused with its message.
+        if len(views) == 2 and _same_view(*views):
+            raise _error(function, "k", "not share memory with q", "overlapping views")
+        rotated = _rotate_views(function, rotation, positions, views)
+        for view, out in zip(views, rotated):
+            view.copy_(out)
+    return q if k is None else (q, k)
+
+
+def apply_rope(rope, positions, q, k=None, *, qkv_format="bshd"):
+    """Rotates q (and k) by RoPE; differentiable. Returns q_rot, or
+    (q_rot, k_rot) when k is given. The argument order is posenc's everywhere
+    (numpy's ``posenc.apply_rope`` and the C++ ApplyRope): scheme, positions,
+    tensors.
+
+    rope is a ``posenc.Rope`` or a ``RotaryEmbedding`` (whose dynamic or
+    LongRoPE frequencies then follow the positions: L = max(positions) + 1).
+    qkv_format "bshd" (default, posenc's): q [..., tokens, heads, head_dim],
+    k [..., tokens, kv_heads, head_dim]; "bhsd" (Hugging Face's): q [...,
+    heads, tokens, head_dim], k [..., kv_heads, tokens, head_dim], read and
+    written without a copy, forward and backward. positions is int64
+    [tokens] (shared by the batch) or [..., tokens] (Hugging Face's
+    position_ids [batch, seq]).
+
+    Forward: pair i of each head is turned by phi = pos * rope.inv_freq[i],
+    cos and sin times rope.attention_factor (y = a R(phi) x). Backward: the
+    transpose a R(-phi), by the same kernel. Plain CPU tensors run the C++
+    kernels in float32, float64, bfloat16 or float16; tensors elsewhere
+    (CUDA, meta, FakeTensor) run the same definition in PyTorch operations.
+    """
+    if _plain_rope_call(rope, positions, q, k, qkv_format):
+        return _kernel_rotate(rope, positions.numpy(), q, k, _core.RopeDirection.FORWARD)
+    if _traced(q, k, positions):
+        q_rot = _apply_rope_one(rope, positions, q, qkv_format)
+        return q_rot if k is None else (q_rot, _apply_rope_one(rope, positions, k, qkv_format))
+    return _rope_call("rope", rope, positions, q, k, qkv_format, False)
+
+
+def _plain_rope_call(rope, positions, q, k, qkv_format):
+    """Whether a call can go straight to the kernel: a posenc.Rope, posenc's
+    layout, int64 positions and q, k on the CPU, nothing for autograd to
+    record. The library validates the rest (shapes, positions) itself; this
+    test keeps a decode loop's call within microseconds of the kernel."""
+    return (
+        type(rope) is _core.Rope
+        and qkv_format == "bshd"
+        and _on_kernel(q, k, positions)
+        and type(positions) in _PLAIN_TENSORS
+        and positions.dtype is torch.int64
+        and q.dtype in _ROPE_DTYPES
+        and (k is None or k.dtype is q.dtype)
+        and not _records(q, k)
+    )
+
+
+def _rotate_with(rotate, module, q, k, *rest):
+    """A rotary module's forward: rotate(module, q, k, *rest), or while torch.fx traces, one
+    node per rotated tensor (fx cannot unpack a node's result)."""
+    if k is not None and _traced(q, k, *rest):
+        return rotate(module, q, None, *rest), rotate(module, k, None, *rest)
+    return rotate(module, q, k, *rest)
+
+
+def _apply_rope_one(rope, positions, x, qkv_format):
+    """One tensor's rotation, as torch.fx records it."""
+    return _rope_call("rope", rope, positions, x, None, qkv_format, False)
+
+
+def apply_rope_(rope, positions, q, k=None, *, qkv_format="bshd"):
+    """apply_rope in place, for decode loops: q (and k) are overwritten with
+    their rotation and returned. Not differentiable: a tensor that requires
+    grad while autograd records raises posenc.Error. Nothing is written
+    unless every argument is valid."""
+    if _plain_rope_call(rope, positions, q, k, qkv_format):
+        arrays = [_numpy(q)] if k is None else [_numpy(q), _numpy(k)]
+        inplace = _core.apply_rope_inplace if k is None else _core.apply_rope_qk_inplace
+        inplace(rope, positions.numpy(), *arrays, bfloat16=q.dtype is torch.bfloat16)
+        return q if k is None else (q, k)
+    return _rope_call("rope", rope, positions, q, k, qkv_format, True)
+
+
+def rope_cos_sin(rope, positions, dtype=torch.float32):
+    """Hugging Face's (cos, sin), each [..., tokens, rotary_dim] for int64
+    positions [..., tokens]: pair i's cos(pos * inv_freq[i]) *
+    attention_factor on both of its features (half-split: cat(f, f);
+    interleaved: each twice), formed in float64 and rounded once to dtype
+    (Hugging Face forms the angle in float32, which loses digits at large
+    positions). rope is a posenc.Rope or a RotaryEmbedding."""
+    dtype = _float_dtype("rope", "dtype", dtype)
+    positions = _position_tensor("rope", positions)
+    return _reference.hf_cos_sin(_rope_scheme("rope", rope, positions), positions, dtype)
+
+
+def _module_rope(module, q, k, positions, qkv_format):
+    """RotaryEmbedding.forward, as a function torch.fx records as one node."""
+    qkv_format = qkv_format or module.qkv_format
+    if positions is None:
+        if qkv_format is None:
+            raise _error(
+                "rope",
+                "positions",
+                "be given unless qkv_format says where the tokens are ('bshd' "
+                "or 'bhsd', here or to RotaryEmbedding): [.., a, b, head_dim] "
+                "does not tell tokens from heads",
+                None,
+            )
+        _check_tensor("rope", "q", q, _ROPE_DTYPES)
+        axis = -3 if qkv_format == "bshd" else -2
+        if q.dim() < 3:
+            _tokens_first("rope", "q", q, _qkv_format("rope", qkv_format))
+        positions = _position_range("rope", q.shape[axis])
+    return apply_rope(module, positions, q, k, qkv_format=qkv_format or "bshd")
+
+
+torch.fx.wrap("_apply_rope_one")
+torch.fx.wrap("_module_rope")
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """RoPE as a module: ``forward(q, k=None, positions=None, *,
+    qkv_format=None)`` -> q_rot, or (q_rot, k_rot) when k is given.
+
+    Built from plain RoPE arguments (head_dim, base, layout 'half_split' or
+    'interleaved' (the pairs), rotary_dim: the rotated features, None for all
+    from rotary_offset; rotary_offset: the first rotated feature, DeepSeek
+    MLA: head_dim 192, rotary_offset 128, rotary_dim 64), from a ready
+    ``posenc.Rope`` (``rope=``), or from a Hugging Face config
+    (``from_hf_config``). Shapes as in ``apply_rope``; qkv_format ('bshd' or
+    'bhsd'), given here or per call, says where the tokens are, and only then
+    may positions be left out (0 .. tokens - 1). The module has no
+    parameters; it pickles, deep-copies and goes through torch.save.
+    """
+
+    def __init__(
+        self,
+        head_dim=None,
+        base=10000.0,
+        *,
+        layout="half_split",
+        rotary_dim=None,
+        rotary_offset=0,
+        rope=None,
+        qkv_format=None,
+    ):
+        super().__init__()
+        if rope is None:
+            if head_dim is None:
+                raise _error(
+                    "rope", "head_dim", "be given when rope is not", None
+                )
+            _check_int("rope", "head_dim", head_dim)
+            _check_number("rope", "base", base)
+            _check_int("rope", "rotary_dim", rotary_dim, allow_none=True)
+            _check_int("rope", "rotary_offset", rotary_offset)
+            rope = _core.Rope.default(
+                head_dim,
+                base,
+                _layout(layout),
+                rotary_dim or 0,
+                rotary_offset=rotary_offset,
+            )
+        _check_instance("rope", "rope", rope, _core.Rope, "a posenc.Rope")
+        self.rope = rope
+        self.qkv_format = (
+            None if qkv_format is None else _qkv_format("rope", qkv_format)
+        )
+        # The config and layer of a length-dependent rule (dynamic NTK,
+        # LongRoPE), whose frequencies follow max(positions) + 1; None when
+        # the frequencies are fixed.
+        self._length_rule = None
+        self._by_length = {}
+
+    @classmethod
+    def from_hf_config(
+        cls,
+        config,
+        layer=None,
+        *,
+        layer_type=None,
+        seq_len=None,
+        precision=_core.RopePrecision.REFERENCE,
+        qkv_format=None,
+    ):
+        """The RoPE of a Hugging Face config (see ``rope_from_hf_config``).
+
+        ``layer`` is a layer index (``posenc.model_positions(config).layers``)
+        or a layer type; a layer that does not rotate (a NoPE layer of Llama 4
+        or SmolLM3) raises ``posenc.Error`` (a ValueError) naming it. Where
+        the rope type depends on the length (dynamic NTK, LongRoPE) the
+        frequencies follow each call's positions, L = max(positions) + 1, as
+        Hugging Face's module does, unless ``seq_len`` fixes L here."""
+        options = dict(layer=layer, layer_type=layer_type, precision=precision)
+        module = cls(
+            rope=rope_from_hf_config(config, seq_len=seq_len, **options),
+            qkv_format=qkv_format,
+        )
+        if seq_len is None:
+            short = rope_from_hf_config(config, seq_len=1, **options)
+            long = rope_from_hf_config(config, seq_len=_LONGEST, **options)
+            if short != long:
+                module._length_rule = (_config_text(config), options)
+        return module
+
+    def rope_at(self, *positions):
+        """The posenc.Rope of a call at these int64 positions (one tensor, or
+        a call's query and key positions): the module's own, or for a
+        length-dependent rule the one of L = max(positions) + 1 (cached per
+        length). Fixed rules never read the positions."""
+        if self._length_rule is None:
+            return self.rope
+        known = [p for p in positions if p.numel() and p.device.type != "meta"]
+        if not known:
+            return self.rope
+        length = max(max(int(p.max()) for p in known) + 1, 1)
+        rope = self._by_length.get(length)
+        if rope is None:
+            text, options = self._length_rule
+            rope = rope_from_hf_config(text, seq_len=length, **options)
+            if len(self._by_length) >= _CACHED_LENGTHS:
+                self._by_length.clear()
+            self._by_length[length] = rope
+        return rope
+
+    @property
+    def inv_freq(self):
+        """float64 [rotary_dim / 2]: the inverse frequencies (at the
+        construction-time length for a length-dependent rule)."""
+        return torch.tensor(self.rope.inv_freq, dtype=torch.float64)
+
+    def cos_sin(self, positions, dtype=torch.float32):
+        """Hugging Face's (cos, sin) at these positions (``rope_cos_sin``)."""
+        return rope_cos_sin(self, positions, dtype)
+
+    def forward(self, q, k=None, positions=None, *, qkv_format=None):
+        return _rotate_with(_module_rope, self, q, k, positions, qkv_format)
+
+    def extra_repr(self):
+        text = repr(self.rope)
+        if self.qkv_format is not None:
+            text += f", qkv_format={self.qkv_format!r}"
+        if self._length_rule is not None:
+            text += ", frequencies follow the positions' length"
+        return text
+
+
+# A length past every model's: with L = 1 it tells a length-dependent rule.
+_LONGEST = 1 << 30
+# Lengths whose Rope a module keeps (a decode loop under dynamic NTK asks for
+# a new one per token; the cache only saves the rebuild of repeated lengths).
+_CACHED_LENGTHS = 64
+
+
+def _config_text(config):
+    """The JSON text of a config given as a dict, JSON text or path (read
+    once: the module then depends on no file)."""
+    if isinstance(config, dict):
+        return json.dumps(config)
+    if isinstance(config, str) and config.lstrip().startswith("{"):
+        return config
+    with open(os.fspath(config), encoding="utf-8") as f:
+        return f.read()
