@@ -83,3 +83,31 @@ def test_bad_input_names_the_row_and_changes_no_row():
     with pytest.raises(posenc.Error, match="batch must be in"):
         posenc.KvCacheBatch(0, 16, KV_HEADS, HEAD_DIM)
     assert c.sizes == [3, 14]
+
+
+def test_torch_batch_decode_equals_each_sequence_alone():
+    import torch
+
+    import posenc.torch as pt
+
+    lengths = [5, 9, 2]
+    batch_cache = pt.KVCacheBatch(3, 16, KV_HEADS, HEAD_DIM, rope=ROPE)
+    alone = [pt.KVCache(16, KV_HEADS, HEAD_DIM, rope=ROPE) for _ in lengths]
+    with torch.no_grad():
+        for n, live, seed in [(9, lengths, 10), (1, [1, 1, 1], 20), (1, [1, 0, 1], 30)]:
+            _, mask, q, k, v = (torch.from_numpy(x) for x in step(live, [0, 0, 0], n, seed))
+            # Default positions: each row continues (cumsum of the mask - 1 for a prompt).
+            batch_cache.append(k, v, mask=mask)
+            out = batch_cache.attend(q, mask=mask)
+            for b, length in enumerate(live):
+                real = slice(n - length, n)
+                assert bool((out[b, : n - length] == 0).all())
+                if length:
+                    pos = batch_cache.positions(b)[-length:]
+                    alone[b].append(k[b, real], v[b, real], pos)
+                    assert torch.equal(out[b, real], alone[b].attend(q[b, real], pos))
+    assert batch_cache.sizes == [7, 10, 4]
+    assert batch_cache.positions(1).tolist() == list(range(10))
+    assert batch_cache.positions(0).tolist() == list(range(7))
+    with pytest.raises(posenc.Error, match="mask must be a bool or integer"):
+        batch_cache.append(k, v, mask=mask.float())

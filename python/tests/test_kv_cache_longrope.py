@@ -89,3 +89,27 @@ def test_bad_long_rope_options_are_clear_errors():
     assert c.crossing == "keep_rotation" and c.long_rope_threshold == L0
     with pytest.raises(posenc.Error, match="long_rope must be unset to move"):
         c.shift_positions(0, 0, 1)
+
+
+def test_torch_kv_cache_from_a_phi3_config_switches_as_generate_does():
+    import torch
+
+    import posenc.torch as pt
+
+    c = pt.KVCache.from_hf_config(GOLDEN["config"], capacity=32, layer=0)
+    assert c.long_rope_threshold == L0 and c.crossing == "recompute"
+    recomputed = 0
+    with torch.no_grad():
+        for entry in GOLDEN["runs"]["generate"]:
+            positions, q, k, v, out = (torch.from_numpy(x) for x in step(entry))
+            if int(positions[0]) == 0 and len(c) > 0:
+                with pytest.raises(posenc.Error, match="Clear\\(\\) and append"):
+                    c.append(k[-1:], v[-1:], positions[-1:])
+                c.clear()
+                recomputed += 1
+            c.append(k, v, positions)
+            got = c.attend(q, positions)
+            assert float((got - out).abs().max()) <= 2e-6
+    assert recomputed == 1
+    fixed = pt.KVCache.from_hf_config(GOLDEN["config"], capacity=32, seq_len=L0)
+    assert fixed.long_rope is None

@@ -48,7 +48,7 @@ from posenc.torch.absolute import LearnedPositions, SinusoidalPositions
 # the module posenc.torch.attention set (the module itself stays in sys.modules).
 from posenc.torch.attention import attention, self_extend_attention
 from posenc.torch.biases import RelativePositionBias, alibi_bias, alibi_slopes
-from posenc.torch.kv_cache import KVCache
+from posenc.torch.kv_cache import KVCache, KVCacheBatch
 from posenc.torch.mrope import (
     MultimodalRotaryEmbedding,
     VisionRotaryEmbedding,
@@ -59,6 +59,7 @@ from posenc.torch.rope import RotaryEmbedding, apply_rope, apply_rope_, rope_cos
 
 __all__ = [
     "KVCache",
+    "KVCacheBatch",
     "LearnedPositions",
     "MultimodalRotaryEmbedding",
     "RelativePositionBias",

@@ -1,4 +1,5 @@
-"""KVCache: one attention layer's KV cache for a decode loop on torch tensors."""
+"""KVCache: one attention layer's KV cache for a decode loop on torch tensors;
+KVCacheBatch: a batch of sequences of different lengths."""
 
 import numpy as np
 import torch
@@ -39,6 +40,64 @@ def _kv_tensor(cache, name, tensor):
     return _numpy(tensor)
 
 
+def _is_longrope(config, layer, l0, options):
+    """Whether the layer's frequencies are LongRoPE's: one set up to L0 and
+    another, fixed, past it (dynamic NTK keeps changing with the length)."""
+    if l0 is None:
+        return False
+    at = [
+        rope_from_hf_config(config, layer=layer, seq_len=n, **options).inv_freq
+        for n in (l0, l0 + 1, l0 + 2)
+    ]
+    return at[0] != at[1] and at[1] == at[2]
+
+
+def _cache_rotation(config, layer, crossing, kwargs, allow_mrope=True):
+    """kv_heads, head_dim and the rotation keywords (rope, mrope, or LongRoPE's
+    rope, long_rope, long_rope_threshold and crossing) of a cache for one layer
+    of a config."""
+    model = model_positions(config)
+    if model.scheme != "rope":
+        raise _error(
+            "kv_cache",
+            "config",
+            "describe a model with RoPE (a RoPE-less cache: KVCache(capacity, "
+            "kv_heads, head_dim), with attend(alibi=...) for ALiBi)",
+            f"{model.model_type} ({model.scheme})",
+        )
+    kv_heads = model.num_key_value_heads or model.num_attention_heads
+    layers = model.layers
+    nope = (
+        isinstance(layer, int)
+        and not isinstance(layer, bool)
+        and 0 <= layer < len(layers)
+        and layers[layer].scheme == "nope"
+    )
+    if nope:
+        return kv_heads, model.head_dim, {}
+    if model.to_dict().get("mrope_section") is not None:
+        if not allow_mrope:
+            raise _error(
+                "kv_cache_batch",
+                "config",
+                "describe a model without M-RoPE (M-RoPE sequences: one KVCache each)",
+                model.model_type,
+            )
+        mrope = mrope_from_hf_config(config, layer=layer, **kwargs)
+        return kv_heads, mrope.head_dim, {"mrope": mrope}
+    l0 = model.original_max_position_embeddings
+    if "seq_len" not in kwargs and _is_longrope(config, layer, l0, kwargs):
+        short = rope_from_hf_config(config, layer=layer, seq_len=l0, **kwargs)
+        return kv_heads, short.head_dim, {
+            "rope": short,
+            "long_rope": rope_from_hf_config(config, layer=layer, seq_len=l0 + 1, **kwargs),
+            "long_rope_threshold": l0,
+            "crossing": crossing,
+        }
+    rope = rope_from_hf_config(config, layer=layer, **kwargs)
+    return kv_heads, rope.head_dim, {"rope": rope}
+
+
 class KVCache:
     """One attention layer's KV cache of one sequence, for decoding on the
     CPU (``posenc.KvCache`` on torch tensors).
@@ -74,6 +133,17 @@ class KVCache:
     while ``positions`` keep the token order; without ``streams``, every
     stream is ``positions + rope_delta`` (Hugging Face's decode rule, with
     ``rope_delta`` its rope_deltas from ``get_rope_index``; 0 until set).
+
+    LongRoPE (Phi-3): ``rope`` holds the short factors and ``long_rope`` the
+    long ones; an append or attend whose positions reach
+    ``long_rope_threshold`` (L0) turns with long_rope, as Hugging Face's
+    rotary module chooses per forward. ``crossing="recompute"`` (Phi-3's
+    generate(), which drops its cache at the crossing and recomputes the
+    sequence): the append that would take a cache of at most L0 tokens past
+    L0 raises ``posenc.Error``; ``clear()`` and append the recomputed
+    sequence. ``"keep_rotation"``: cached keys keep the short factors, as a
+    plain forward loop does. ``from_hf_config`` sets all of it for a
+    LongRoPE config (docs/KV_CACHE.md).
     """
 
     def __init__(
@@ -86,6 +156,9 @@ class KVCache:
         rope=None,
         mrope=None,
         dtype=torch.float32,
+        long_rope=None,
+        long_rope_threshold=0,
+        crossing="recompute",
     ):
         sizes = (("capacity", capacity), ("kv_heads", kv_heads), ("head_dim", head_dim))
         for name, value in sizes:
@@ -108,6 +181,9 @@ class KVCache:
             rope=rope,
             mrope=mrope,
             bfloat16=dtype == torch.bfloat16,
+            long_rope=long_rope,
+            long_rope_threshold=long_rope_threshold,
+            crossing=crossing,
         )
         self.dtype = dtype
         self.rope_delta = 0
@@ -147,41 +223,47 @@ class KVCache:
 
     @classmethod
     def from_hf_config(
-        cls, config, capacity, layer=None, *, dtype=torch.float32, **kwargs
+        cls,
+        config,
+        capacity,
+        layer=None,
+        *,
+        dtype=torch.float32,
+        crossing="recompute",
+        **kwargs,
     ):
         """A cache for one layer of a Hugging Face model: kv_heads
         (num_key_value_heads) and the layer's RoPE from the config (a dict,
         its JSON text or a config.json path): ``mrope_from_hf_config`` for a
         config with mrope_section, else ``rope_from_hf_config``; a NoPE layer
-        (Llama 4, SmolLM3) gets a cache that does not rotate. ``layer`` is a
-        layer index or type as in ``rope_from_hf_config``; other keywords
-        (layer_type, seq_len, precision) go to it."""
-        model = model_positions(config)
-        if model.scheme != "rope":
-            raise _error(
-                "kv_cache",
-                "config",
-                "describe a model with RoPE (a RoPE-less cache: KVCache(capacity, "
-                "kv_heads, head_dim), with attend(alibi=...) for ALiBi)",
-                f"{model.model_type} ({model.scheme})",
-            )
-        kv_heads = model.num_key_value_heads or model.num_attention_heads
-        layers = model.layers
-        nope = (
-            isinstance(layer, int)
-            and not isinstance(layer, bool)
-            and 0 <= layer < len(layers)
-            and layers[layer].scheme == "nope"
-        )
-        if nope:
-            return cls(capacity, kv_heads, model.head_dim, dtype=dtype)
-        if model.to_dict().get("mrope_section") is not None:
-            mrope = mrope_from_hf_config(config, layer=layer, **kwargs)
-            return cls(
-                capacity, kv_heads, mrope.head_dim, mrope=mrope, dtype=dtype
-            )
-        rope = rope_from_hf_config(config, layer=layer, **kwargs)
-        return cls(capacity, kv_heads, rope.head_dim, rope=rope, dtype=dtype)
+        (Llama 4, SmolLM3) gets a cache that does not rotate; a LongRoPE layer
+        (Phi-3) gets both factor sets, switching at
+        original_max_position_embeddings by ``crossing`` (see the class),
+        unless ``seq_len`` fixes one. ``layer`` is a layer index or type as
+        in ``rope_from_hf_config``; other keywords (layer_type, seq_len,
+        precision, yarn_rules) go to it."""
+        kv_heads, head_dim, rotation = _cache_rotation(config, layer, crossing, kwargs)
+        return cls(capacity, kv_heads, head_dim, dtype=dtype, **rotation)
+
+    def clear(self):
+        """Empties the cache (capacity and options kept): before appending a
+        recomputed sequence."""
+        self._cache.clear()
+
+    @property
+    def long_rope(self):
+        """LongRoPE's long-factor posenc.Rope, or None."""
+        return self._cache.long_rope
+
+    @property
+    def long_rope_threshold(self):
+        """L0: positions from it on turn with long_rope."""
+        return self._cache.long_rope_threshold
+
+    @property
+    def crossing(self):
+        """"recompute" or "keep_rotation" (see the class)."""
+        return self._cache.crossing
 
     def _streams(self, positions, streams, name):
         """streams as given, or every stream at positions + rope_delta (an
@@ -338,3 +420,208 @@ class KVCache:
 
     def __repr__(self):
         return f"KVCache({repr(self._cache)[len('KvCache('):]}"
+
+
+class KVCacheBatch:
+    """A batch of sequences of different lengths, for batched generation on
+    the CPU (``posenc.KvCacheBatch`` on torch tensors): row b is a cache of
+    its own (``KVCache``'s rules: keys rotated once on append, LongRoPE's
+    switch), with its own length and positions.
+
+    A step passes k, v [batch, n, kv_heads, dim] and q [batch, n, heads,
+    dim], and a mask [batch, n] (Hugging Face's attention_mask columns of the
+    step, bool or int; nonzero: a real token) whose real tokens form one run
+    per row: a left-padded prompt, one decode token per row, or none (a
+    finished row). Pads never enter a cache and their outputs are zero.
+    Default positions continue each row from its last cached position + 1
+    (0 when empty) over its real tokens, as Hugging Face numbers a
+    left-padded batch (cumsum(attention_mask) - 1). Hugging Face's
+    key_states [batch, kv_heads, n, dim] pass as ``key_states.transpose(1,
+    2)``. Inference only; every problem raises ``posenc.Error`` before any
+    row changes, naming the row.
+
+    Batched decode::
+
+        cache = KVCacheBatch.from_hf_config(config, batch=4, capacity=4096, layer=0)
+        cache.append(k, v, mask=attention_mask)   # left-padded prompts
+        out = cache.attend(q, mask=attention_mask)
+        for step in range(steps):
+            cache.append(k1, v1, mask=alive)       # one token per live row
+            out = cache.attend(q1, mask=alive)
+    """
+
+    def __init__(
+        self,
+        batch,
+        capacity,
+        kv_heads,
+        head_dim,
+        *,
+        value_dim=None,
+        rope=None,
+        long_rope=None,
+        long_rope_threshold=0,
+        crossing="recompute",
+        dtype=torch.float32,
+    ):
+        _check_int("kv_cache_batch", "batch", batch)
+        for name, value in (
+            ("capacity", capacity),
+            ("kv_heads", kv_heads),
+            ("head_dim", head_dim),
+        ):
+            _check_int("kv_cache_batch", name, value)
+        _check_int("kv_cache_batch", "value_dim", value_dim, allow_none=True)
+        if dtype not in _ATTENTION_DTYPES:
+            raise _error(
+                "kv_cache_batch",
+                "dtype",
+                "be float32 or bfloat16",
+                _dtype_name(dtype) if isinstance(dtype, torch.dtype) else repr(dtype),
+            )
+        self._cache = _core.KvCacheBatch(
+            batch,
+            capacity,
+            kv_heads,
+            head_dim,
+            value_dim=0 if value_dim is None else value_dim,
+            rope=rope,
+            long_rope=long_rope,
+            long_rope_threshold=long_rope_threshold,
+            crossing=crossing,
+            bfloat16=dtype == torch.bfloat16,
+        )
+        self.dtype = dtype
+
+    @classmethod
+    def from_hf_config(
+        cls,
+        config,
+        batch,
+        capacity,
+        layer=None,
+        *,
+        dtype=torch.float32,
+        crossing="recompute",
+        **kwargs,
+    ):
+        """A batch cache for one layer of a Hugging Face model, with
+        ``KVCache.from_hf_config``'s rotation (LongRoPE's two factor sets
+        included); M-RoPE configs are refused (one KVCache per sequence)."""
+        kv_heads, head_dim, rotation = _cache_rotation(
+            config, layer, crossing, kwargs, allow_mrope=False
+        )
+        return cls(batch, capacity, kv_heads, head_dim, dtype=dtype, **rotation)
+
+    def _mask_and_positions(self, n, mask, positions):
+        batch = self._cache.batch
+        if mask is None:
+            mask = np.ones((batch, n), dtype=bool)
+        else:
+            if not isinstance(mask, torch.Tensor) or mask.dtype.is_floating_point:
+                raise _error(
+                    "kv_cache_batch",
+                    "mask",
+                    "be a bool or integer tensor [batch, tokens]",
+                    type(mask).__name__
+                    if not isinstance(mask, torch.Tensor)
+                    else _dtype_name(mask.dtype),
+                )
+            mask = mask.detach().cpu().numpy()
+        if positions is None:
+            starts = np.array(
+                [p[-1] + 1 if p else 0 for p in map(self._cache.positions, range(batch))],
+                dtype=np.int64,
+            )
+            real = np.asarray(mask) != 0
+            positions = starts[:, None] + np.maximum(np.cumsum(real, axis=1) - 1, 0)
+        else:
+            positions = _positions("kv_cache_batch", positions)
+        return mask, positions
+
+    def append(self, k, v, positions=None, *, mask=None):
+        """Appends each row's real tokens (``mask``; None: all) of k
+        [batch, n, kv_heads, head_dim] and v [batch, n, kv_heads, value_dim]
+        at ``positions`` [batch, n] (default: each row continues)."""
+        k = k.contiguous() if isinstance(k, torch.Tensor) else k
+        v = v.contiguous() if isinstance(v, torch.Tensor) else v
+        k_array = _kv_tensor(self, "k", k)
+        v_array = _kv_tensor(self, "v", v)
+        n = k.shape[1] if k.dim() == 4 else 0
+        mask, positions = self._mask_and_positions(n, mask, positions)
+        self._cache.append(positions, mask, k_array, v_array)
+
+    def attend(
+        self,
+        q,
+        positions=None,
+        *,
+        mask=None,
+        causal=True,
+        alibi=None,
+        scale=None,
+        window=0,
+        chunk_size=0,
+        softcap=0.0,
+        sinks=None,
+        out_dtype=None,
+    ):
+        """Each row's real queries of q [batch, n, heads, head_dim] against
+        that row's cache -> [batch, n, heads, value_dim] in the cache's dtype
+        (or out_dtype), zero at pads. Default positions: those of each row's
+        last appended tokens. Options as ``KVCache.attend``."""
+        q = q.contiguous() if isinstance(q, torch.Tensor) else q
+        q_array = _kv_tensor(self, "q", q)
+        n = q.shape[1] if q.dim() == 4 else 0
+        if sinks is not None:
+            _check_softcap_sinks(softcap, sinks, q, q.shape[-2] if q.dim() else 0, "kv_cache_batch")
+            sinks = sinks.detach().to(torch.float32).contiguous().numpy()
+        if out_dtype is None:
+            out_dtype = self.dtype
+        _float_dtype("kv_cache_batch", "out_dtype", out_dtype)
+        if positions is None:
+            mask_array = (
+                np.ones((self._cache.batch, n), dtype=bool)
+                if mask is None
+                else mask.detach().cpu().numpy()
+            )
+            positions = np.zeros((self._cache.batch, n), dtype=np.int64)
+            for b in range(self._cache.batch):
+                real = np.flatnonzero(np.asarray(mask_array[b]) != 0)
+                cached = self._cache.positions(b)
+                if len(real) > len(cached):
+                    raise _error(
+                        "kv_cache_batch",
+                        "positions",
+                        f"be given when row {b} has more queries than cached "
+                        f"tokens ({len(cached)})",
+                        f"None for {len(real)} tokens",
+                    )
+                positions[b, real] = cached[len(cached) - len(real) :]
+        mask, positions = self._mask_and_positions(n, mask, positions)
+        out = self._cache.attend(
+            q_array,
+            positions,
+            mask,
+            causal=causal,
+            alibi=alibi,
+            scale=scale,
+            window=window,
+            chunk_size=chunk_size,
+            softcap=softcap,
+            sinks=sinks,
+        )
+        return torch.from_numpy(out).to(out_dtype)
+
+    def clear(self, row):
+        """Empties row ``row`` (before appending its recomputed sequence)."""
+        self._cache.clear(row)
+
+    @property
+    def sizes(self):
+        """Tokens cached in each row (a list)."""
+        return self._cache.sizes
+
+    def positions(self, row):
+        """The positions cached in row ``row`` (int64 tensor, a copy)."""
+        return torch.tensor(self._cache.positions(row), dtype=torch.int64)

@@ -355,8 +355,11 @@ class RotaryEmbedding(torch.nn.Module):
         seq_len=None,
         precision=_core.RopePrecision.REFERENCE,
         qkv_format=None,
+        yarn_rules=None,
     ):
-        """The RoPE of a Hugging Face config (see ``rope_from_hf_config``).
+        """The RoPE of a Hugging Face config (see ``rope_from_hf_config``;
+        ``yarn_rules`` picks a transformers release's YaRN, None: the release
+        that wrote the config).
 
         ``layer`` is a layer index (``posenc.model_positions(config).layers``)
         or a layer type; a layer that does not rotate (a NoPE layer of Llama 4
@@ -364,7 +367,9 @@ class RotaryEmbedding(torch.nn.Module):
         the rope type depends on the length (dynamic NTK, LongRoPE) the
         frequencies follow each call's positions, L = max(positions) + 1, as
         Hugging Face's module does, unless ``seq_len`` fixes L here."""
-        options = dict(layer=layer, layer_type=layer_type, precision=precision)
+        options = dict(
+            layer=layer, layer_type=layer_type, precision=precision, yarn_rules=yarn_rules
+        )
         module = cls(
             rope=rope_from_hf_config(config, seq_len=seq_len, **options),
             qkv_format=qkv_format,
