@@ -556,3 +556,14 @@ def test_yarn_rules_default_to_the_release_that_wrote_the_config():
         posenc.rope_from_hf_config(config, yarn_rules="transformers4_49")
     with pytest.raises(posenc.Error, match="yarn_rules must be None or a name"):
         posenc.rope_from_hf_config(config, yarn_rules=450)
+
+
+def test_torch_rotary_embedding_takes_yarn_rules():
+    name = "qwen2.5-7b-instruct-yarn-128k"
+    config = str(CONFIGS / f"{name}.json")
+    for release, rules in (("4.50.3", None), ("5.23.0", "transformers5")):
+        golden = json.loads(
+            (YARN_RELEASES / f"{name}__transformers-{release}.json").read_text()
+        )
+        module = pt.RotaryEmbedding.from_hf_config(config, yarn_rules=rules)
+        assert module.rope.inv_freq == golden["inv_freq_f32"]
