@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "posenc/attention.h"
 #include "posenc/attention_backward.h"
+#include "posenc/dual_chunk.h"
 #include "posenc/npy.h"
 #include "posenc/self_extend.h"
 
@@ -43,7 +44,7 @@ AttentionOptions KeywordOptions(bool causal, std::optional<Alibi> alibi, std::op
 }
 
 
-// Attention or Self-Extend on one batch element: call(validate_only, q, k, v, query_pos,
+// Attention, Self-Extend or dual chunk attention on one batch element: call(validate_only, q, k, v, query_pos,
 // key_pos, out) makes the checks alone, or the checks and the computation.
 struct PlainAttention {
   AttentionOptions options;
@@ -68,7 +69,19 @@ struct GroupedAttention {
   }
 };
 
-// posenc.attention (or self_extend_attention) on q, k and v of element type T (float, or
+struct DualChunkCall {
+  AttentionOptions options;
+  DualChunk dca;
+  template <typename T>
+  void operator()(bool validate_only, Heads<const T> q, Heads<const T> k, Heads<const T> v,
+                  std::span<const int64_t> qp, std::span<const int64_t> kp,
+                  Heads<float> out) const {
+    validate_only ? ValidateDualChunkAttention(options, dca, q, k, v, qp, kp, out)
+                  : DualChunkAttention(options, dca, q, k, v, qp, kp, out);
+  }
+};
+
+// posenc.attention (or self_extend_attention, dual_chunk_attention) on q, k and v of element type T (float, or
 // BFloat16 bits); out is float32.
 template <typename T, typename Call>
 py::object AttentionOf(const py::object& q_arg, const py::object& k_arg, const py::object& v_arg,
@@ -406,6 +419,35 @@ their own positions; farther keys at floor(pos / group_size) for keys and
 floor(pos / G) + W - floor(W / G) for queries; one softmax over both. Shapes, positions, causal,
 scale and window as posenc.attention (masks in the original positions); rope is required, and
 q and k are the un-rotated projections. Runs the tiled kernel twice (no T x T buffer).)");
+
+  m.def(
+      "dual_chunk_attention",
+      [](const py::object& q, const py::object& k, const py::object& v,
+         const py::object& query_positions, const py::object& key_positions, int64_t chunk_size,
+         int64_t local_size, int64_t original_max_position_embeddings, const Rope& rope,
+         std::optional<double> scale, const py::object& out, bool bfloat16) {
+        const DualChunkCall call{KeywordOptions(true, std::nullopt, rope, scale, 0),
+                                 DualChunk{chunk_size, local_size,
+                                           original_max_position_embeddings}};
+        return bfloat16
+                   ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
+                   : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
+      py::arg("key_positions") = py::none(), py::kw_only(), py::arg("chunk_size"),
+      py::arg("local_size"), py::arg("original_max_position_embeddings") = 0, py::arg("rope"),
+      py::arg("scale") = py::none(), py::arg("out") = py::none(), py::arg("bfloat16") = false,
+      R"(Dual chunk attention (posenc/dual_chunk.h, docs/DUAL_CHUNK.md; An et al. 2024), as
+Qwen2.5-1M's dual_chunk_attention_config and vLLM define it: a RoPE model reads far past its
+trained context with no training. With L = chunk_size - local_size, keys rotate at pos mod L;
+a query at position i rotates at i mod L for keys in its own chunk (floor(pos / L)),
+min(i mod L + L, chunk_size) for keys in the chunk before, min(2 L - 1, chunk_size) for earlier
+keys; one causal softmax over all of them, so no scored distance exceeds chunk_size. With
+original_max_position_embeddings M > 0 the scores gain f^2, f = max(1, 0.1 ln(n / M) + 1),
+n = the largest key position + 1. Always causal; shapes, positions, scale, out and bfloat16 as
+posenc.attention; rope is required, and q and k are the un-rotated projections. Requires
+chunk_size > local_size >= 1. Runs the tiled kernel once per part (no T x T buffer); a decode
+step is one query against the cached keys.)");
 }
 
 }  // namespace posenc::python
