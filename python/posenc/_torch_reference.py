@@ -226,3 +226,35 @@ def self_extend_attention(
     distance = query_positions[..., :, None] - key_positions[..., None, :]
     scores = torch.where((distance < w)[..., None, :, :], near, far)
     return _weighted_values(scores, visible(query_positions, key_positions, causal, window), v)
+
+
+def dual_chunk_attention(
+    q, k, v, query_positions, key_positions, *, chunk_size, local_size,
+    original_max_position_embeddings=0, rope, scale=None,
+):
+    """Dual chunk attention (posenc/dual_chunk.h) composed of PyTorch operations: keys rotated
+    at p mod L (L = chunk_size - local_size), each query at p mod L, min(p mod L + L, chunk_size)
+    or min(2 L - 1, chunk_size) by the chunk lag of the key, scores times f^2
+    (f = max(1, 0.1 ln(n / M) + 1), n the largest key position + 1 of each sequence), one causal
+    softmax."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    length = chunk_size - local_size
+    keys = rotate(rope, key_positions % length, k)
+    offset = query_positions % length
+    parts = [
+        _scores(rotate(rope, part, q), keys, scale)
+        for part in (
+            offset,
+            torch.clamp(offset + length, max=chunk_size),
+            torch.full_like(offset, min(2 * length - 1, chunk_size)),
+        )
+    ]
+    lag = (query_positions[..., :, None] // length - key_positions[..., None, :] // length)
+    lag = lag[..., None, :, :]  # over the heads
+    scores = torch.where(lag <= 0, parts[0], torch.where(lag == 1, parts[1], parts[2]))
+    if original_max_position_embeddings > 0 and key_positions.shape[-1] > 0:
+        n = key_positions.amax(-1).to(torch.float64) + 1
+        f = torch.clamp(0.1 * torch.log(n / original_max_position_embeddings) + 1, min=1)
+        scores = scores * (f * f).to(scores.dtype)[..., None, None, None]
+    return _weighted_values(scores, visible(query_positions, key_positions, True, 0), v)

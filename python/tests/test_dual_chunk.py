@@ -140,3 +140,24 @@ def test_bad_input_is_an_error():
         posenc.dual_chunk_attention(q, k, v, pos, chunk_size=8, local_size=0, rope=ROPE)
     with pytest.raises(posenc.ArgumentTypeError, match=r"^\[dual_chunk_attention\] arguments"):
         posenc.dual_chunk_attention(q, k, v, pos, chunk_size="8", local_size=2, rope=ROPE)
+
+
+# posenc.torch.dual_chunk_attention: the kernel on CPU float32, the PyTorch definition elsewhere
+# (float64 here, differentiated by autograd).
+def test_torch_kernel_and_definition_equal_the_formula():
+    torch = pytest.importorskip("torch")
+    import posenc.torch as pt
+
+    q, k, v = qkv(40, seed=5)
+    pos = np.arange(40)
+    options = dict(rope=ROPE, chunk_size=12, local_size=2, original_max_position_embeddings=10)
+    want = formula(q, k, v, pos, pos, 12, 2, 10)
+    kernel = pt.dual_chunk_attention(*(torch.from_numpy(x)[None] for x in (q, k, v)), **options)
+    np.testing.assert_allclose(kernel[0].numpy(), want, rtol=0, atol=2e-5)
+    q64, k64, v64 = (torch.from_numpy(x).double()[None].requires_grad_() for x in (q, k, v))
+    definition = pt.dual_chunk_attention(q64, k64, v64, **options)
+    np.testing.assert_allclose(definition[0].detach().numpy(), want, rtol=0, atol=1e-10)
+    definition.square().sum().backward()
+    assert q64.grad is not None and torch.isfinite(q64.grad).all()
+    with pytest.raises(posenc.Error, match=r"^\[dual_chunk\] chunk_size and local_size must "):
+        pt.dual_chunk_attention(q64, k64, v64, rope=ROPE, chunk_size=4, local_size=4)

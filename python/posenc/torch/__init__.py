@@ -46,7 +46,7 @@ from posenc.torch.absolute import LearnedPositions, SinusoidalPositions
 
 # The name `attention` is the function: binding it replaces the package attribute that importing
 # the module posenc.torch.attention set (the module itself stays in sys.modules).
-from posenc.torch.attention import attention, self_extend_attention
+from posenc.torch.attention import attention, dual_chunk_attention, self_extend_attention
 from posenc.torch.biases import RelativePositionBias, alibi_bias, alibi_slopes
 from posenc.torch.kv_cache import KVCache, KVCacheBatch
 from posenc.torch.mrope import (
@@ -72,6 +72,7 @@ __all__ = [
     "apply_rope",
     "apply_rope_",
     "attention",
+    "dual_chunk_attention",
     "get_rope_index",
     "rope_cos_sin",
     "rope_from_hf_config",
@@ -82,3 +83,4 @@ __all__ = [
 # defining modules wrap their own names for the calls made inside them.
 torch.fx.wrap("attention")
 torch.fx.wrap("self_extend_attention")
+torch.fx.wrap("dual_chunk_attention")

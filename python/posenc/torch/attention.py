@@ -1,6 +1,6 @@
 """Attention on torch tensors: attention (posenc's fused kernel with its backward pass as an
-autograd Function, or the PyTorch definition) and self_extend_attention; posenc.Rope and
-posenc.Alibi as torch.fx graph arguments."""
+autograd Function, or the PyTorch definition), self_extend_attention and dual_chunk_attention;
+posenc.Rope and posenc.Alibi as torch.fx graph arguments."""
 
 import math
 
@@ -642,6 +642,88 @@ def self_extend_attention(
 
 
 torch.fx.wrap("self_extend_attention")
+
+
+def dual_chunk_attention(
+    q,
+    k,
+    v,
+    query_positions=None,
+    key_positions=None,
+    *,
+    rope,
+    chunk_size,
+    local_size,
+    original_max_position_embeddings=0,
+    scale=None,
+    qkv_format="bshd",
+    out_dtype=None,
+):
+    """Dual chunk attention (An et al. 2024; posenc/dual_chunk.h, docs/DUAL_CHUNK.md), as
+    Qwen2.5-1M's ``dual_chunk_attention_config`` and vLLM define it: with L = chunk_size -
+    local_size, keys rotate at p mod L and each query at p mod L (keys of its own chunk),
+    min(p mod L + L, chunk_size) (the chunk before) or min(2 L - 1, chunk_size) (earlier
+    chunks), so no scored distance exceeds chunk_size; with original_max_position_embeddings
+    M > 0 the scores gain f^2, f = max(1, 0.1 ln(n / M) + 1), n the largest key position + 1.
+    Always causal. q and k are the un-rotated projections; ``rope`` (a posenc.Rope or a
+    RotaryEmbedding) is required.
+
+    Shapes, positions (and their defaults), scale, qkv_format and the output dtype as in
+    ``attention``. Plain CPU float32 and bfloat16 tensors run posenc's tiled kernel once per
+    part with no T x T buffer; everything else (other devices, meta and fake tensors, autograd)
+    the same formula in PyTorch operations.
+    """
+    _check_qkv("dual_chunk", q, k, v)
+    if rope is None:
+        raise _error("dual_chunk", "rope", "be given (dual chunk attention re-positions RoPE)",
+                     None)
+    _check_options(scale, 0, None, rope, True, "dual_chunk")
+    if out_dtype is None:
+        out_dtype = q.dtype
+    _float_dtype("dual_chunk", "out_dtype", out_dtype)
+    for name, value in (("chunk_size", chunk_size), ("local_size", local_size),
+                        ("original_max_position_embeddings", original_max_position_embeddings)):
+        _check_int("dual_chunk", name, value)
+    qkv_format = _qkv_format("dual_chunk", qkv_format)
+    q_view, k_view, v_view = (
+        _tokens_first("dual_chunk", name, t, qkv_format)
+        for name, t in (("q", q), ("k", k), ("v", v))
+    )
+    qpos, kpos = _attention_positions(
+        "dual_chunk", query_positions, key_positions, q_view.shape[-3], k_view.shape[-3],
+        None, None,
+    )
+    if not isinstance(rope, _core.Rope):
+        rope = rope.rope_at(qpos, kpos)
+    options = dict(chunk_size=chunk_size, local_size=local_size,
+                   original_max_position_embeddings=original_max_position_embeddings)
+    if q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos) and not _records(q, k, v):
+        result = torch.from_numpy(
+            _core.dual_chunk_attention(
+                _numpy(q_view), _numpy(k_view), _numpy(v_view), qpos.numpy(), kpos.numpy(),
+                rope=rope, scale=scale, bfloat16=q.dtype is torch.bfloat16, **options,
+            )
+        )
+    else:
+        if local_size < 1 or chunk_size <= local_size:
+            raise _error(
+                "dual_chunk", "chunk_size and local_size", "satisfy chunk_size > local_size >= 1",
+                (chunk_size, local_size),
+            )
+        if original_max_position_embeddings < 0:
+            raise _error("dual_chunk", "original_max_position_embeddings",
+                         "be >= 0 (0 means no length scaling)", original_max_position_embeddings)
+        device = q.device
+        result = _reference.dual_chunk_attention(
+            q_view, k_view, v_view, qpos.to(device), kpos.to(device), rope=rope, scale=scale,
+            **options,
+        )
+    if qkv_format == "bhsd":
+        result = result.transpose(-2, -3)
+    return result.to(out_dtype)
+
+
+torch.fx.wrap("dual_chunk_attention")
 
 
 def _position_mask(attention_mask, k_view):
