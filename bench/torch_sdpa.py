@@ -35,7 +35,7 @@ heads, 4 layers, random weights), attn_implementation="posenc" (posenc.transform
 "sdpa", same weights: its prefill (the last position's logits, as generate() asks for them), and
 one decode step (one token after a DynamicCache of the prompt, cut back after each step), timed
 the same way; checked against the same model in float64 with "eager" attention (logits within
-1e-4 of their largest magnitude in float32, 5e-2 in bfloat16, where every matmul rounds).
+1e-4 of their largest magnitude in float32, 2e-1 in bfloat16, where every matmul rounds).
 
 usage: PYTHONPATH=build/python python bench/torch_sdpa.py [--threads 2] [--rounds 10] [--model]
        [--cases TEXT]   (only the cases whose name contains TEXT)
@@ -61,8 +61,9 @@ import posenc.torch as pt
 import round_stats
 
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
-# A whole model in bfloat16 rounds every matmul and norm, on both sides alike.
-MODEL_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 5e-2}
+# A whole model in bfloat16 rounds every matmul and norm, on both sides alike: the 4-layer Llama
+# below is 0.07 (prefill) and 0.10 (decode) off its float64 self with either attention.
+MODEL_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-1}
 SAMPLE_SECONDS = 0.02  # each timed sample: enough calls to last this long
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
@@ -315,7 +316,7 @@ def model_cases(tiny, only):
     base = LlamaForCausalLM(config).eval()
     reference_model = copy.deepcopy(base).double()
     reference_model.set_attn_implementation("eager")
-    prompt, cached = (24, 40) if tiny else (1024, 2048)
+    prompt, cached = (24, 40) if tiny else (512, 1024)
     cases = []
     for dtype in (torch.float32, torch.bfloat16):
         kind = DTYPE_NAMES[dtype]
@@ -421,7 +422,7 @@ def main():
     if args.model:
         print(model_shapes)
     print("all outputs, gradients and logits within tolerance of the float64 reference, of its "
-          "largest magnitude: float32 1e-4; bfloat16 2e-2 (attention), 5e-2 (a whole model)")
+          "largest magnitude: float32 1e-4; bfloat16 2e-2 (attention), 2e-1 (a whole model)")
     print()
     print("| case | posenc ms | SDPA ms | posenc speed-up (SDPA time / posenc time), median "
           "(min-max) | SDPA drift | SDPA kernel | error vs float64: posenc / SDPA |")
