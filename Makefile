@@ -1,6 +1,8 @@
 # posenc: `make demo` and `make test` set up what they need on Debian 12 (the packages in
 # scripts/setup.sh, only those missing), configure, build and run. `make demo` installs and builds
-# only the library and the posenc tool; `make test` everything.
+# only the library and the posenc tool; `make test` everything, and first the project's Python
+# virtual environment $(VENV) (scripts/venv.sh: the pinned PyPI torch, transformers and pytest of
+# python/requirements.txt), in which the Python extension is built and the Python tests run.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
@@ -9,8 +11,13 @@ FUZZ_SECONDS ?= 55
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 DEMO_DIR ?= posenc-demo
+VENV ?= .venv
+# The python3 that the build's extension is made for and its Python tests run with; empty: the one
+# configured before, else CMake's default (CMakeLists.txt). `make test` sets it to $(VENV)'s.
+BUILD_PYTHON ?=
 
-.PHONY: all setup setup-demo configure build demo study test test-sanitizers test-fuzz install package clean
+.PHONY: all setup setup-demo venv configure build demo study test test-sanitizers test-fuzz \
+  install package clean
 
 all: build
 
@@ -20,8 +27,14 @@ setup:
 setup-demo:
 	@bash scripts/setup.sh demo
 
+# Made once (about 3 GB to download, 5.6 GB on disk), then reused until python/requirements.txt or
+# python/constraints.txt change.
+venv: setup
+	@bash scripts/venv.sh $(VENV)
+
 configure: setup
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPOSENC_BUILD_TESTS=ON >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPOSENC_BUILD_TESTS=ON \
+	  $(if $(BUILD_PYTHON),-DPython3_EXECUTABLE=$(BUILD_PYTHON)) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -39,10 +52,11 @@ demo: setup-demo
 study: build
 	@./$(BUILD)/study/posenc_study $(if $(QUICK),--quick)
 
-# All tests: unit, CLI and Python tests and the installed-package consumers, the config loader
-# under libFuzzer, then the unit tests once more under AddressSanitizer + UndefinedBehaviorSanitizer
-# (last, so that the run closes on a test summary).
-test: build
+# All tests: unit, CLI and Python tests (in $(VENV)) and the installed-package consumers and
+# wheel, the config loader under libFuzzer, then the unit tests once more under AddressSanitizer +
+# UndefinedBehaviorSanitizer (last, so that the run closes on a test summary).
+test: venv
+	@$(MAKE) --no-print-directory build BUILD_PYTHON=$(abspath $(VENV))/bin/python
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory test-fuzz
 	@$(MAKE) --no-print-directory test-sanitizers

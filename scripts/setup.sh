@@ -4,6 +4,7 @@
 #
 #   scripts/setup.sh demo   what the library, the posenc tool and its demo need (make demo)
 #   scripts/setup.sh        everything: also the tests, Python, the study, the fuzzers (make test)
+# The Python tests' own packages (PyPI's torch, transformers, pytest) are scripts/venv.sh's.
 set -euo pipefail
 
 profile="${1:-all}"
@@ -27,10 +28,10 @@ if [ "$profile" = all ]; then
   packages+=(
     libgtest-dev libgmock-dev    # unit tests
     libbenchmark-dev             # Google Benchmark: bench/posenc_benchmarks
-    python3-dev pybind11-dev     # the Python extension module, built against Debian's python3
-    python3-numpy                # numpy arrays in and out of the Python bindings
-    python3-torch                # posenc.torch: autograd Functions and modules over the bindings
-    python3-pytest               # the Python tests, run through CTest
+    python3-dev pybind11-dev     # the Python extension module, built for Debian's python3 3.11
+    python3-venv                 # the project's virtual environment (scripts/venv.sh: torch, pytest)
+    python3-numpy                # numpy for Debian's python3: `make install`'s package, the README
+    python3-pytest               # the explorer's browser test, run by Debian's python3 (Selenium)
     clang libclang-rt-14-dev     # libFuzzer (clang's -fsanitize=fuzzer) for fuzz/hf_config_fuzzer
     libomp-dev                   # OpenMP for the library when clang builds it for the fuzzer
     libtorch-dev                 # libtorch (C++): trains the models of the study (study/)

@@ -6,8 +6,8 @@ A block is runnable when the line right before its opening fence is the HTML com
     <!-- runnable -->
 
 (invisible on GitHub and in any other Markdown renderer). Its fence must say `sh`, `bash`
-or `shell` (run with `bash -euo pipefail`) or `python` (run with Debian's /usr/bin/python3, or
---python). Each block runs on its own, as a reader pastes it into a fresh shell or interpreter,
+or `shell` (run with `bash -euo pipefail`) or `python` (run with the interpreter that runs this
+script, or --python). Each block runs on its own, as a reader pastes it into a fresh shell or interpreter,
 in a scratch directory that looks like the repository's root: every top-level entry of the
 source tree that git tracks is a symbolic link there, and `build` is the build tree, so
 `build/tools/posenc` and `tests/configs/llama3.1-8b.json` resolve as they do from a checkout.
@@ -169,8 +169,8 @@ def main(argv=None):
                         "into each scratch directory)")
     parser.add_argument("--build", help="the build tree: build/ in the scratch directory, its "
                         "tools/ on PATH, its python/ on PYTHONPATH")
-    parser.add_argument("--python", default="/usr/bin/python3",
-                        help="interpreter of the python blocks (default: %(default)s)")
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter of the python blocks (default: this one, %(default)s)")
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds after which a block that still runs is stopped and fails "
                         "(a guard against hangs, not a time limit; default: %(default)s)")
