@@ -10,7 +10,7 @@ The second block is the same weights on posenc.torch: RoPE from the config
 the causal mask, grouped heads and the padding mask inside, and a decode loop
 through ``KVCache``, which rotates each key once, when it is appended.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/llama_block.py
+    PYTHONPATH=build/python .venv/bin/python examples/llama_block.py
 
 prints both blocks' outputs, gradients and greedily generated tokens side by
 side (python/tests/test_example_llama_block.py checks them).
