@@ -73,7 +73,8 @@ def case(tokens, heads, head_dim, repeats):
     pq, pk, pv = (x.clone().requires_grad_() for x in (q, k, v))
 
     def posenc_forward():
-        return pt.attention(pq, pk, pv, positions, positions, causal=True, alibi=alibi)
+        return pt.attention(pq, pk, pv, positions, positions, causal=True, alibi=alibi,
+            qkv_format="bshd")
 
     def posenc_step():
         posenc_forward().backward(d_out)

@@ -54,7 +54,8 @@ def rank_main(rank, world, port, args, threads, results):
         fwd, bwd = {}, {}
         dist.barrier()
         start = time.perf_counter()
-        out = cp.context_parallel_attention(qs, ks, vs, pos, causal=True, stats=fwd)
+        out = cp.context_parallel_attention(qs, ks, vs, pos, causal=True, stats=fwd,
+            qkv_format="bshd")
         middle = time.perf_counter()
         # The backward pass's stats land in the dict the forward call was given.
         before = dict(fwd)

@@ -39,24 +39,26 @@ def cases(kv_tokens):
     pos, kpos = positions.numpy(), key_positions.numpy()
     yield (
         "rope q and k (1 token, 32 + 8 heads, 128)",
-        lambda: pt.apply_rope(rope, positions, q, k),
+        lambda: pt.apply_rope(rope, positions, q, k, qkv_format="bshd"),
         lambda: _core.apply_rope_qk(
             rope, pos, arrays[0], arrays[1], q_out=arrays[2], k_out=arrays[3]
         ),
     )
     yield (
         "rope in place (1 token, 32 + 8 heads, 128)",
-        lambda: pt.apply_rope_(rope, positions, q, k),
+        lambda: pt.apply_rope_(rope, positions, q, k, qkv_format="bshd"),
         lambda: _core.apply_rope_qk_inplace(rope, pos, arrays[0], arrays[1]),
     )
     yield (
         f"decode attention ({kv_tokens} keys), new output",
-        lambda: pt.attention(q, keys, values, positions, key_positions, causal=True),
+        lambda: pt.attention(q, keys, values, positions, key_positions, causal=True,
+            qkv_format="bshd"),
         lambda: _core.attention(arrays[0], arrays[4], arrays[5], pos, kpos, causal=True),
     )
     yield (
         f"decode attention ({kv_tokens} keys, 32 / 8 heads, 128), out=",
-        lambda: pt.attention(q, keys, values, positions, key_positions, causal=True, out=out),
+        lambda: pt.attention(q, keys, values, positions, key_positions, causal=True, out=out,
+            qkv_format="bshd"),
         lambda: _core.attention(
             arrays[0], arrays[4], arrays[5], pos, kpos, causal=True, out=arrays[6]
         ),

@@ -36,7 +36,8 @@ CASES = {
     "window_not_causal": dict(window=5),
     "bfloat16_causal_alibi": dict(causal=True, alibi=posenc.Alibi(HEADS), dtype=torch.bfloat16),
     "rope_module_bhsd": dict(
-        causal=True, rope=pt.RotaryEmbedding(DIM, layout="interleaved"), qkv_format="bhsd"
+        causal=True, rope=pt.RotaryEmbedding(DIM, layout="interleaved",
+            qkv_format="bshd"), qkv_format="bhsd"
     ),
 }
 TIMEOUT_S = 20  # the process group's timeout; joins wait a little longer
@@ -62,7 +63,8 @@ def full_inputs(case, seed):
 
 
 def options_of(case):
-    return {key: value for key, value in case.items() if key not in ("batch", "dtype")}
+    options = {key: value for key, value in case.items() if key not in ("batch", "dtype")}
+    return dict({"qkv_format": "bshd"}, **options)
 
 
 def tokens_dim(case):
@@ -136,7 +138,7 @@ def worker(rank, world, port, scheme_list, seed, results, die_rank):
             positions = torch.arange(tokens) + rank * 12
             if rank == 1 and die_rank == "bad_position":
                 positions[3] = 2**33
-            cp.context_parallel_attention(q, kv, kv, positions)
+            cp.context_parallel_attention(q, kv, kv, positions, qkv_format="bshd")
             results.put((rank, "finished", None))
             return
         if die_rank is not None:
@@ -157,7 +159,8 @@ def worker(rank, world, port, scheme_list, seed, results, die_rank):
             q, k, v = (t.index_select(0, index).requires_grad_() for t in (q, k, v))
             # The forward and backward rings: a rank downstream of the dead one may have
             # received all it needs for the forward pass before the death, never the backward.
-            cp.context_parallel_attention(q, k, v, index, causal=True).sum().backward()
+            cp.context_parallel_attention(q, k, v, index, causal=True,
+                qkv_format="bshd").sum().backward()
             results.put((rank, "finished", None))
             return
         report = {}
@@ -298,14 +301,14 @@ def test_arguments_checked_before_the_ring():
     q = torch.randn(4, 2, 8)
     pos = torch.arange(4)
     with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] positions must be"):
-        cp.context_parallel_attention(q, q, q, pos.to(torch.int32))
+        cp.context_parallel_attention(q, q, q, pos.to(torch.int32), qkv_format="bshd")
     with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] k.shape must have"):
-        cp.context_parallel_attention(q, q[:3], q[:3], pos)
+        cp.context_parallel_attention(q, q[:3], q[:3], pos, qkv_format="bshd")
     with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] q must have dtype"):
-        cp.context_parallel_attention(q.double(), q, q, pos)
+        cp.context_parallel_attention(q.double(), q, q, pos, qkv_format="bshd")
     if not dist.is_initialized():
         with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] group must"):
-            cp.context_parallel_attention(q, q, q, pos)
+            cp.context_parallel_attention(q, q, q, pos, qkv_format="bshd")
 
 
 def test_names():

@@ -68,7 +68,7 @@ def test_rotary_embedding_from_a_config():
         "max_position_embeddings": 128,
         "rope_theta": 100.0,
     }
-    module = pt.RotaryEmbedding.from_hf_config(config)
+    module = pt.RotaryEmbedding.from_hf_config(config, qkv_format="bshd")
     torch.testing.assert_close(
         module.inv_freq,
         100.0 ** (-torch.arange(0, 16, 2) / 16.0).double(),

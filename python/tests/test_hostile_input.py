@@ -135,14 +135,15 @@ def masked_attention_out_later_row_bad():
     mask = torch.ones(2, 3, dtype=torch.bool)
     positions = torch.tensor([[0, 1, 2], [0, 1, 2**40]])
     return (
-        lambda: pt.attention(q, q, q, positions, attention_mask=mask, out=out),
+        lambda: pt.attention(q, q, q, positions, attention_mask=mask, out=out, qkv_format="bshd"),
         [q.numpy(), out.numpy()],
     )
 
 
 def attention_out_requires_grad():
     q, out = tensor(2, 3, 2, 8), torch.zeros(2, 3, 2, 8, requires_grad=True)
-    return lambda: pt.attention(q, q, q, out=out), [q.numpy(), out.detach().numpy()]
+    return lambda: pt.attention(q, q, q, out=out,
+        qkv_format="bshd"), [q.numpy(), out.detach().numpy()]
 
 
 def torch_positions_past_limit(call, dtype):
@@ -253,30 +254,32 @@ ERRORS = {
         "got list",
     ),
     "torch, list of floats": (
-        torch_float_positions(lambda q: pt.apply_rope(ROPE, [0.9, 1.9, 2.0], q, q)),
+        torch_float_positions(lambda q: pt.apply_rope(ROPE, [0.9, 1.9, 2.0], q, q,
+            qkv_format="bshd")),
         "[rope] positions must be an int64 tensor or a sequence of ints, "
         "got list of float32",
     ),
     "torch, float64 numpy array": (
         torch_float_positions(
-            lambda q: pt.apply_rope(ROPE, np.array([0.9, 1.9, 2.0]), q, q)
+            lambda q: pt.apply_rope(ROPE, np.array([0.9, 1.9, 2.0]), q, q, qkv_format="bshd")
         ),
         "[rope] positions must be an int64 tensor or a sequence of ints, "
         "got ndarray of float64",
     ),
     "torch, float tensor": (
         torch_float_positions(
-            lambda q: pt.apply_rope(ROPE, torch.tensor([0.9, 1.9, 2.0]), q, q)
+            lambda q: pt.apply_rope(ROPE, torch.tensor([0.9, 1.9, 2.0]), q, q, qkv_format="bshd")
         ),
         "[rope] positions must have dtype int64, got float32",
     ),
     "torch, list of bools": (
-        torch_float_positions(lambda q: pt.apply_rope(ROPE, [True, False, True], q, q)),
+        torch_float_positions(lambda q: pt.apply_rope(ROPE, [True, False, True], q, q,
+            qkv_format="bshd")),
         "[rope] positions must be an int64 tensor or a sequence of ints, "
         "got list of bool",
     ),
     "torch attention, float positions": (
-        torch_float_positions(lambda q: pt.attention(q, q, q, [0.0, 1.0, 2.0])),
+        torch_float_positions(lambda q: pt.attention(q, q, q, [0.0, 1.0, 2.0], qkv_format="bshd")),
         "[attention] query_positions must be an int64 tensor or a sequence of "
         "ints, got list of float32",
     ),
@@ -304,13 +307,13 @@ ERRORS = {
     # kernel refuses, with its message.
     "torch float64 attention, position past the limit": (
         torch_positions_past_limit(
-            lambda q: pt.attention(q, q, q, [0, 1, 2**62]), torch.float64
+            lambda q: pt.attention(q, q, q, [0, 1, 2**62], qkv_format="bshd"), torch.float64
         ),
         "[attention] " + past_limit("query_positions[2]", 2**62),
     ),
     "torch float16 attention, negative key position": (
         torch_positions_past_limit(
-            lambda q: pt.attention(q, q, q, [0, 1, 2], [0, -1, 2]), torch.float16
+            lambda q: pt.attention(q, q, q, [0, 1, 2], [0, -1, 2], qkv_format="bshd"), torch.float16
         ),
         "[attention] key_positions[1] must be >= 0, got -1",
     ),
@@ -318,7 +321,7 @@ ERRORS = {
         torch_positions_past_limit(
             lambda q: pt.attention(
                 q[None], q[None], q[None], [0, 1, 2**33],
-                attention_mask=torch.tensor([[True, False, True]]),
+                attention_mask=torch.tensor([[True, False, True]]), qkv_format="bshd",
             ),
             torch.float32,
         ),
@@ -327,7 +330,8 @@ ERRORS = {
     "torch float64 self_extend, position past the limit": (
         torch_positions_past_limit(
             lambda q: pt.self_extend_attention(
-                q, q, q, [0, 1, 2**62], rope=ROPE, group_size=2, neighbor_window=2
+                q, q, q, [0, 1, 2**62], rope=ROPE, group_size=2, neighbor_window=2,
+                    qkv_format="bshd"
             ),
             torch.float64,
         ),
@@ -410,7 +414,8 @@ ERRORS = {
     "torch apply_rope of a huge expand": (
         call_only(
             lambda: pt.apply_rope(
-                ROPE, torch.arange(2**20), *[torch.zeros(8).expand(2**20, 2**20, 1, 8)] * 2
+                ROPE, torch.arange(2**20), *[torch.zeros(8).expand(2**20, 2**20, 1, 8)] * 2,
+                    qkv_format="bshd"
             )
         ),
         f"[rope] out.shape {CAP}, got (1048576, 1048576, 1, 8) float32",
@@ -423,24 +428,28 @@ ERRORS = {
     ),
     # Arguments of the wrong type: posenc's message, not pybind11's signature.
     "torch attention, scale 0": (
-        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale=0.0)),
+        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale=0.0,
+            qkv_format="bshd")),
         "[attention] scale must be None (1 / sqrt(head_dim)) or a positive finite number, "
         "got 0.0",
     ),
     "torch attention, scale as a string": (
-        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale="1.5")),
+        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale="1.5",
+            qkv_format="bshd")),
         "[attention] scale must be None (1 / sqrt(head_dim)) or a positive finite number, "
         "got str",
     ),
     "torch attention, a sinusoidal module as rope": (
         torch_float_positions(
-            lambda q: pt.attention(q, q, q, [0, 1, 2], rope=pt.SinusoidalPositions(8))
+            lambda q: pt.attention(q, q, q, [0, 1, 2], rope=pt.SinusoidalPositions(8),
+                qkv_format="bshd")
         ),
         "[attention] rope must be None, a posenc.Rope or a posenc.torch.RotaryEmbedding, "
         "got SinusoidalPositions",
     ),
     "torch attention, float window": (
-        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], window=1.5)),
+        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], window=1.5,
+            qkv_format="bshd")),
         "[attention] window must be an int >= 0 (0: no window), got 1.5",
     ),
     "torch attention, bad qkv_format": (
@@ -451,7 +460,7 @@ ERRORS = {
         "or 'bhsd' ([..., heads, tokens, head_dim], Hugging Face's), got 'sbhd'",
     ),
     "torch apply_rope, a number as rope": (
-        torch_float_positions(lambda q: pt.apply_rope(8, [0, 1, 2], q, q)),
+        torch_float_positions(lambda q: pt.apply_rope(8, [0, 1, 2], q, q, qkv_format="bshd")),
         "[rope] rope must be a posenc.Rope or a posenc.torch.RotaryEmbedding, got int",
     ),
     "torch attention, out= that requires grad": (
@@ -536,7 +545,7 @@ ERRORS = {
     "torch self_extend, group_size past int64": (
         torch_float_positions(
             lambda q: pt.self_extend_attention(
-                q, q, q, rope=ROPE, group_size=2**70, neighbor_window=2
+                q, q, q, rope=ROPE, group_size=2**70, neighbor_window=2, qkv_format="bshd"
             )
         ),
         "[self_extend] group_size must be an int in [-2^63, 2^63), got "
@@ -548,13 +557,15 @@ ERRORS = {
         "[kv_cache] out_dtype must be float32, float64, bfloat16 or float16, got int64",
     ),
     "torch attention, out_dtype int64": (
-        torch_float_positions(lambda q: pt.attention(q, q, q, out_dtype=torch.int64)),
+        torch_float_positions(lambda q: pt.attention(q, q, q, out_dtype=torch.int64,
+            qkv_format="bshd")),
         "[attention] out_dtype must be float32, float64, bfloat16 or float16, got int64",
     ),
     "torch self_extend, out_dtype int32": (
         torch_float_positions(
             lambda q: pt.self_extend_attention(
-                q, q, q, rope=ROPE, group_size=2, neighbor_window=2, out_dtype=torch.int32
+                q, q, q, rope=ROPE, group_size=2, neighbor_window=2, out_dtype=torch.int32,
+                    qkv_format="bshd"
             )
         ),
         "[self_extend] out_dtype must be float32, float64, bfloat16 or float16, got int32",
@@ -654,7 +665,7 @@ def test_in_place_rope_off_the_kernel_refuses_q_and_k_as_one_view():
     with pytest.raises(
         posenc.Error, match=r"^\[rope\] k must not share memory with q, got overlapping views$"
     ):
-        pt.apply_rope_(ROPE, [0, 1], x, x)
+        pt.apply_rope_(ROPE, [0, 1], x, x, qkv_format="bshd")
     assert torch.equal(x, before)
 
 
@@ -699,8 +710,9 @@ def test_masked_attention_into_out_overlapping_a_later_rows_query():
     buf = tensor(3, 3, 2, 8)
     q, out = buf[0:2], buf[1:3]
     mask = torch.tensor([[True, True, True], [False, True, True]])
-    expect = pt.attention(q.clone(), q.clone(), q.clone(), attention_mask=mask)
-    assert pt.attention(q, q.clone(), q.clone(), attention_mask=mask, out=out) is out
+    expect = pt.attention(q.clone(), q.clone(), q.clone(), attention_mask=mask, qkv_format="bshd")
+    assert pt.attention(q, q.clone(), q.clone(), attention_mask=mask, out=out,
+        qkv_format="bshd") is out
     torch.testing.assert_close(out, expect, rtol=0, atol=0)
 
 
@@ -736,15 +748,17 @@ EMPTY = {
         (0, 3, 2, 8),
     ),
     "torch rope, zero tokens": (
-        lambda: pt.apply_rope(ROPE, [], tensor(2, 0, 4, 8), tensor(2, 0, 2, 8))[0],
+        lambda: pt.apply_rope(ROPE, [], tensor(2, 0, 4, 8), tensor(2, 0, 2, 8),
+            qkv_format="bshd")[0],
         (2, 0, 4, 8),
     ),
     "torch rope, empty HF layout": (
-        lambda: pt.apply_rope(ROPE, [], *[tensor(2, 4, 0, 8).transpose(1, 2)] * 2)[0],
+        lambda: pt.apply_rope(ROPE, [], *[tensor(2, 4, 0, 8).transpose(1, 2)] * 2,
+            qkv_format="bshd")[0],
         (2, 0, 4, 8),
     ),
     "torch attention, zero batch": (
-        lambda: pt.attention(*[tensor(0, 3, 2, 8)] * 3, [0, 1, 2]),
+        lambda: pt.attention(*[tensor(0, 3, 2, 8)] * 3, [0, 1, 2], qkv_format="bshd"),
         (0, 3, 2, 8),
     ),
     "sinusoidal_table, zero tokens": (lambda: posenc.sinusoidal_table(0, 8), (0, 8)),

@@ -407,7 +407,7 @@ def test_constructor_errors():
             "its .rope), got RotaryEmbedding"
         ),
     ):
-        posenc.KvCache(4, 1, 8, rope=pt.RotaryEmbedding(8))
+        posenc.KvCache(4, 1, 8, rope=pt.RotaryEmbedding(8, qkv_format="bshd"))
     with pytest.raises(
         posenc.Error, match=re.escape("[kv_cache] kv_heads must be an int, got str")
     ):
@@ -446,7 +446,8 @@ def test_torch_decode_loop_equals_attention(dtype):
     assert cache.rope.head_dim == HEAD_DIM and cache.mrope is None
     with torch.no_grad():
         expect = pt.attention(
-            q, k, v, torch.arange(n), causal=True, rope=cache.rope, out_dtype=torch.float32
+            q, k, v, torch.arange(n), causal=True, rope=cache.rope, out_dtype=torch.float32,
+                qkv_format="bshd"
         )
         cache.append(k[:prefill], v[:prefill])  # positions 0 .. prefill - 1
         got = [cache.attend(q[:prefill], out_dtype=torch.float32)]  # causal
@@ -471,7 +472,8 @@ def test_torch_hugging_face_layout_and_explicit_positions():
         )
         out = cache.attend(q[-1:])
     assert torch.equal(cache.positions, torch.arange(10, 15))
-    expect = pt.attention(q[-1:], k, v, [14], torch.arange(10, 15), causal=True, rope=ROPE)
+    expect = pt.attention(q[-1:], k, v, [14], torch.arange(10, 15), causal=True, rope=ROPE,
+        qkv_format="bshd")
     torch.testing.assert_close(out, expect, rtol=0, atol=1e-6)
 
 
@@ -489,7 +491,7 @@ def test_torch_context_shift_and_sinks():
         out = cache.attend(q[-1:])
     kept = [0, 5, 6, 7]
     expect = pt.attention(
-        q[-1:], k[kept], v[kept], [3], torch.arange(4), causal=True, rope=ROPE
+        q[-1:], k[kept], v[kept], [3], torch.arange(4), causal=True, rope=ROPE, qkv_format="bshd"
     )
     torch.testing.assert_close(out, expect, rtol=0, atol=1e-5)
 

@@ -507,7 +507,8 @@ def hf_mrope_reference(q, position_ids, inv_freq, section, interleaved):
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_module_matches_hugging_face_lines(interleaved):
     section = [24, 20, 20] if interleaved else [16, 24, 24]
-    rot = pt.MultimodalRotaryEmbedding(128, section, 5e6, interleaved=interleaved)
+    rot = pt.MultimodalRotaryEmbedding(128, section, 5e6, interleaved=interleaved,
+        qkv_format="bshd")
     q, k = torch.randn(2, 7, 4, 128), torch.randn(2, 7, 2, 128)
     position_ids = torch.randint(0, 20000, (3, 2, 7))
     q_rot, k_rot = rot(q, k, position_ids)
@@ -531,7 +532,7 @@ def test_module_matches_hugging_face_lines(interleaved):
 def test_module_golden_float64(name):
     g = golden(name)
     rot = pt.MultimodalRotaryEmbedding(
-        g["head_dim"], g["mrope_section"], g["theta"], interleaved=TEXT[name]
+        g["head_dim"], g["mrope_section"], g["theta"], interleaved=TEXT[name], qkv_format="bshd"
     )
     t, d = g["tokens"], g["head_dim"]
     q = torch.tensor(g["q"], dtype=torch.float32).reshape(1, t, -1, d).double()
@@ -545,22 +546,22 @@ def test_module_golden_float64(name):
 
 
 def test_from_hf_config_and_text_positions_are_1d_rope():
-    rot = pt.MultimodalRotaryEmbedding.from_hf_config(QWEN2_VL)
+    rot = pt.MultimodalRotaryEmbedding.from_hf_config(QWEN2_VL, qkv_format="bshd")
     assert rot.mrope.pair_stream == [0] * 16 + [1] * 24 + [2] * 24
     rope = posenc.rope_from_hf_config(QWEN2_VL)
     assert rot.rope.inv_freq == rope.inv_freq
     q, k = torch.randn(2, 5, 28, 128), torch.randn(2, 5, 4, 128)
     text = torch.tensor([[0, 1, 2, 3, 4], [9, 10, 11, 12, 13]])
-    one_d = pt.apply_rope(rope, text, q, k)
+    one_d = pt.apply_rope(rope, text, q, k, qkv_format="bshd")
     for position_ids in (text, text[None].expand(3, 2, 5)):
         q_rot, k_rot = rot(q, k, position_ids)
         assert torch.equal(q_rot, one_d[0]) and torch.equal(k_rot, one_d[1])
     q_rot, _ = rot(q, k, qkv_format="bshd")  # None: 0 .. T - 1 (where the layout says)
-    assert torch.equal(q_rot, pt.apply_rope(rope, torch.arange(5), q, k)[0])
+    assert torch.equal(q_rot, pt.apply_rope(rope, torch.arange(5), q, k, qkv_format="bshd")[0])
 
 
 def test_hf_layout_transposed_tensors_keep_their_strides():
-    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3])
+    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3], qkv_format="bshd")
     q_hf = torch.randn(2, 4, 5, 16)  # [batch, heads, seq, dim]
     k_hf = torch.randn(2, 1, 5, 16)
     position_ids = torch.randint(0, 100, (3, 2, 5))
@@ -574,7 +575,7 @@ def test_hf_layout_transposed_tensors_keep_their_strides():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_module_low_precision_dtypes(dtype):
-    rot = pt.MultimodalRotaryEmbedding(16, [4, 2, 2], interleaved=True)
+    rot = pt.MultimodalRotaryEmbedding(16, [4, 2, 2], interleaved=True, qkv_format="bshd")
     q, k = torch.randn(2, 6, 3, 16), torch.randn(2, 6, 1, 16)
     position_ids = torch.randint(0, 3000, (3, 2, 6))
     q_rot, k_rot = rot(q.to(dtype), k.to(dtype), position_ids)
@@ -586,7 +587,7 @@ def test_module_low_precision_dtypes(dtype):
 
 
 def test_gradcheck_float64():
-    rot = pt.MultimodalRotaryEmbedding(8, [1, 2, 1], 100.0)
+    rot = pt.MultimodalRotaryEmbedding(8, [1, 2, 1], 100.0, qkv_format="bshd")
     q = torch.randn(2, 3, 2, 8, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 3, 1, 8, dtype=torch.float64, requires_grad=True)
     position_ids = torch.tensor(
@@ -597,7 +598,7 @@ def test_gradcheck_float64():
 
 
 def test_backward_is_the_inverse_rotation():
-    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3])
+    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3], qkv_format="bshd")
     mrope = rot.mrope
     q = torch.randn(2, 5, 3, 16, requires_grad=True)
     k = torch.randn(2, 5, 1, 16, requires_grad=True)
@@ -701,7 +702,7 @@ TORCH_ERRORS = {
         "[mrope] head_dim must be an int, got float",
     ),
     "head_dim as a string": (
-        lambda: pt.MultimodalRotaryEmbedding("128", [16, 24, 24]),
+        lambda: pt.MultimodalRotaryEmbedding("128", [16, 24, 24], qkv_format="bshd"),
         "[mrope] head_dim must be an int, got str",
     ),
     "theta as a string": (
@@ -713,18 +714,19 @@ TORCH_ERRORS = {
         "[mrope] spatial_merge_size must be an int or None, got float",
     ),
     "sections of floats": (
-        lambda: pt.MultimodalRotaryEmbedding(8, [1.0, 2, 1]),
+        lambda: pt.MultimodalRotaryEmbedding(8, [1.0, 2, 1], qkv_format="bshd"),
         "[mrope] mrope_section must be a sequence of ints, got [1.0, 2, 1]",
     ),
     "config without M-RoPE": (
         lambda: pt.MultimodalRotaryEmbedding.from_hf_config(
-            {**QWEN2_VL, "model_type": "qwen2", "rope_scaling": None}
+            {**QWEN2_VL, "model_type": "qwen2", "rope_scaling": None}, qkv_format="bshd"
         ),
         "[mrope] config must describe a model with M-RoPE (rope_scaling.mrope_section: "
         "Qwen2-VL, Qwen2.5-VL, Qwen3-VL), got qwen2 (rope, no mrope_section)",
     ),
     "functional with a module": (
-        lambda: pt.apply_mrope(ROT, torch.zeros(3, 3, dtype=torch.int64), q8(3, 1, 8), q8(3, 1, 8)),
+        lambda: pt.apply_mrope(ROT, torch.zeros(3, 3, dtype=torch.int64), q8(3, 1, 8), q8(3, 1, 8),
+            qkv_format="bshd"),
         "[mrope] mrope must be a posenc.MRope (of a MultimodalRotaryEmbedding: its .mrope), "
         "got MultimodalRotaryEmbedding",
     ),
@@ -766,7 +768,7 @@ def test_numpy_positions_and_activations_are_not_copied():
 def test_torch_expanded_position_ids_are_views():
     # Hugging Face expands text position_ids to [3, B, T] with stride 0; the
     # module reads them in place (the result equals the materialised copy).
-    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3])
+    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3], qkv_format="bshd")
     q, k = torch.randn(2, 4, 2, 16), torch.randn(2, 4, 1, 16)
     ids = torch.arange(8).reshape(2, 4)
     expanded = ids[None].expand(3, 2, 4)
@@ -856,7 +858,7 @@ def test_rope_index_feeds_the_rotation_of_the_same_config():
     assert tokens.image_token_id == g["config"]["image_token_id"]
     ids = torch.tensor(g["input_ids"])
     position_ids, deltas = pt.get_rope_index(path, ids, torch.tensor(g["image_grid_thw"]))
-    rot = pt.MultimodalRotaryEmbedding.from_hf_config(path)
+    rot = pt.MultimodalRotaryEmbedding.from_hf_config(path, qkv_format="bshd")
     b, t = ids.shape
     q, k = torch.randn(b, t, 28, 128), torch.randn(b, t, 4, 128)
     q_rot, k_rot = rot(q, k, position_ids)
@@ -867,7 +869,8 @@ def test_rope_index_feeds_the_rotation_of_the_same_config():
     q1 = torch.randn(b, 1, 28, 128)
     q1_rot, _ = rot(q1, q1[:, :, :4], step)
     one_d = posenc.rope_from_hf_config(path)
-    assert torch.equal(q1_rot, pt.apply_rope(one_d, (t + deltas), q1, q1[:, :, :4])[0])
+    assert torch.equal(q1_rot, pt.apply_rope(one_d, (t + deltas), q1, q1[:, :, :4],
+        qkv_format="bshd")[0])
 
 
 def test_rope_index_rules_and_repr():
@@ -962,7 +965,7 @@ def test_published_config_rotates_as_hugging_face(name):
     out = posenc.apply_mrope(exact, positions, q.astype(np.float64))
     np.testing.assert_allclose(out.reshape(-1), g["q_out_f64"], rtol=0, atol=F64_TOL)
     # REFERENCE: Hugging Face's float32 frequencies, as the model runs.
-    rot = pt.MultimodalRotaryEmbedding.from_hf_config(path)
+    rot = pt.MultimodalRotaryEmbedding.from_hf_config(path, qkv_format="bshd")
     np.testing.assert_array_equal(
         np.array(rot.mrope.rope.inv_freq, np.float32), np.array(g["inv_freq_f32"], np.float32)
     )
@@ -993,7 +996,7 @@ def test_config_with_uneven_interleaved_sections_follows_hugging_face():
         },
     }
     rot = pt.MultimodalRotaryEmbedding.from_hf_config(
-        config, precision=posenc.RopePrecision.EXACT
+        config, precision=posenc.RopePrecision.EXACT, qkv_format="bshd"
     )
     assert rot.mrope.pair_stream == UNEVEN_PAIR_STREAM
     q_rot, k_rot = rot(

@@ -85,20 +85,21 @@ def test_torch_kernel_equals_the_pytorch_definition(dtype):
     q, k, v = (torch.from_numpy(x).to(dtype) for x in qkv(30, seed=3))
     pos = torch.arange(30) * 2
     kernel = pt.self_extend_attention(q, k, v, pos, pos, rope=ROPE, group_size=4,
-                                      neighbor_window=6, causal=True, out_dtype=torch.float32)
+                                      neighbor_window=6, causal=True, out_dtype=torch.float32,
+                                          qkv_format="bshd")
     mine = reference.self_extend_attention(q, k, v, pos, pos, group_size=4, neighbor_window=6,
                                            rope=ROPE, causal=True)
     atol = 1e-5 if dtype == torch.float32 else 2.0**-9 * v.float().abs().max().item() + 1e-5
     torch.testing.assert_close(mine.float(), kernel, rtol=0, atol=atol)
     assert pt.self_extend_attention(q, k, v, rope=ROPE, group_size=4,
-                                    neighbor_window=6).dtype == dtype
+                                    neighbor_window=6, qkv_format="bshd").dtype == dtype
 
 
 def test_torch_hf_layout_and_autograd():
     q, k, v = (torch.from_numpy(x).double() for x in qkv(10, dim=8, seed=4))
     rope = posenc.Rope.default(8)
     want = pt.self_extend_attention(q, k, v, rope=rope, group_size=2, neighbor_window=3,
-                                    causal=True)
+                                    causal=True, qkv_format="bshd")
     hf = [t[None].transpose(1, 2) for t in (q, k, v)]
     got = pt.self_extend_attention(*hf, rope=rope, group_size=2, neighbor_window=3, causal=True,
                                    qkv_format="bhsd")
@@ -106,7 +107,8 @@ def test_torch_hf_layout_and_autograd():
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     assert torch.autograd.gradcheck(
         lambda a, b, c: pt.self_extend_attention(a, b, c, rope=rope, group_size=2,
-                                                 neighbor_window=3, causal=True), leaves)
+                                                 neighbor_window=3, causal=True,
+                                                     qkv_format="bshd"), leaves)
 
 
 def test_bad_arguments_name_themselves():
@@ -117,7 +119,7 @@ def test_bad_arguments_name_themselves():
     with pytest.raises(posenc.Error,
                        match=r"^\[self_extend\] neighbor_window must be >= 1, got 0$"):
         pt.self_extend_attention(*(torch.from_numpy(x) for x in (q, k, v)), rope=ROPE,
-                                 group_size=2, neighbor_window=0)
+                                 group_size=2, neighbor_window=0, qkv_format="bshd")
     with pytest.raises(posenc.Error, match=r"^\[self_extend\] rope must be given"):
         pt.self_extend_attention(*(torch.from_numpy(x) for x in (q, k, v)), rope=None,
-                                 group_size=2, neighbor_window=2)
+                                 group_size=2, neighbor_window=2, qkv_format="bshd")

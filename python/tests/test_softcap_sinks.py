@@ -326,7 +326,7 @@ def test_bad_softcap_and_sinks_are_refused():
     for bad in (-1.0, math.inf, math.nan, "3", True):
         for call in (
             lambda: pt.attention(q, k, v, softcap=bad, qkv_format="bhsd"),
-            lambda: pt.attention(qt, kt, vt, positions, positions, softcap=bad),
+            lambda: pt.attention(qt, kt, vt, positions, positions, softcap=bad, qkv_format="bshd"),
         ):
             with pytest.raises(posenc.Error, match=r"\[attention\] softcap must be a finite "
                                r"number >= 0 \(0: off\)"):

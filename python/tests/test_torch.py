@@ -52,7 +52,7 @@ def test_apply_rope_matches_rotate_half_with_partial_rotary_and_gqa():
     rope = posenc.Rope.default(16, 500.0, rotary_dim=8)
     q, k = torch.randn(2, 7, 4, 16), torch.randn(2, 7, 2, 16)
     positions = torch.tensor([0, 1, 2, 3, 50, 51, 4096])
-    q_rot, k_rot = pt.apply_rope(rope, positions, q, k)
+    q_rot, k_rot = pt.apply_rope(rope, positions, q, k, qkv_format="bshd")
     assert q_rot.dtype == torch.float32 and q_rot.shape == q.shape
     torch.testing.assert_close(
         q_rot.double(),
@@ -72,7 +72,7 @@ def test_apply_rope_matches_complex_multiply_with_per_batch_positions():
     rope = posenc.Rope.default(8, layout=posenc.RopeLayout.INTERLEAVED)
     q, k = torch.randn(3, 5, 2, 8), torch.randn(3, 5, 1, 8)
     positions = torch.randint(0, 100000, (3, 5))
-    q_rot, k_rot = pt.apply_rope(rope, positions, q, k)
+    q_rot, k_rot = pt.apply_rope(rope, positions, q, k, qkv_format="bshd")
     torch.testing.assert_close(
         q_rot.double(), rope_complex(q, positions), rtol=1e-5, atol=1e-5
     )
@@ -87,7 +87,8 @@ def test_hugging_face_layout_passes_as_a_transposed_view():
         2, 2, 6, 8
     )  # [batch, heads, seq, dim]
     positions = torch.arange(6)
-    q_rot, k_rot = pt.apply_rope(rope, positions, q_hf.transpose(1, 2), k_hf.transpose(1, 2))
+    q_rot, k_rot = pt.apply_rope(rope, positions, q_hf.transpose(1, 2), k_hf.transpose(1, 2),
+        qkv_format="bshd")
     assert q_rot.transpose(
         1, 2
     ).is_contiguous()  # the result keeps the input's memory order
@@ -101,7 +102,7 @@ def test_float64_is_double_precision():
         4, 3, 8, dtype=torch.float64
     )
     positions = torch.tensor([0, 10, 1000, 1000000])
-    q_rot, k_rot = pt.apply_rope(rope, positions, q, k)
+    q_rot, k_rot = pt.apply_rope(rope, positions, q, k, qkv_format="bshd")
     assert q_rot.dtype == torch.float64
     torch.testing.assert_close(
         q_rot, rope_complex(q, positions), rtol=0, atol=1e-12
@@ -121,7 +122,8 @@ def test_half_precision_storage_rounds_once(dtype, ulp):
     q_hf = torch.randn(2, 4, 5, 8).to(dtype)
     k_hf = torch.randn(2, 1, 5, 8).to(dtype)
     positions = torch.tensor([0, 1, 2, 300, 70000])
-    q_rot, k_rot = pt.apply_rope(rope, positions, q_hf.transpose(1, 2), k_hf.transpose(1, 2))
+    q_rot, k_rot = pt.apply_rope(rope, positions, q_hf.transpose(1, 2), k_hf.transpose(1, 2),
+        qkv_format="bshd")
     assert q_rot.dtype == dtype and q_rot.transpose(1, 2).is_contiguous()
     for rotated, original in ((q_rot, q_hf), (k_rot, k_hf)):
         exact = rope_rotate_half(original.transpose(1, 2), positions, 8)
@@ -137,7 +139,7 @@ def test_backward_matches_autograd_of_the_plain_implementation():
     k = torch.randn(2, 5, 1, 16, requires_grad=True)
     positions = torch.arange(5) * 37
     weight_q, weight_k = torch.randn(2, 5, 3, 16), torch.randn(2, 5, 1, 16)
-    q_rot, k_rot = pt.apply_rope(rope, positions, q, k)
+    q_rot, k_rot = pt.apply_rope(rope, positions, q, k, qkv_format="bshd")
     ((q_rot * weight_q).sum() + (k_rot * weight_k).sum()).backward()
     q_ref = q.detach().double().requires_grad_()
     k_ref = k.detach().double().requires_grad_()
@@ -164,10 +166,10 @@ def test_gradcheck_rope_in_double(layout):
     k = torch.randn(2, 3, 1, 6, dtype=torch.float64, requires_grad=True)
     positions = torch.tensor([[0, 1, 5], [7, 2, 1000]])
     assert torch.autograd.gradcheck(
-        lambda a, b: pt.apply_rope(rope, positions, a, b), (q, k)
+        lambda a, b: pt.apply_rope(rope, positions, a, b, qkv_format="bshd"), (q, k)
     )
     assert torch.autograd.gradgradcheck(
-        lambda a, b: pt.apply_rope(rope, positions, a, b), (q, k)
+        lambda a, b: pt.apply_rope(rope, positions, a, b, qkv_format="bshd"), (q, k)
     )
 
 
@@ -191,7 +193,7 @@ def test_numpy_and_torch_agree():
     rope = posenc.Rope.default(8)
     q, k = torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8)
     positions = torch.tensor([4, 5, 6])
-    q_rot, k_rot = pt.apply_rope(rope, positions, q, k)
+    q_rot, k_rot = pt.apply_rope(rope, positions, q, k, qkv_format="bshd")
     for rotated, x in ((q_rot, q), (k_rot, k)):
         from_numpy = posenc.apply_rope(rope, positions.numpy(), x.numpy())
         np.testing.assert_array_equal(rotated.numpy(), from_numpy)
@@ -248,7 +250,7 @@ def test_bad_inputs_raise_clear_errors(make, message):
     )
     with pytest.raises(ValueError) as error:
         q, k, positions = make(q, k, positions)
-        pt.apply_rope(posenc.Rope.default(8), positions, q, k)
+        pt.apply_rope(posenc.Rope.default(8), positions, q, k, qkv_format="bshd")
     assert message in str(error.value)
 
 
@@ -365,7 +367,7 @@ def test_attention_matches_plain_torch(dtype):
     if dtype == torch.float32:
         with torch.no_grad():
             out = pt.attention(
-                q, k, v, positions, causal=True, rope=posenc.Rope.default(64)
+                q, k, v, positions, causal=True, rope=posenc.Rope.default(64), qkv_format="bshd"
             )
         expected = torch_attention(q, k, v, True, positions)
         atol = 1e-5
@@ -373,7 +375,7 @@ def test_attention_matches_plain_torch(dtype):
         # Without RoPE (which rounds rotated q and k back to bfloat16), the
         # only rounding beyond float32 is the weights', at most 2^-9 max|v|,
         # and the output's, to bfloat16 (bfloat16 in, bfloat16 out).
-        out = pt.attention(q, k, v, positions, causal=True)
+        out = pt.attention(q, k, v, positions, causal=True, qkv_format="bshd")
         expected = torch_attention(q, k, v, True)
         atol = 2.0**-9 * v.abs().max().item() + 2.0**-8 * expected.abs().max().item()
     assert out.dtype == dtype and out.shape == (37, 8, 32)
@@ -383,9 +385,9 @@ def test_attention_matches_plain_torch(dtype):
 def test_attention_refuses_what_it_cannot_do():
     q = torch.randn(4, 2, 8)
     with pytest.raises(ValueError, match=r"\[attention\] q must have dtype"):
-        pt.attention(q.int(), q, q, torch.arange(4))
+        pt.attention(q.int(), q, q, torch.arange(4), qkv_format="bshd")
     with pytest.raises(ValueError, match=r"\[attention\] k and v must have"):
-        pt.attention(q, q.bfloat16(), q, [0, 1, 2, 3])
+        pt.attention(q, q.bfloat16(), q, [0, 1, 2, 3], qkv_format="bshd")
 
 
 # ---------------------------------------------------------------------------
@@ -410,7 +412,7 @@ def _reference_q(head_dim):
 
 def test_rotary_embedding_of_a_layer_index():
     golden = json.loads((MODEL_GOLDEN / "llama4-scout-17b-16e.json").read_text())
-    module = pt.RotaryEmbedding.from_hf_config(LLAMA4, layer=0)
+    module = pt.RotaryEmbedding.from_hf_config(LLAMA4, layer=0, qkv_format="bshd")
     q = _reference_q(128)
     q_rot, _ = module(q, q.clone(), torch.tensor([7]))
     want = torch.tensor(golden["layout"]["rotated_q"]["7"], dtype=torch.float32)
@@ -418,9 +420,10 @@ def test_rotary_embedding_of_a_layer_index():
     with pytest.raises(
         ValueError, match=r"layer must pick a RoPE layer \(layer 3 is nope"
     ):
-        pt.RotaryEmbedding.from_hf_config(LLAMA4, layer=3)
+        pt.RotaryEmbedding.from_hf_config(LLAMA4, layer=3, qkv_format="bshd")
     # A layer type still works.
-    by_type = pt.RotaryEmbedding.from_hf_config(LLAMA4, layer="chunked_attention")
+    by_type = pt.RotaryEmbedding.from_hf_config(LLAMA4, layer="chunked_attention",
+        qkv_format="bshd")
     torch.testing.assert_close(by_type.inv_freq, module.inv_freq)
 
 
@@ -429,7 +432,7 @@ def test_rotary_embedding_honours_rotary_offset():
     rotate. The reference stores the rotated part de-interleaved (pair i at
     128 + i and 160 + i); posenc rotates pairs (2i, 2i + 1) in place."""
     golden = json.loads((MODEL_GOLDEN / "deepseek-v3.json").read_text())
-    module = pt.RotaryEmbedding.from_hf_config(DEEPSEEK)
+    module = pt.RotaryEmbedding.from_hf_config(DEEPSEEK, qkv_format="bshd")
     assert module.rope.rotary_offset == 128
     q = _reference_q(192)
     for position in (7, 1000):

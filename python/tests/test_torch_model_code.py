@@ -51,7 +51,7 @@ def test_hf_layout_equals_hf_formula_forward_and_backward():
     q = torch.randn(2, 4, 6, 16, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 4, 6, 16, dtype=torch.float64, requires_grad=True)
     position_ids = torch.tensor([[0, 1, 2, 3, 4, 5], [9, 10, 11, 12, 13, 14]])
-    rope = pt.RotaryEmbedding(16, 500.0)
+    rope = pt.RotaryEmbedding(16, 500.0, qkv_format="bshd")
     q_rot, k_rot = rope(q, k, position_ids, qkv_format="bhsd")
     cos, sin = hf_cos_sin_f64(position_ids, 16, 500.0)
     want_q, want_k = hf_apply_rotary_pos_emb(q, k, cos, sin)
@@ -81,7 +81,7 @@ def test_positions_are_never_guessed_from_an_ambiguous_shape():
     64] could be tokens-first or heads-first. Without qkv_format the module
     refuses to pick positions."""
     q = torch.randn(1, 8, 8, 64)
-    rope = pt.RotaryEmbedding(64)
+    rope = pt.RotaryEmbedding(64, qkv_format="bshd")
     with pytest.raises(posenc.Error, match=r"^\[rope\] positions must be given unless"):
         rope(q, q)
     hf = pt.RotaryEmbedding(64, qkv_format="bhsd")
@@ -96,18 +96,18 @@ def test_query_only_and_in_place():
     rope = posenc.Rope.default(8)
     q = torch.randn(3, 5, 2, 8)
     positions = torch.tensor([3, 4, 5, 6, 7])
-    alone = pt.apply_rope(rope, positions, q)
-    q_rot, _ = pt.apply_rope(rope, positions, q, q.clone())
+    alone = pt.apply_rope(rope, positions, q, qkv_format="bshd")
+    q_rot, _ = pt.apply_rope(rope, positions, q, q.clone(), qkv_format="bshd")
     assert torch.equal(alone, q_rot)
     inplace = q.clone()
-    assert pt.apply_rope_(rope, positions, inplace) is inplace
+    assert pt.apply_rope_(rope, positions, inplace, qkv_format="bshd") is inplace
     assert torch.equal(inplace, alone)
     hf = q.transpose(1, 2).contiguous()
     pt.apply_rope_(rope, positions, hf, qkv_format="bhsd")
     assert torch.equal(hf.transpose(1, 2), alone)
     leaf = q.clone().requires_grad_()
     with pytest.raises(posenc.Error, match=r"^\[rope\] q and k must not require grad"):
-        pt.apply_rope_(rope, positions, leaf)
+        pt.apply_rope_(rope, positions, leaf, qkv_format="bshd")
 
 
 def test_in_place_writes_nothing_when_an_argument_is_bad():
@@ -115,7 +115,7 @@ def test_in_place_writes_nothing_when_an_argument_is_bad():
     q, k = torch.randn(5, 2, 8), torch.randn(4, 1, 8)  # k has a token too few
     before = q.clone()
     with pytest.raises(posenc.Error):
-        pt.apply_rope_(rope, torch.arange(5), q, k)
+        pt.apply_rope_(rope, torch.arange(5), q, k, qkv_format="bshd")
     assert torch.equal(q, before)
 
 
@@ -123,7 +123,7 @@ def test_cos_sin_in_hugging_face_form():
     """(cos, sin) that Hugging Face's apply_rotary_pos_emb takes, at posenc's
     accuracy: the float64 values rounded once (Hugging Face's float32 angle
     at position 10^6 is off by about 0.03)."""
-    rope = pt.RotaryEmbedding(16, 10000.0)
+    rope = pt.RotaryEmbedding(16, 10000.0, qkv_format="bshd")
     position_ids = torch.tensor([[0, 5, 1_000_000]])
     cos, sin = rope.cos_sin(position_ids)
     assert cos.shape == (1, 3, 16) and cos.dtype == torch.float32
@@ -133,7 +133,7 @@ def test_cos_sin_in_hugging_face_form():
     q_hf, _ = hf_apply_rotary_pos_emb(q, q, cos, sin)
     q_rot = pt.apply_rope(rope, position_ids, q, qkv_format="bhsd")
     torch.testing.assert_close(q_rot, q_hf, rtol=0, atol=1e-5)
-    inter = pt.RotaryEmbedding(4, 100.0, layout="interleaved")
+    inter = pt.RotaryEmbedding(4, 100.0, layout="interleaved", qkv_format="bshd")
     c, _ = inter.cos_sin(torch.tensor([1]))
     assert torch.equal(c, torch.tensor([[math.cos(1), math.cos(1), math.cos(0.1), math.cos(0.1)]]))
 
@@ -153,14 +153,15 @@ def golden(name):
 )
 def test_length_dependent_frequencies_follow_the_positions(name):
     g = golden(name)
-    rope = pt.RotaryEmbedding.from_hf_config(g["config_input"])
+    rope = pt.RotaryEmbedding.from_hf_config(g["config_input"], qkv_format="bshd")
     positions = torch.tensor([0, 17, g["seq_len"] - 1])
     at_length = rope.rope_at(positions)
     assert at_length.inv_freq == pytest.approx(g["inv_freq_hf_f32"], rel=0, abs=0)
     assert at_length.attention_factor == pytest.approx(g["attention_factor"], rel=1e-15)
     q = torch.randn(3, 1, g["head_dim"])
     fixed = posenc.rope_from_hf_config(g["config_input"], seq_len=g["seq_len"])
-    assert torch.equal(rope(q, positions=positions), pt.apply_rope(fixed, positions, q))
+    assert torch.equal(rope(q, positions=positions), pt.apply_rope(fixed, positions, q,
+        qkv_format="bshd"))
     # The same module at a short length uses the construction-time frequencies.
     short = torch.tensor([0, 1, 2])
     assert rope.rope_at(short) == posenc.rope_from_hf_config(g["config_input"])
@@ -168,7 +169,7 @@ def test_length_dependent_frequencies_follow_the_positions(name):
 
 def test_an_explicit_length_fixes_the_frequencies():
     g = golden("nomic_embed_v1_5_dynamic2__seq8192")
-    rope = pt.RotaryEmbedding.from_hf_config(g["config_input"], seq_len=4096)
+    rope = pt.RotaryEmbedding.from_hf_config(g["config_input"], seq_len=4096, qkv_format="bshd")
     assert rope.rope_at(torch.tensor([8191])) == rope.rope
 
 
@@ -190,11 +191,13 @@ def test_left_padding_equals_the_unpadded_rows(dtype):
     mask = torch.tensor([[1] * 7, [0, 0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1]])
     rope = posenc.Rope.default(16, 500.0)
     alibi = posenc.Alibi(4)
-    out = pt.attention(q, k, v, causal=True, rope=rope, alibi=alibi, attention_mask=mask)
+    out = pt.attention(q, k, v, causal=True, rope=rope, alibi=alibi, attention_mask=mask,
+        qkv_format="bshd")
     assert out.dtype == dtype
     for b, pad in enumerate([0, 2, 5]):
         alone = pt.attention(
-            q[b, pad:], k[b, pad:], v[b, pad:], causal=True, rope=rope, alibi=alibi
+            q[b, pad:], k[b, pad:], v[b, pad:], causal=True, rope=rope, alibi=alibi,
+                qkv_format="bshd"
         )
         assert torch.equal(out[b, pad:], alone)
 
@@ -203,15 +206,17 @@ def test_a_mask_with_gaps_runs_the_definition():
     q, k, v = make_qkv((2,), 6)
     mask = torch.tensor([[1, 0, 1, 1, 0, 1], [1, 1, 1, 1, 1, 1]])
     positions = torch.arange(6)
-    out = pt.attention(q, k, v, positions, positions, causal=True, attention_mask=mask)
+    out = pt.attention(q, k, v, positions, positions, causal=True, attention_mask=mask,
+        qkv_format="bshd")
     # Row 0 by hand: only keys 0, 2, 3 and 5 exist.
     kept = torch.tensor([0, 2, 3, 5])
     for i in range(6):
         seen = kept[kept <= i]
-        want = pt.attention(q[0, i : i + 1], k[0, seen], v[0, seen], [i], seen)
+        want = pt.attention(q[0, i : i + 1], k[0, seen], v[0, seen], [i], seen, qkv_format="bshd")
         torch.testing.assert_close(out[0, i : i + 1], want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(
-        out[1], pt.attention(q[1], k[1], v[1], positions, causal=True), rtol=1e-6, atol=1e-6
+        out[1], pt.attention(q[1], k[1], v[1], positions, causal=True,
+            qkv_format="bshd"), rtol=1e-6, atol=1e-6
     )
 
 
@@ -221,35 +226,36 @@ def test_packed_sequences_equal_separate_calls():
     q, k, v = make_qkv((), total)
     cu = torch.tensor([0, 5, 6, 15, 18], dtype=torch.int32)
     rope, alibi = posenc.Rope.default(16), posenc.Alibi(4)
-    out = pt.attention(q, k, v, causal=True, rope=rope, alibi=alibi, window=4, cu_seqlens_q=cu)
+    out = pt.attention(q, k, v, causal=True, rope=rope, alibi=alibi, window=4, cu_seqlens_q=cu,
+        qkv_format="bshd")
     for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
         alone = pt.attention(
-            q[a:b], k[a:b], v[a:b], causal=True, rope=rope, alibi=alibi, window=4
+            q[a:b], k[a:b], v[a:b], causal=True, rope=rope, alibi=alibi, window=4, qkv_format="bshd"
         )
         assert torch.equal(out[a:b], alone)
     bad = torch.tensor([0, 5, 4, 18])
     with pytest.raises(posenc.Error, match=r"^\[attention\] cu_seqlens_q must start at 0"):
-        pt.attention(q, k, v, cu_seqlens_q=bad)
+        pt.attention(q, k, v, cu_seqlens_q=bad, qkv_format="bshd")
 
 
 def test_hf_layout_attention_and_defaults():
     q, k, v = make_qkv((2,), 5)
     hf = [t.transpose(1, 2).contiguous() for t in (q, k, v)]
     out = pt.attention(*hf, causal=True, qkv_format="bhsd")
-    want = pt.attention(q, k, v, torch.arange(5), causal=True, scale=1 / 4)
+    want = pt.attention(q, k, v, torch.arange(5), causal=True, scale=1 / 4, qkv_format="bshd")
     torch.testing.assert_close(out.transpose(1, 2), want, rtol=0, atol=0)
     # A decode step: the one query sits after its keys by default.
-    step = pt.attention(q[:, -1:], k, v, causal=True)
+    step = pt.attention(q[:, -1:], k, v, causal=True, qkv_format="bshd")
     torch.testing.assert_close(step, want[:, -1:], rtol=1e-6, atol=1e-6)
 
 
 def test_attention_dtype_and_out():
     q, k, v = make_qkv((), 4, dtype=torch.bfloat16)
-    assert pt.attention(q, k, v).dtype == torch.bfloat16
-    wide = pt.attention(q, k, v, out_dtype=torch.float32)
+    assert pt.attention(q, k, v, qkv_format="bshd").dtype == torch.bfloat16
+    wide = pt.attention(q, k, v, out_dtype=torch.float32, qkv_format="bshd")
     assert wide.dtype == torch.float32
     out = torch.empty(4, 4, 16)
-    assert pt.attention(q, k, v, out=out) is out and torch.equal(out, wide)
+    assert pt.attention(q, k, v, out=out, qkv_format="bshd") is out and torch.equal(out, wide)
 
 
 # ---------------------------------------------------------------------------
@@ -270,7 +276,7 @@ def test_attention_dtype_and_out():
 def test_reference_rotation_equals_the_kernel(dtype, rope):
     x = torch.randn(2, 5, 3, rope.head_dim).to(dtype)
     positions = torch.tensor([[0, 1, 7, 4096, 1_000_003], [5, 5, 6, 2, 999_999]])
-    kernel = pt.apply_rope(rope, positions, x)
+    kernel = pt.apply_rope(rope, positions, x, qkv_format="bshd")
     mine = reference.rotate(rope, positions, x)
     assert mine.dtype == dtype
     tol = {torch.float64: 1e-12, torch.float32: 2e-6}.get(dtype, 0)
@@ -295,7 +301,9 @@ def test_reference_attention_equals_the_kernel(dtype, options):
     q, k, v = make_qkv((2,), 9, dtype=dtype)
     qpos = torch.tensor([3, 4, 5, 6, 7, 8, 9, 10, 11])
     kpos = torch.tensor([0, 2, 4, 6, 8, 9, 10, 11, 100])
-    kernel = pt.attention(q, k, v, qpos, kpos, out_dtype=torch.float32, **options)
+    kernel = pt.attention(
+        q, k, v, qpos, kpos, out_dtype=torch.float32, qkv_format="bshd", **options
+    )
     mine = reference.attention(q, k, v, qpos, kpos, **options)
     atol = 1e-5 if dtype == torch.float32 else 2.0**-9 * v.abs().max().item() + 1e-5
     torch.testing.assert_close(mine, kernel, rtol=0, atol=atol)
@@ -307,7 +315,8 @@ def test_attention_trains_through_the_definition():
     q, k, v = (t.double().requires_grad_() for t in make_qkv((1,), 4, dim=8))
     rope, alibi = posenc.Rope.default(8), posenc.Alibi(4)
     assert torch.autograd.gradcheck(
-        lambda a, b, c: pt.attention(a, b, c, causal=True, rope=rope, alibi=alibi),
+        lambda a, b, c: pt.attention(a, b, c, causal=True, rope=rope, alibi=alibi,
+            qkv_format="bshd"),
         (q, k, v),
     )
 
@@ -326,7 +335,7 @@ def round_trip(obj):
 
 def test_schemes_and_modules_pickle_deepcopy_and_save():
     g = golden("nomic_embed_v1_5_dynamic2__seq8192")
-    rope = pt.RotaryEmbedding.from_hf_config(g["config_input"])
+    rope = pt.RotaryEmbedding.from_hf_config(g["config_input"], qkv_format="bshd")
     for scheme in (posenc.Rope.default(8, 500.0), posenc.Alibi(6, max_bias=4.0),
                    posenc.MRope.sections(posenc.Rope.default(8), [1, 2, 1], False)):
         assert pickle.loads(pickle.dumps(scheme)) == scheme
@@ -359,8 +368,10 @@ def test_fake_tensors_give_shapes_without_computing():
     with FakeTensorMode():
         q = torch.empty(1, 6, 4, 16)
         k = torch.empty(1, 6, 2, 16)
-        q_rot, k_rot = pt.apply_rope(posenc.Rope.default(16), torch.arange(6), q, k)
-        out = pt.attention(q_rot, k_rot, k, causal=True, rope=posenc.Rope.default(16))
+        q_rot, k_rot = pt.apply_rope(posenc.Rope.default(16), torch.arange(6), q, k,
+            qkv_format="bshd")
+        out = pt.attention(q_rot, k_rot, k, causal=True, rope=posenc.Rope.default(16),
+            qkv_format="bshd")
     assert q_rot.shape == q.shape and out.shape == (1, 6, 4, 16)
 
 
@@ -392,7 +403,7 @@ def test_torch_fx_traces_model_code():
 
 
 def test_multimodal_modules_take_queries_alone():
-    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3])
+    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3], qkv_format="bshd")
     q = torch.randn(1, 5, 2, 16)
     position_ids = torch.randint(0, 50, (3, 1, 5))
     q_rot, _ = rot(q, q.clone(), position_ids)
@@ -407,36 +418,39 @@ def test_multimodal_modules_take_queries_alone():
     "call, message",
     [
         (
-            lambda q: pt.attention(q, q, q, attention_mask=torch.ones(2, 5)),
+            lambda q: pt.attention(q, q, q, attention_mask=torch.ones(2, 5), qkv_format="bshd"),
             "[attention] attention_mask must be bool or integer 0/1 (Hugging Face's padding "
             "mask, not an additive float mask), got float32",
         ),
         (
-            lambda q: pt.attention(q, q, q, attention_mask=torch.ones(2, 4, dtype=torch.bool)),
+            lambda q: pt.attention(q, q, q, attention_mask=torch.ones(2, 4, dtype=torch.bool),
+                qkv_format="bshd"),
             "[attention] attention_mask.shape must be (*batch, kv_tokens) = (2, 5), got (2, 4)",
         ),
         (
-            lambda q: pt.attention(q[0], q[0], q[0], cu_seqlens_q=torch.tensor([0, 2.0, 5])),
+            lambda q: pt.attention(q[0], q[0], q[0], cu_seqlens_q=torch.tensor([0, 2.0, 5]),
+                qkv_format="bshd"),
             "[attention] cu_seqlens_q must be a 1-D int32 or int64 tensor [segments + 1], "
             "got (3,) float32",
         ),
         (
             lambda q: pt.attention(
                 q[0], q[0], q[0], cu_seqlens_q=torch.tensor([0, 5]),
-                cu_seqlens_k=torch.tensor([0, 2, 5]),
+                cu_seqlens_k=torch.tensor([0, 2, 5]), qkv_format="bshd",
             ),
             "[attention] cu_seqlens_k must hold as many segments as cu_seqlens_q (1), got 2",
         ),
         (
-            lambda q: pt.attention(q[0], q[0], q[0], cu_seqlens_k=torch.tensor([0, 5])),
+            lambda q: pt.attention(q[0], q[0], q[0], cu_seqlens_k=torch.tensor([0, 5]),
+                qkv_format="bshd"),
             "[attention] cu_seqlens_k must come with cu_seqlens_q, got alone",
         ),
         (
-            lambda q: pt.attention(q, q, q, out=torch.empty(2, 5, 2)),
+            lambda q: pt.attention(q, q, q, out=torch.empty(2, 5, 2), qkv_format="bshd"),
             "[attention] out.shape must be (2, 5, 2, 8), got (2, 5, 2)",
         ),
         (
-            lambda q: pt.attention(q, q, q, causal=1),
+            lambda q: pt.attention(q, q, q, causal=1, qkv_format="bshd"),
             "[attention] causal must be a bool, got int",
         ),
         (
@@ -445,7 +459,7 @@ def test_multimodal_modules_take_queries_alone():
             "'bhsd' ([..., heads, tokens, head_dim], Hugging Face's), got 'thd'",
         ),
         (
-            lambda q: pt.RotaryEmbedding(8)(q, positions=torch.arange(5.0)),
+            lambda q: pt.RotaryEmbedding(8, qkv_format="bshd")(q, positions=torch.arange(5.0)),
             "[rope] positions must have dtype int64, got float32",
         ),
     ],
@@ -464,15 +478,18 @@ def test_packed_decode_steps_align_queries_after_their_keys():
     k, v = torch.randn(7, 2, 16), torch.randn(7, 2, 16)
     cu_q, cu_k = torch.tensor([0, 1, 3]), torch.tensor([0, 3, 7])
     rope = posenc.Rope.default(16)
-    out = pt.attention(q, k, v, causal=True, rope=rope, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
-    assert torch.equal(out[0:1], pt.attention(q[0:1], k[0:3], v[0:3], causal=True, rope=rope))
-    assert torch.equal(out[1:3], pt.attention(q[1:3], k[3:7], v[3:7], causal=True, rope=rope))
+    out = pt.attention(q, k, v, causal=True, rope=rope, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+        qkv_format="bshd")
+    assert torch.equal(out[0:1], pt.attention(q[0:1], k[0:3], v[0:3], causal=True, rope=rope,
+        qkv_format="bshd"))
+    assert torch.equal(out[1:3], pt.attention(q[1:3], k[3:7], v[3:7], causal=True, rope=rope,
+        qkv_format="bshd"))
 
 
 def test_multimodal_rope_on_hugging_face_layout_and_elsewhere():
     """M-RoPE on bhsd equals bshd; the PyTorch definition (what runs off the
     CPU kernels) equals the kernel; position_ids are never guessed."""
-    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3], 500.0)
+    rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3], 500.0, qkv_format="bshd")
     q = torch.randn(2, 6, 4, 16, dtype=torch.float64)
     position_ids = torch.randint(0, 10_000, (3, 2, 6))
     want = rot(q, position_ids=position_ids)

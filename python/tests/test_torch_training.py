@@ -94,7 +94,8 @@ CASES = {
     "alibi": dict(causal=True, alibi=posenc.Alibi(HEADS)),
     "rope_half_split": dict(causal=True, rope=ROPE_HALF),
     "rope_interleaved_partial": dict(causal=True, rope=ROPE_PARTIAL),
-    "rope_module": dict(causal=True, rope=pt.RotaryEmbedding(DIM, layout="interleaved")),
+    "rope_module": dict(causal=True, rope=pt.RotaryEmbedding(DIM, layout="interleaved",
+        qkv_format="bshd")),
     "everything": dict(
         causal=True, window=5, alibi=posenc.Alibi(HEADS), rope=ROPE_HALF, scale=0.3
     ),
@@ -145,7 +146,9 @@ def test_decode_shaped_call_with_batched_positions_and_mqa(calls, dtype):
     options = dict(causal=True, window=9, rope=ROPE_HALF, alibi=posenc.Alibi(HEADS))
     d_out = torch.randn(2, 2, 3, HEADS, DIM).to(dtype)
     _, got = grads_of(
-        lambda q, k, v: pt.attention(q, k, v, query_positions, key_positions, **options),
+        lambda q, k, v: pt.attention(
+            q, k, v, query_positions, key_positions, qkv_format="bshd", **options
+        ),
         inputs,
         d_out,
     )
@@ -158,7 +161,7 @@ def test_a_query_that_sees_no_key_gives_zero_gradients(calls):
     q, k, v = leaves((), 4, 4, torch.float32)
     # Queries 0 and 1 come before every key: the causal mask hides them all.
     query_positions, key_positions = torch.arange(4), torch.arange(2, 6)
-    out = pt.attention(q, k, v, query_positions, key_positions, causal=True)
+    out = pt.attention(q, k, v, query_positions, key_positions, causal=True, qkv_format="bshd")
     out.sum().backward()  # an expanded gradient: stride 0 everywhere
     assert calls.backward == 1
     assert torch.equal(out[:2], torch.zeros_like(out[:2]))
@@ -174,23 +177,25 @@ def test_padding_mask_of_intervals_and_packed_sequences_run_the_kernel(calls):
     q, k, v = leaves((3,), 7, 7, torch.float32)
     mask = torch.tensor([[1] * 7, [0, 0, 1, 1, 1, 1, 1], [0] * 7])
     options = dict(causal=True, rope=ROPE_HALF)
-    out = pt.attention(q, k, v, attention_mask=mask, **options)
+    out = pt.attention(q, k, v, attention_mask=mask, qkv_format="bshd", **options)
     d_out = torch.randn_like(out)
     got = torch.autograd.grad(out, (q, k, v), d_out)
     assert calls.backward == 2  # one per row with kept keys; the empty row is zeros
     qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
-    want_out = pt.attention(qd, kd, vd, attention_mask=mask, **options)
+    want_out = pt.attention(qd, kd, vd, attention_mask=mask, qkv_format="bshd", **options)
     want = torch.autograd.grad(want_out, (qd, kd, vd), d_out.double())
     check_close([out], [want_out], torch.float32)
     check_close(got, want, torch.float32)
 
     packed = leaves((), 12, 12, torch.float32)
     cu_seqlens = torch.tensor([0, 5, 12], dtype=torch.int32)
-    out = pt.attention(*packed, causal=True, alibi=posenc.Alibi(HEADS), cu_seqlens_q=cu_seqlens)
+    out = pt.attention(*packed, causal=True, alibi=posenc.Alibi(HEADS), cu_seqlens_q=cu_seqlens,
+        qkv_format="bshd")
     got = torch.autograd.grad(out, packed, d_out[0, :1].expand(12, HEADS, DIM))
     assert calls.backward == 4
     wide = [t.detach().double().requires_grad_() for t in packed]
-    want_out = pt.attention(*wide, causal=True, alibi=posenc.Alibi(HEADS), cu_seqlens_q=cu_seqlens)
+    want_out = pt.attention(*wide, causal=True, alibi=posenc.Alibi(HEADS), cu_seqlens_q=cu_seqlens,
+        qkv_format="bshd")
     want = torch.autograd.grad(want_out, wide, d_out[0, :1].expand(12, HEADS, DIM).double())
     check_close(got, want, torch.float32)
 
@@ -199,9 +204,10 @@ def test_other_calls_keep_the_pytorch_definition(calls):
     # float64 (gradcheck's dtype), float16, and a mask whose kept keys are not one interval.
     for dtype in (torch.float64, torch.float16):
         q, k, v = leaves((), 5, 5, dtype)
-        pt.attention(q, k, v, causal=True).float().sum().backward()
+        pt.attention(q, k, v, causal=True, qkv_format="bshd").float().sum().backward()
     q, k, v = leaves((1,), 5, 5, torch.float32)
-    pt.attention(q, k, v, attention_mask=torch.tensor([[1, 0, 1, 1, 1]])).sum().backward()
+    pt.attention(q, k, v, attention_mask=torch.tensor([[1, 0, 1, 1, 1]]),
+        qkv_format="bshd").sum().backward()
     assert calls.forward == 0 and calls.backward == 0
     assert q.grad is not None
 
@@ -209,7 +215,7 @@ def test_other_calls_keep_the_pytorch_definition(calls):
 def test_no_grad_calls_do_not_save_anything(calls):
     q, k, v = leaves((), 5, 5, torch.float32)
     with torch.no_grad():
-        out = pt.attention(q, k, v, causal=True)
+        out = pt.attention(q, k, v, causal=True, qkv_format="bshd")
     assert out.grad_fn is None and calls.forward == 0
 
 
@@ -227,7 +233,7 @@ def test_gradgradcheck_in_float64_on_the_reference_path(calls):
     inputs = leaves((), 3, 4, torch.float64)
     options = CASES["everything"]
     assert torch.autograd.gradgradcheck(
-        lambda q, k, v: pt.attention(q, k, v, **options), inputs
+        lambda q, k, v: pt.attention(q, k, v, qkv_format="bshd", **options), inputs
     )
     assert calls.forward == 0
 
@@ -261,7 +267,7 @@ def test_same_bits_for_one_and_two_threads(calls, dtype):
 
 def test_double_backward_raises(calls):
     q, k, v = leaves((), 5, 5, torch.float32)
-    out = pt.attention(q, k, v, causal=True)
+    out = pt.attention(q, k, v, causal=True, qkv_format="bshd")
     (dq,) = torch.autograd.grad(out.pow(2).sum(), q, create_graph=True)
     assert calls.backward == 1
     with pytest.raises(RuntimeError, match="differentiate twice"):
@@ -270,7 +276,7 @@ def test_double_backward_raises(calls):
 
 def test_modifying_the_output_in_place_before_backward_is_caught(calls):
     q, k, v = leaves((), 5, 5, torch.float32)
-    out = pt.attention(q, k, v, causal=True)
+    out = pt.attention(q, k, v, causal=True, qkv_format="bshd")
     loss = out.sum()
     out.mul_(2)  # the saved out no longer matches
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
@@ -375,7 +381,8 @@ class TinyAttention(torch.nn.Module):
 
 
 def kernel_attend(q, k, v):
-    return pt.attention(q, k, v, causal=True, rope=ROPE_HALF, alibi=posenc.Alibi(HEADS))
+    return pt.attention(q, k, v, causal=True, rope=ROPE_HALF, alibi=posenc.Alibi(HEADS),
+        qkv_format="bshd")
 
 
 def reference_attend(q, k, v):
