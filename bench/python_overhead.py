@@ -65,15 +65,55 @@ def cases(kv_tokens):
     )
 
 
+def model_decode_cases(kv_tokens):
+    """A decode step as model code makes it: one query, 8 heads of 64 (as many kv heads), in
+    posenc's layout with explicit positions, with the default ones, and in Hugging Face's."""
+    q = torch.randn(1, 1, 8, 64)
+    keys, values = torch.randn(1, kv_tokens, 8, 64), torch.randn(1, kv_tokens, 8, 64)
+    positions, key_positions = torch.tensor([kv_tokens - 1]), torch.arange(kv_tokens)
+    arrays = [t.numpy() for t in (q, keys, values)]
+    pos, kpos = positions.numpy(), key_positions.numpy()
+    hf = [t.transpose(1, 2) for t in (q, keys, values)]
+
+    def bare():
+        return _core.attention(*arrays, pos, kpos, causal=True)
+
+    yield (
+        f"decode 8 x 64, {kv_tokens} keys, bshd, positions",
+        lambda: pt.attention(q, keys, values, positions, key_positions, causal=True,
+                             qkv_format="bshd"),
+        bare,
+    )
+    yield (
+        f"decode 8 x 64, {kv_tokens} keys, bshd, default positions",
+        lambda: pt.attention(q, keys, values, causal=True, qkv_format="bshd"),
+        bare,
+    )
+    yield (
+        f"decode 8 x 64, {kv_tokens} keys, bhsd, default positions",
+        lambda: pt.attention(*hf, causal=True, qkv_format="bhsd"),
+        bare,
+    )
+
+
+def add_twice_us(number, repeat):
+    """Two plain torch.add calls on a decode step's q: the yardstick of a few microseconds."""
+    a, b = torch.randn(8, 64), torch.randn(8, 64)
+    return best_us(lambda: (torch.add(a, b), torch.add(a, b)), number, repeat)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kv-tokens", type=int, default=256)
+    parser.add_argument("--model-kv-tokens", type=int, default=512)
     parser.add_argument("--number", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"{'case':<56} {'posenc.torch':>12} {'binding':>9} {'wrapper':>9}")
-    for name, wrapped, bare in cases(args.kv_tokens):
+    print(f"{'two torch.add calls (8 x 64)':<56} {add_twice_us(args.number, args.repeat):9.2f} us")
+    all_cases = list(cases(args.kv_tokens)) + list(model_decode_cases(args.model_kv_tokens))
+    for name, wrapped, bare in all_cases:
         for call in (wrapped, bare):  # warm up
             call()
         full = best_us(wrapped, args.number, args.repeat)

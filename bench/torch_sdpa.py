@@ -212,7 +212,8 @@ class AttentionCase(Comparison):
         causal = tq > 1 and not alibi
 
         def run_posenc():
-            return pt.attention(*posenc_leaves, qpos, kpos, causal=True, alibi=spec)
+            return pt.attention(*posenc_leaves, qpos, kpos, causal=True, alibi=spec,
+                qkv_format="bshd")
 
         def run_sdpa():
             out = F.scaled_dot_product_attention(*sdpa_leaves, attn_mask=mask,

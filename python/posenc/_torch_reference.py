@@ -133,7 +133,8 @@ def _repeat_heads(x, group):
 
 def visible(query_positions, key_positions, causal, window, key_mask=None):
     """bool [..., 1, q_tokens, kv_tokens]: which keys each query sees, by the
-    positions (posenc/attention.h) and the key mask [..., kv_tokens]."""
+    positions (posenc/attention.h) and the key mask [..., 1 or q_tokens,
+    kv_tokens] (the same keys for every query, or per query)."""
     distance = query_positions[..., :, None] - key_positions[..., None, :]
     seen = torch.ones_like(distance, dtype=torch.bool)
     if causal:
@@ -141,7 +142,7 @@ def visible(query_positions, key_positions, causal, window, key_mask=None):
     if window:
         seen = seen & (distance < window)
     if key_mask is not None:
-        seen = seen & key_mask[..., None, :].to(torch.bool)
+        seen = seen & key_mask.to(torch.bool)
     return seen[..., None, :, :]
 
 

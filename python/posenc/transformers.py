@@ -172,7 +172,7 @@ def _attend(q, k, v, lo, hi, any_key, begin, window, options):
         padding = key_positions[None, :] > begin[:, None]
     return attention(
         q, k, v, query_positions, key_positions, causal=True, window=window,
-        attention_mask=padding, **options,
+        attention_mask=padding, qkv_format="bshd", **options,
     )
 
 
@@ -240,6 +240,6 @@ def attention_forward(
         positions = torch.arange(k.shape[1])
         return attention(
             q, k, v, positions[: q.shape[1]], positions, causal=True,
-            window=sliding_window or 0, **options,
+            window=sliding_window or 0, qkv_format="bshd", **options,
         ), None
-    return attention(q, k, v, **options), None
+    return attention(q, k, v, qkv_format="bshd", **options), None

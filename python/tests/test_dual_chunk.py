@@ -150,7 +150,8 @@ def test_torch_kernel_and_definition_equal_the_formula():
 
     q, k, v = qkv(40, seed=5)
     pos = np.arange(40)
-    options = dict(rope=ROPE, chunk_size=12, local_size=2, original_max_position_embeddings=10)
+    options = dict(rope=ROPE, chunk_size=12, local_size=2, original_max_position_embeddings=10,
+                   qkv_format="bshd")
     want = formula(q, k, v, pos, pos, 12, 2, 10)
     kernel = pt.dual_chunk_attention(*(torch.from_numpy(x)[None] for x in (q, k, v)), **options)
     np.testing.assert_allclose(kernel[0].numpy(), want, rtol=0, atol=2e-5)
@@ -160,4 +161,4 @@ def test_torch_kernel_and_definition_equal_the_formula():
     definition.square().sum().backward()
     assert q64.grad is not None and torch.isfinite(q64.grad).all()
     with pytest.raises(posenc.Error, match=r"^\[dual_chunk\] chunk_size and local_size must "):
-        pt.dual_chunk_attention(q64, k64, v64, rope=ROPE, chunk_size=4, local_size=4)
+        pt.dual_chunk_attention(q64, k64, v64, rope=ROPE, chunk_size=4, local_size=4, qkv_format="bshd")

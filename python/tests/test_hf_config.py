@@ -565,5 +565,5 @@ def test_torch_rotary_embedding_takes_yarn_rules():
         golden = json.loads(
             (YARN_RELEASES / f"{name}__transformers-{release}.json").read_text()
         )
-        module = pt.RotaryEmbedding.from_hf_config(config, yarn_rules=rules)
+        module = pt.RotaryEmbedding.from_hf_config(config, yarn_rules=rules, qkv_format="bshd")
         assert module.rope.inv_freq == golden["inv_freq_f32"]

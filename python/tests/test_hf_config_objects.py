@@ -54,3 +54,19 @@ def test_mrope_readers_take_a_config_object():
 def test_another_object_is_refused_by_name():
     with pytest.raises(posenc.Error, match=r"PretrainedConfig or a config.json path .* got object"):
         posenc.rope_from_hf_config(object())
+
+
+def test_a_length_rule_module_keeps_a_config_objects_text():
+    """Dynamic NTK's module rebuilds its Rope per call length from the config it keeps."""
+    config = transformers.LlamaConfig(
+        hidden_size=64, num_attention_heads=4, max_position_embeddings=32,
+        rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+    )
+    from_object = pt.RotaryEmbedding.from_hf_config(config, qkv_format="bshd")
+    from_dict = pt.RotaryEmbedding.from_hf_config(config.to_dict(), qkv_format="bshd")
+    for length in (16, 100):
+        positions = torch.arange(length)
+        assert from_object.rope_at(positions).inv_freq == from_dict.rope_at(positions).inv_freq
+    assert from_object.rope_at(torch.arange(16)).inv_freq != from_object.rope_at(
+        torch.arange(100)
+    ).inv_freq

@@ -444,8 +444,9 @@ ERRORS = {
             lambda q: pt.attention(q, q, q, [0, 1, 2], rope=pt.SinusoidalPositions(8),
                 qkv_format="bshd")
         ),
-        "[attention] rope must be None, a posenc.Rope or a posenc.torch.RotaryEmbedding, "
-        "got SinusoidalPositions",
+        "[attention] rope must be None, a posenc.Rope, a posenc.torch.RotaryEmbedding, or for "
+        "attention a posenc.MRope or a posenc.torch.MultimodalRotaryEmbedding, got "
+        "SinusoidalPositions",
     ),
     "torch attention, float window": (
         torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], window=1.5,
@@ -457,7 +458,8 @@ ERRORS = {
             lambda q: pt.attention(q, q, q, [0, 1, 2], qkv_format="sbhd")
         ),
         "[attention] qkv_format must be 'bshd' ([..., tokens, heads, head_dim], posenc's) "
-        "or 'bhsd' ([..., heads, tokens, head_dim], Hugging Face's), got 'sbhd'",
+        "or 'bhsd' ([..., heads, tokens, head_dim], Hugging Face's), stated (no default: a "
+        "[b, 8, 8, d] tensor reads either way), got 'sbhd'",
     ),
     "torch apply_rope, a number as rope": (
         torch_float_positions(lambda q: pt.apply_rope(8, [0, 1, 2], q, q, qkv_format="bshd")),

@@ -5,8 +5,10 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 import posenc
+import posenc.torch as pt
 
 HEADS, DIM, KEYS = 2, 16, 5
 rng = np.random.default_rng(0)
@@ -49,3 +51,21 @@ def test_numpy_cache_attend_defaults_to_none():
     np.testing.assert_allclose(got, WANT, rtol=1e-5, atol=1e-6)
     with pytest.raises(posenc.Error, match=r"scale must be None or a number .* got str"):
         numpy_cache().attend(Q, QPOS, scale="0.25")
+
+
+def test_torch_attention_and_cache_default_to_none():
+    q, k, v = (torch.from_numpy(x) for x in (Q, K, V))
+    want = torch.from_numpy(WANT).float()
+    got = pt.attention(q, k, v, torch.from_numpy(QPOS), torch.from_numpy(KPOS),
+                       qkv_format="bshd")
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    cache = pt.KVCache(8, HEADS, DIM)
+    cache.append(k, v)
+    at = torch.from_numpy(QPOS)
+    torch.testing.assert_close(cache.attend(q, at), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(cache.attend(q, at, scale=None), want, rtol=1e-5, atol=1e-6)
+    half = torch.from_numpy(softmax_attention(0.5)).float()
+    torch.testing.assert_close(cache.attend(q, at, scale=0.5), half, rtol=1e-5, atol=1e-6)
+    for scale in (0.0, -1.0, math.inf):
+        with pytest.raises(posenc.Error, match=r"\[kv_cache\] scale must be None"):
+            cache.attend(q, at, scale=scale)

@@ -81,8 +81,8 @@ def test_positions_are_never_guessed_from_an_ambiguous_shape():
     64] could be tokens-first or heads-first. Without qkv_format the module
     refuses to pick positions."""
     q = torch.randn(1, 8, 8, 64)
-    rope = pt.RotaryEmbedding(64, qkv_format="bshd")
-    with pytest.raises(posenc.Error, match=r"^\[rope\] positions must be given unless"):
+    rope = pt.RotaryEmbedding(64)
+    with pytest.raises(posenc.Error, match=r"^\[rope\] qkv_format must be .*, stated here or "):
         rope(q, q)
     hf = pt.RotaryEmbedding(64, qkv_format="bhsd")
     q_rot = hf(q)
@@ -419,8 +419,9 @@ def test_multimodal_modules_take_queries_alone():
     [
         (
             lambda q: pt.attention(q, q, q, attention_mask=torch.ones(2, 5), qkv_format="bshd"),
-            "[attention] attention_mask must be bool or integer 0/1 (Hugging Face's padding "
-            "mask, not an additive float mask), got float32",
+            "[attention] attention_mask must be bool or integer 0/1 when it is a padding mask "
+            "[*batch, kv_tokens] (an additive float mask is 4-D: [*batch, 1 or heads, q_tokens, "
+            "kv_tokens]), got float32",
         ),
         (
             lambda q: pt.attention(q, q, q, attention_mask=torch.ones(2, 4, dtype=torch.bool),
@@ -456,7 +457,8 @@ def test_multimodal_modules_take_queries_alone():
         (
             lambda q: pt.apply_rope(posenc.Rope.default(8), [0, 1, 2, 3, 4], q, qkv_format="thd"),
             "[rope] qkv_format must be 'bshd' ([..., tokens, heads, head_dim], posenc's) or "
-            "'bhsd' ([..., heads, tokens, head_dim], Hugging Face's), got 'thd'",
+            "'bhsd' ([..., heads, tokens, head_dim], Hugging Face's), stated (no default: a [b, 8, "
+            "8, d] tensor reads either way), got 'thd'",
         ),
         (
             lambda q: pt.RotaryEmbedding(8, qkv_format="bshd")(q, positions=torch.arange(5.0)),
@@ -488,7 +490,7 @@ def test_packed_decode_steps_align_queries_after_their_keys():
 
 def test_multimodal_rope_on_hugging_face_layout_and_elsewhere():
     """M-RoPE on bhsd equals bshd; the PyTorch definition (what runs off the
-    CPU kernels) equals the kernel; position_ids are never guessed."""
+    CPU kernels) equals the kernel; the layout is never guessed."""
     rot = pt.MultimodalRotaryEmbedding(16, [2, 3, 3], 500.0, qkv_format="bshd")
     q = torch.randn(2, 6, 4, 16, dtype=torch.float64)
     position_ids = torch.randint(0, 10_000, (3, 2, 6))
@@ -499,8 +501,9 @@ def test_multimodal_rope_on_hugging_face_layout_and_elsewhere():
     torch.testing.assert_close(mine, want, rtol=0, atol=1e-12)
     meta = rot(q.to("meta"), position_ids=position_ids.to("meta"))
     assert meta.is_meta and meta.shape == q.shape
-    with pytest.raises(posenc.Error, match=r"^\[mrope\] position_ids must be given unless"):
-        rot(q)
+    unstated = pt.MultimodalRotaryEmbedding(16, [2, 3, 3], 500.0)
+    with pytest.raises(posenc.Error, match=r"^\[mrope\] qkv_format must be .*, stated here or "):
+        unstated(q, position_ids=position_ids)
 
 
 class VisionLanguageBlock(torch.nn.Module):

@@ -8,8 +8,10 @@ float64 (a double-precision twin of the reference, which makes
 on any other tensor (CUDA, meta, FakeTensor) through the same definitions in
 PyTorch operations (posenc._torch_reference; docs/PYTHON.md says which path
 runs where). A bad argument raises ``posenc.Error`` (a ``ValueError``).
-Activations are posenc's [..., tokens, heads, head_dim] ("bshd") or, where
-``qkv_format="bhsd"`` says so, Hugging Face's [..., heads, tokens, head_dim].
+Activations are posenc's [..., tokens, heads, head_dim] (``qkv_format="bshd"``)
+or Hugging Face's [..., heads, tokens, head_dim] (``qkv_format="bhsd"``); every
+call that takes them says which (there is no default: a [b, 8, 8, d] tensor
+reads either way).
 
 Modules and functions: ``RotaryEmbedding`` (``from_hf_config(config,
 layer=i)`` for a model's layer i; a NoPE layer is an error),

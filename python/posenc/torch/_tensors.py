@@ -238,13 +238,17 @@ def _head_view(tensor):
     return tensor.contiguous()
 
 
-def _qkv_format(function, qkv_format):
+def _qkv_format(function, qkv_format, where=""):
+    """qkv_format, which every call that takes activations must state: it has no default,
+    since a [b, 8, 8, d] tensor reads either way when q and k have as many heads as tokens.
+    where: where it may be given, for a module's message."""
     if qkv_format not in _FORMATS:
         raise _error(
             function,
             "qkv_format",
-            "be 'bshd' ([..., tokens, heads, head_dim], posenc's) or 'bhsd' "
-            "([..., heads, tokens, head_dim], Hugging Face's)",
+            "be 'bshd' ([..., tokens, heads, head_dim], posenc's) or 'bhsd' ([..., heads, "
+            "tokens, head_dim], Hugging Face's), stated" + where + " (no default: a [b, 8, 8, "
+            "d] tensor reads either way)",
             repr(qkv_format),
         )
     return qkv_format

@@ -10,7 +10,10 @@ import torch.fx
 
 from posenc import _core
 from posenc import _torch_reference as _reference
+from posenc.torch import _masks
+from posenc.torch._masks import batch_element
 from posenc.torch._tensors import (
+    _FORMATS,
     _LAYOUTS,
     _PLAIN_TENSORS,
     _check_int,
@@ -29,6 +32,7 @@ from posenc.torch._tensors import (
     _records,
     _tokens_first,
 )
+from posenc.torch.mrope import MultimodalRotaryEmbedding, _rotate_streams, _stream_positions
 from posenc.torch.rope import RotaryEmbedding
 
 
@@ -38,31 +42,72 @@ _ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
 _ANY_ATTENTION_DTYPES = _ATTENTION_DTYPES + (torch.float16, torch.float64)
 
 
+def _check_scale(function, scale):
+    """scale: None (1 / sqrt(head_dim), the default of every attention call) or a positive
+    finite number."""
+    if scale is None:
+        return
+    try:
+        value = _real_number(scale)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not value > 0 or math.isinf(value):
+        shown = scale if value is not None else type(scale).__name__
+        raise _error(
+            function,
+            "scale",
+            "be None (1 / sqrt(head_dim)) or a positive finite number",
+            shown,
+        )
+
+
+def _multi_stream(rope):
+    """Whether rope is M-RoPE (a posenc.MRope or a MultimodalRotaryEmbedding)."""
+    return isinstance(rope, (_core.MRope, MultimodalRotaryEmbedding))
+
+
+def _rotated_by_streams(rope, streams, order, views):
+    """The tokens-first views (q, k) rotated by M-RoPE at their position streams (streams:
+    query's and key's), each Hugging Face's position_ids [streams, *batch, tokens], or
+    [*batch, tokens] (text), or None for the token order (order: the call's positions); both
+    are checked before either turns."""
+    mrope = rope.mrope if isinstance(rope, MultimodalRotaryEmbedding) else rope
+    checked = []
+    for given, positions, view, name in zip(
+        streams, order, views, ("query_positions", "key_positions")
+    ):
+        if given is None:
+            given = positions.expand(view.shape[:-3] + positions.shape[-1:])
+        checked.append(_stream_positions("attention", mrope, view, given, name, True, "bshd"))
+    return tuple(
+        _rotate_streams(mrope, positions, view, None, "bshd")
+        for positions, view in zip(checked, views)
+    )
+
+
 def _check_options(scale, window, alibi, rope, causal, function="attention"):
     """What the binding could not convert, named here: pybind11 would list its
     whole signature instead."""
-    if scale is not None:
-        try:
-            value = _real_number(scale)
-        except (TypeError, ValueError):
-            value = None
-        if value is None or not value > 0 or math.isinf(value):
-            shown = scale if value is not None else type(scale).__name__
-            raise _error(
-                function,
-                "scale",
-                "be None (1 / sqrt(head_dim)) or a positive finite number",
-                shown,
-            )
+    _check_scale(function, scale)
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
         raise _error(function, "window", "be an int >= 0 (0: no window)", window)
     if alibi is not None and not isinstance(alibi, _core.Alibi):
         raise _error(function, "alibi", "be None or a posenc.Alibi", type(alibi).__name__)
-    if rope is not None and not isinstance(rope, (_core.Rope, RotaryEmbedding)):
+    if _multi_stream(rope):
+        if function != "attention":
+            raise _error(
+                function,
+                "rope",
+                "be None, a posenc.Rope or a posenc.torch.RotaryEmbedding (M-RoPE's position "
+                "streams are posenc.torch.attention's alone)",
+                type(rope).__name__,
+            )
+    elif rope is not None and not isinstance(rope, (_core.Rope, RotaryEmbedding)):
         raise _error(
             function,
             "rope",
-            "be None, a posenc.Rope or a posenc.torch.RotaryEmbedding",
+            "be None, a posenc.Rope, a posenc.torch.RotaryEmbedding, or for attention a "
+            "posenc.MRope or a posenc.torch.MultimodalRotaryEmbedding",
             type(rope).__name__,
         )
     if not isinstance(causal, bool):
@@ -102,6 +147,36 @@ def _kernel_options(options):
     return dict(options, scale=options["scale"] or 0.0, sinks=sinks)
 
 
+def _plain_views(q, k, v, qkv_format, out):
+    """q, k, v as posenc's layout for the kernel's direct call: themselves (bshd), their
+    transposed views (bhsd, no out=), or None for a call the general path takes."""
+    if qkv_format not in _FORMATS or (qkv_format == "bhsd" and out is not None):
+        return None
+    for t in (q, k, v):
+        if type(t) not in _PLAIN_TENSORS or t.dim() < 3:
+            return None
+    if qkv_format == "bshd":
+        return q, k, v
+    return q.transpose(-2, -3), k.transpose(-2, -3), v.transpose(-2, -3)
+
+
+# 0, 1, ...: the default positions' storage, sliced by each call with default positions and
+# grown (to twice the longest call so far) when a call needs more, so that a decode loop does
+# not build and check a new range each step.
+_RANGE = torch.zeros(0, dtype=torch.int64)
+
+
+def _range_positions(q_tokens, kv_tokens):
+    """_aligned_positions as views of _RANGE."""
+    global _RANGE
+    count = max(q_tokens, kv_tokens)
+    if _RANGE.shape[0] < count:
+        size = max(count, min(2 * _RANGE.shape[0], _core.MAX_POSITION + 1))
+        _RANGE = _position_range("attention", size)
+    shift = max(kv_tokens - q_tokens, 0)
+    return _RANGE[shift : shift + q_tokens], _RANGE[:kv_tokens]
+
+
 def _plain_attention_call(q, k, v, qpos, kpos, out, causal, alibi, rope, scale, window):
     """Whether a call can go straight to the kernel: CPU float32 or bfloat16
     q, k, v, explicit int64 positions, a float32 out= or none, plain option
@@ -117,7 +192,7 @@ def _plain_attention_call(q, k, v, qpos, kpos, out, causal, alibi, rope, scale, 
         and (q.dtype is torch.float32 or q.dtype is torch.bfloat16)
         and k.dtype is q.dtype
         and v.dtype is q.dtype
-        and (out is None or out.dtype is torch.float32)
+        and (out is None or (out.dtype is torch.float32 and not out.requires_grad))
         and type(causal) is bool
         and type(window) is int
         and (alibi is None or type(alibi) is _core.Alibi)
@@ -127,52 +202,28 @@ def _plain_attention_call(q, k, v, qpos, kpos, out, causal, alibi, rope, scale, 
     )
 
 
-def _padding_positions(mask, q_tokens):
-    """Hugging Face's position_ids of a padded batch: each kept token's
-    index among the kept ones of its row (left padding starts at 0); the
-    queries are the last q_tokens."""
-    keys = (mask.to(torch.int64).cumsum(-1) - 1).clamp(min=0)
-    return keys[..., keys.shape[-1] - q_tokens :], keys
-
-
-def _key_interval(row):
-    """(begin, end) of the kept keys of a mask row when they are one
-    interval, else None."""
-    kept = torch.nonzero(row).flatten()
-    if kept.numel() == 0:
-        return 0, 0
-    begin, end = int(kept[0]), int(kept[-1]) + 1
-    return (begin, end) if end - begin == kept.numel() else None
-
-
-def _at(tensor, index):
-    """tensor[index] for a batched tensor; a [tokens] tensor is shared."""
-    return tensor if tensor.dim() == 1 else tensor[index]
-
-
-def _kernel_attention(q, k, v, qpos, kpos, out, options, intervals):
-    """The C++ kernel into the float32 view out: one call, or one per batch
-    element with the keys cut to each row's interval of kept keys."""
+def _kernel_attention(q, k, v, qpos, kpos, out, options, pieces):
+    """The C++ kernel into the float32 view out: one call, or with a mask one per piece
+    (_masks.kernel_pieces: a batch element's queries against their interval of keys); queries
+    in no piece see no key and get zeros."""
     bfloat16 = q.dtype == torch.bfloat16
-    if intervals is None:
+    if pieces is None:
         _core.attention(
             _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
             out=_numpy(out), bfloat16=bfloat16, **options,
         )
         return
-    for index, (begin, end) in intervals:
-        if begin == end:
-            out[index].zero_()
-            continue
+    out.zero_()
+    for index, qa, qb, ka, kb, piece_options in pieces:
         _core.attention(
-            _numpy(q[index]),
-            _numpy(k[index][begin:end]),
-            _numpy(v[index][begin:end]),
-            _at(qpos, index).numpy(),
-            _at(kpos, index)[..., begin:end].numpy(),
-            out=_numpy(out[index]),
+            _numpy(q[index][qa:qb]),
+            _numpy(k[index][ka:kb]),
+            _numpy(v[index][ka:kb]),
+            batch_element(qpos, index)[qa:qb].numpy(),
+            batch_element(kpos, index)[ka:kb].numpy(),
+            out=_numpy(out[index][qa:qb]),
             bfloat16=bfloat16,
-            **options,
+            **dict(options, **piece_options),
         )
 
 
@@ -241,13 +292,14 @@ def _aligned_positions(function, q_tokens, kv_tokens):
 
 
 def _attention_positions(
-    function, query_positions, key_positions, q_tokens, kv_tokens, mask, segments
+    function, query_positions, key_positions, q_tokens, kv_tokens, mask, segments,
+    per_query=False,
 ):
     """(query, key) positions as int64 tensors: the given ones (checked
     against the position rule before any work), else the defaults of the
     call's form (aligned, padded batch, or per segment)."""
     if mask is not None:
-        defaults = _padding_positions(mask, min(q_tokens, kv_tokens))
+        defaults = _masks.mask_positions(mask, per_query, q_tokens)
     elif segments is not None:
         per_segment = [
             _aligned_positions(function, qb - qa, kb - ka) for qa, qb, ka, kb in segments
@@ -263,18 +315,6 @@ def _attention_positions(
         default if p is None else _position_tensor(function, p, name)
         for default, (p, name) in zip(defaults, given)
     )
-
-
-def _key_intervals(key_mask):
-    """[(batch index, (begin, end))]: the kept keys of each mask row, or None
-    when some row's kept keys are not one interval."""
-    intervals = []
-    for index in np.ndindex(*key_mask.shape[:-1]):
-        interval = _key_interval(key_mask[index])
-        if interval is None:
-            return None
-        intervals.append((index, interval))
-    return intervals
 
 
 class _Attention(torch.autograd.Function):
@@ -323,29 +363,38 @@ class _Attention(torch.autograd.Function):
         return (*grads, None, None, d_sinks, None)
 
 
-def _trained_attention(qs, ks, vs, qp, kp, options, intervals):
+def _trained_attention(qs, ks, vs, qp, kp, options, pieces):
     """The kernel through _Attention (float32 out), or None when the call is
     one the Function does not cover (a masked batch without elements). With
-    key intervals, one Function per batch element on its kept keys; a row
-    without keys gets zeros, as in the kernel's inference path."""
+    a mask, one Function per piece (_masks.kernel_pieces); queries in no
+    piece get zeros, as in the kernel's inference path."""
     sinks = options.get("sinks")
     options = {name: value for name, value in options.items() if name != "sinks"}
-    if intervals is None:
+    if pieces is None:
         return _Attention.apply(qs, ks, vs, qp, kp, sinks, options)
-    if not intervals:
+    batch = qs.shape[:-3]
+    if not math.prod(batch):
         return None
+    q_tokens = qs.shape[-3]
+    by_element = {}
+    for index, qa, qb, ka, kb, piece_options in pieces:
+        by_element.setdefault(index, []).append((qa, qb, ka, kb, piece_options))
     rows = []
-    for index, (begin, end) in intervals:
-        q_row = qs[index]
-        if begin == end:
-            rows.append(q_row.new_zeros(q_row.shape[:-1] + vs.shape[-1:], dtype=torch.float32))
-            continue
-        rows.append(
-            _Attention.apply(
-                q_row, ks[index][begin:end], vs[index][begin:end],
-                _at(qp, index), _at(kp, index)[..., begin:end], sinks, options,
-            )
-        )
+    for index in np.ndindex(*batch):
+        q_row, parts, done = qs[index], [], 0
+        zeros = lambda n: q_row.new_zeros((n,) + q_row.shape[1:-1] + vs.shape[-1:],  # noqa: E731
+                                          dtype=torch.float32)
+        for qa, qb, ka, kb, piece_options in by_element.get(index, []):
+            if qa > done:
+                parts.append(zeros(qa - done))
+            parts.append(_Attention.apply(
+                q_row[qa:qb], ks[index][ka:kb], vs[index][ka:kb], batch_element(qp, index)[qa:qb],
+                batch_element(kp, index)[ka:kb], sinks, dict(options, **piece_options),
+            ))
+            done = qb
+        if done < q_tokens:
+            parts.append(zeros(q_tokens - done))
+        rows.append(torch.cat(parts))
     return torch.stack(rows).reshape(qs.shape[:-1] + vs.shape[-1:])
 
 
@@ -353,14 +402,15 @@ def _attend(qs, ks, vs, qp, kp, key_mask, target, kernel, options, records=False
     """One attention over posenc-layout views: the kernel -> float32 (into
     target, a float32 view, when given; through its autograd Function when
     autograd records, never into target then), else the PyTorch definition
-    -> its compute type. A key mask whose kept keys are one interval per row
-    runs the kernel on that interval; any other runs the definition."""
-    intervals = None
+    -> its compute type. key_mask (bool [..., 1 or q_tokens, kv_tokens]):
+    when each row's keys are one interval the kernel runs on the intervals
+    (_masks.kernel_pieces); any other runs the definition."""
+    pieces = None
     if kernel and key_mask is not None:
-        intervals = _key_intervals(key_mask)
-        kernel = intervals is not None
+        pieces = _masks.kernel_pieces(key_mask, qp, kp, options["window"])
+        kernel = pieces is not None
     if kernel and records:
-        result = _trained_attention(qs, ks, vs, qp, kp, options, intervals)
+        result = _trained_attention(qs, ks, vs, qp, kp, options, pieces)
         if result is not None:
             return result
         kernel = False
@@ -368,7 +418,7 @@ def _attend(qs, ks, vs, qp, kp, key_mask, target, kernel, options, records=False
         result = target
         if result is None:
             result = _empty("attention", qs.shape[:-1] + vs.shape[-1:], torch.float32)
-        _kernel_attention(qs, ks, vs, qp, kp, result, _kernel_options(options), intervals)
+        _kernel_attention(qs, ks, vs, qp, kp, result, _kernel_options(options), pieces)
         return result
     device = qs.device
     return _reference.attention(
@@ -391,7 +441,7 @@ def attention(
     window=0,
     softcap=0.0,
     sinks=None,
-    qkv_format="bshd",
+    qkv_format=None,
     attention_mask=None,
     cu_seqlens_q=None,
     cu_seqlens_k=None,
@@ -401,7 +451,8 @@ def attention(
     """Attention with posenc's position rules: causal mask, sliding window,
     ALiBi and RoPE (applied inside) follow the positions, grouped heads.
 
-    qkv_format "bshd" (posenc's): q [..., q_tokens, heads, head_dim], k
+    qkv_format (required, no default) "bshd" (posenc's): q [..., q_tokens,
+    heads, head_dim], k
     [..., kv_tokens, kv_heads, head_dim], v [..., kv_tokens, kv_heads,
     value_dim] -> [..., q_tokens, heads, value_dim]; "bhsd" (Hugging
     Face's): heads before tokens, in and out, without a copy.
@@ -411,9 +462,17 @@ def attention(
     query after its keys; FlashAttention's bottom-right alignment).
 
     attention_mask: Hugging Face's padding mask [..., kv_tokens] (1 or True:
-    a token; 0: padding); its positions default as Hugging Face numbers a
-    padded batch (each token's index among the kept ones). Padding keys are
-    never seen; a query that sees no key gets zeros.
+    a token; 0: padding), or its 4-D mask [..., 1 or heads, q_tokens,
+    kv_tokens] (transformers.masking_utils: boolean, True seen; or additive
+    float, 0 seen, -inf or the dtype's lowest value hidden; the same for every
+    head), where each query must see one interval of keys (a row that does
+    not is refused, named). Positions then default as transformers 5.23.0's
+    generate() numbers them: padding mask, each token's index among the kept
+    ones (cumsum - 1) and padding 0; 4-D mask, a row's tokens are the slots
+    from the first to the last key any query sees, at 0, 1, ..., every other
+    slot (padding, a pre-allocated cache's empty slots) at 0, and the queries
+    are the keys' slots when there are as many, else the last q_tokens
+    tokens. Hidden keys are never seen; a query that sees no key gets zeros.
 
     cu_seqlens_q (and cu_seqlens_k, default the same): packed sequences as
     FlashAttention's varlen API takes them, q [total_q, heads, head_dim], k
@@ -422,7 +481,12 @@ def attention(
     segment from 0).
 
     scale None: 1 / sqrt(head_dim). rope: a posenc.Rope or a RotaryEmbedding
-    (its length rule follows the positions).
+    (its length rule follows the positions), or M-RoPE (a posenc.MRope or a
+    MultimodalRotaryEmbedding): then query_positions and key_positions are
+    its position streams, Hugging Face's position_ids [3, *batch, tokens]
+    (or [*batch, tokens] for text; None: the token order), q and k are
+    rotated by them, and the masks and ALiBi follow the token order (the
+    default positions).
 
     softcap > 0 (Gemma 2's attn_logit_softcapping): each scaled score s
     becomes softcap * tanh(s / softcap) before the ALiBi bias and the masks;
@@ -449,22 +513,28 @@ def attention(
     needs), and an attention_mask whose kept keys are not one interval per
     row.
     """
-    if _plain_attention_call(
-        q, k, v, query_positions, key_positions, out, causal, alibi, rope, scale, window
-    ) and (attention_mask is None and cu_seqlens_q is None and cu_seqlens_k is None) and (
-        qkv_format == "bshd" and out_dtype is None
-    ) and sinks is None and type(softcap) is float and 0.0 <= softcap < math.inf:
-        result = _core.attention(
-            _numpy(q), _numpy(k), _numpy(v), query_positions.numpy(), key_positions.numpy(),
-            causal=causal, alibi=alibi, rope=rope, scale=scale or 0.0, window=window,
-            softcap=softcap, out=None if out is None else out.numpy(),
-            bfloat16=q.dtype is torch.bfloat16,
-        )
-        if out is not None:
-            return out
-        # float32 from the kernel (allocated by the binding), rounded once for bfloat16.
-        result = torch.from_numpy(result)
-        return result if q.dtype is torch.float32 else result.to(q.dtype)
+    views = _plain_views(q, k, v, qkv_format, out) if (
+        attention_mask is None and cu_seqlens_q is None and cu_seqlens_k is None
+        and out_dtype is None and sinks is None and type(softcap) is float
+        and 0.0 <= softcap < math.inf
+    ) else None
+    if views is not None:
+        qpos, kpos = query_positions, key_positions
+        if qpos is None and kpos is None:
+            qpos, kpos = _range_positions(views[0].shape[-3], views[1].shape[-3])
+        if _plain_attention_call(*views, qpos, kpos, out, causal, alibi, rope, scale, window):
+            result = _core.attention(
+                *(_numpy(t) for t in views), qpos.numpy(), kpos.numpy(),
+                causal=causal, alibi=alibi, rope=rope, scale=scale or 0.0, window=window,
+                softcap=softcap, out=None if out is None else out.numpy(),
+                bfloat16=q.dtype is torch.bfloat16,
+            )
+            if out is not None:
+                return out
+            # float32 from the kernel (allocated by the binding), rounded once for bfloat16.
+            result = torch.from_numpy(result)
+            result = result if q.dtype is torch.float32 else result.to(q.dtype)
+            return result if qkv_format == "bshd" else result.transpose(-2, -3)
     _check_qkv("attention", q, k, v)
     _check_options(scale, window, alibi, rope, causal)
     qkv_format = _qkv_format("attention", qkv_format)
@@ -488,9 +558,11 @@ def attention(
     )
     q_tokens, kv_tokens = q_view.shape[-3], k_view.shape[-3]
     _check_softcap_sinks(softcap, sinks, q, q_view.shape[-2])
-    mask = None
+    mask, per_query = None, False
     if attention_mask is not None:
-        mask = _position_mask(attention_mask, k_view)
+        mask, per_query = _masks.query_key_mask(
+            "attention", attention_mask, k_view.shape[:-3], q_view.shape[-2], q_tokens, kv_tokens
+        )
         if q_tokens > kv_tokens:
             raise _error(
                 "attention",
@@ -501,9 +573,16 @@ def attention(
     segments = None
     if cu_seqlens_q is not None:
         segments = _segments(q_view, k_view, v_view, cu_seqlens_q, cu_seqlens_k)
+    streams = None
+    if _multi_stream(rope):  # the positions are M-RoPE's streams; the masks read token order
+        streams, query_positions, key_positions = (query_positions, key_positions), None, None
     qpos, kpos = _attention_positions(
-        "attention", query_positions, key_positions, q_tokens, kv_tokens, mask, segments
+        "attention", query_positions, key_positions, q_tokens, kv_tokens, mask, segments,
+        per_query,
     )
+    if streams is not None:
+        q_view, k_view = _rotated_by_streams(rope, streams, (qpos, kpos), (q_view, k_view))
+        rope = None
     if rope is not None and not isinstance(rope, _core.Rope):
         rope = rope.rope_at(qpos, kpos)  # a length rule reads every position of the call
     kernel = q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos, mask, out, sinks)
@@ -580,7 +659,7 @@ def self_extend_attention(
     causal=False,
     scale=None,
     window=0,
-    qkv_format="bshd",
+    qkv_format=None,
     out_dtype=None,
 ):
     """Self-Extend attention (Jin et al. 2024; posenc/self_extend.h): a RoPE model reads past its
@@ -656,7 +735,7 @@ def dual_chunk_attention(
     local_size,
     original_max_position_embeddings=0,
     scale=None,
-    qkv_format="bshd",
+    qkv_format=None,
     out_dtype=None,
 ):
     """Dual chunk attention (An et al. 2024; posenc/dual_chunk.h, docs/DUAL_CHUNK.md), as
@@ -724,29 +803,6 @@ def dual_chunk_attention(
 
 
 torch.fx.wrap("dual_chunk_attention")
-
-
-def _position_mask(attention_mask, k_view):
-    """attention_mask as a bool tensor [..., kv_tokens] of k's batch dims."""
-    if not isinstance(attention_mask, torch.Tensor):
-        attention_mask = torch.as_tensor(attention_mask)
-    if attention_mask.is_floating_point() or attention_mask.is_complex():
-        raise _error(
-            "attention",
-            "attention_mask",
-            "be bool or integer 0/1 (Hugging Face's padding mask, not an "
-            "additive float mask)",
-            _dtype_name(attention_mask.dtype),
-        )
-    expect = tuple(k_view.shape[:-3]) + (k_view.shape[-3],)
-    if tuple(attention_mask.shape) != expect:
-        raise _error(
-            "attention",
-            "attention_mask.shape",
-            f"be (*batch, kv_tokens) = {expect}",
-            tuple(attention_mask.shape),
-        )
-    return attention_mask.to(torch.bool)
 
 
 torch.fx.wrap("attention")

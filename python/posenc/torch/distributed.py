@@ -28,7 +28,7 @@ Example (torchrun --nproc_per_node 2 script.py, gloo on CPU)::
     q = torch.randn(len(pos), 8, 64, requires_grad=True)         # this rank's shard
     k = torch.randn(len(pos), 8, 64, requires_grad=True)
     v = torch.randn(len(pos), 8, 64, requires_grad=True)
-    out = pt.distributed.context_parallel_attention(q, k, v, pos, causal=True)
+    out = pt.distributed.context_parallel_attention(q, k, v, pos, causal=True, qkv_format="bshd")
     out.sum().backward()
 """
 
@@ -397,7 +397,7 @@ def context_parallel_attention(
     rope=None,
     window=0,
     scale=None,
-    qkv_format="bshd",
+    qkv_format=None,
     stats=None,
 ):
     """Attention of this rank's queries over the keys of every rank of
@@ -405,7 +405,8 @@ def context_parallel_attention(
 
     q [tokens, heads, head_dim] or [batch, tokens, heads, head_dim], k and v
     [(batch,) tokens, kv_heads, dim] (grouped heads as posenc.torch.attention;
-    qkv_format "bhsd" takes heads before tokens, in and out), float32 or
+    qkv_format, required: "bshd" as here, "bhsd" heads before tokens, in and
+    out), float32 or
     bfloat16 CPU tensors of this rank's shard; positions: int64 [tokens], the
     shard's global positions (``shard_positions``). Every rank holds the same
     shapes. causal, alibi, rope (a posenc.Rope or a RotaryEmbedding; a

@@ -15,7 +15,7 @@ from posenc.torch._tensors import (
     _numpy,
     _positions,
 )
-from posenc.torch.attention import _ATTENTION_DTYPES, _check_softcap_sinks
+from posenc.torch.attention import _ATTENTION_DTYPES, _check_scale, _check_softcap_sinks
 
 
 def _kv_tensor(cache, name, tensor):
@@ -305,7 +305,7 @@ class KVCache:
         *,
         causal=True,
         alibi=None,
-        scale=0.0,
+        scale=None,
         window=0,
         chunk_size=0,
         softcap=0.0,
@@ -317,11 +317,12 @@ class KVCache:
         [n, heads, value_dim] in the cache's dtype (or out_dtype). Default
         positions: those of the last n cached tokens (the queries of the
         tokens just appended). The options are ``posenc.attention``'s,
-        against the cached positions: causal, alibi, scale (0: 1 /
-        sqrt(head_dim)), window (0: none), chunk_size (Llama 4's chunks; 0:
+        against the cached positions: causal, alibi, scale (None: 1 /
+        sqrt(head_dim), as in ``attention``), window (0: none), chunk_size (Llama 4's chunks; 0:
         none), softcap (Gemma 2; 0: off), sinks (gpt-oss: a floating CPU
         tensor [heads], read without autograd)."""
         q_array = _kv_tensor(self, "q", q)
+        _check_scale("kv_cache", scale)
         if sinks is not None:
             _check_softcap_sinks(softcap, sinks, q, q.shape[-2] if q.dim() else 0, "kv_cache")
             sinks = sinks.detach().to(torch.float32).contiguous().numpy()

@@ -62,12 +62,12 @@ def _stream_positions(function, mrope, q, positions, name, text_form, qkv_format
     raise _error(function, f"{name}.shape", rule, shape)
 
 
-def apply_mrope(mrope, positions, q, k=None, *, qkv_format="bshd"):
+def apply_mrope(mrope, positions, q, k=None, *, qkv_format=None):
     """Rotates q and k by multi-stream RoPE; differentiable. Returns (q_rot,
     k_rot), or q_rot when k is None.
 
     mrope is a ``posenc.MRope`` (M-RoPE sections, a vision tower's 2-D RoPE).
-    Shapes as in ``apply_rope``: qkv_format "bshd" (q [..., tokens,
+    Shapes as in ``apply_rope``: qkv_format (required) "bshd" (q [..., tokens,
     num_heads, head_dim], k [..., tokens, num_kv_heads, head_dim]) or "bhsd"
     (Hugging Face's, no copy); positions is int64 [streams, ..., tokens]
     (Hugging Face's position_ids [3, batch, seq]) or [streams, tokens]
@@ -106,16 +106,9 @@ def _rotate_streams(mrope, positions, q, k, qkv_format="bshd"):
 
 def _module_mrope(module, q, k, position_ids, qkv_format):
     """MultimodalRotaryEmbedding.forward, as a function torch.fx records as one node."""
-    qkv_format = qkv_format or module.qkv_format
-    if position_ids is None and qkv_format is None:
-        raise _error(
-            "mrope",
-            "position_ids",
-            "be given unless qkv_format says where the tokens are ('bshd' "
-            "or 'bhsd', here or to MultimodalRotaryEmbedding)",
-            None,
-        )
-    qkv_format = qkv_format or "bshd"
+    qkv_format = _qkv_format(
+        "mrope", qkv_format or module.qkv_format, " here or to MultimodalRotaryEmbedding"
+    )
     positions = _stream_positions(
         "mrope", module.mrope, q, position_ids, "position_ids", True, qkv_format
     )
@@ -144,7 +137,7 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
     ``posenc.Rope`` and mrope_section, or from a ``posenc.MRope``.
 
     Shapes as in ``apply_rope``, in qkv_format "bshd" or "bhsd" (Hugging
-    Face's), said here or per call. position_ids is Hugging Face's int64 [3,
+    Face's), said here or per call (required). position_ids is Hugging Face's int64 [3,
     batch, tokens] (``get_rope_index``), or [batch, tokens] for text (the same
     position in each stream: then M-RoPE is 1-D RoPE exactly), or None for 0
     .. tokens - 1 when qkv_format says where the tokens are. Autograd: the

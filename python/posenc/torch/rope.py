@@ -10,7 +10,7 @@ import torch.fx
 
 from posenc import _core
 from posenc import _torch_reference as _reference
-from posenc import rope_from_hf_config
+from posenc import _pretrained_config_dict, rope_from_hf_config
 from posenc.torch._tensors import (
     _PLAIN_TENSORS,
     _ROPE_DTYPES,
@@ -182,7 +182,7 @@ def _rope_call(function, rope, positions, q, k, qkv_format, inplace):
     return q if k is None else (q, k)
 
 
-def apply_rope(rope, positions, q, k=None, *, qkv_format="bshd"):
+def apply_rope(rope, positions, q, k=None, *, qkv_format=None):
     """Rotates q (and k) by RoPE; differentiable. Returns q_rot, or
     (q_rot, k_rot) when k is given. The argument order is posenc's everywhere
     (numpy's ``posenc.apply_rope`` and the C++ ApplyRope): scheme, positions,
@@ -190,7 +190,7 @@ def apply_rope(rope, positions, q, k=None, *, qkv_format="bshd"):
 
     rope is a ``posenc.Rope`` or a ``RotaryEmbedding`` (whose dynamic or
     LongRoPE frequencies then follow the positions: L = max(positions) + 1).
-    qkv_format "bshd" (default, posenc's): q [..., tokens, heads, head_dim],
+    qkv_format (required, no default) "bshd" (posenc's): q [..., tokens, heads, head_dim],
     k [..., tokens, kv_heads, head_dim]; "bhsd" (Hugging Face's): q [...,
     heads, tokens, head_dim], k [..., kv_heads, tokens, head_dim], read and
     written without a copy, forward and backward. positions is int64
@@ -241,7 +241,7 @@ def _apply_rope_one(rope, positions, x, qkv_format):
     return _rope_call("rope", rope, positions, x, None, qkv_format, False)
 
 
-def apply_rope_(rope, positions, q, k=None, *, qkv_format="bshd"):
+def apply_rope_(rope, positions, q, k=None, *, qkv_format=None):
     """apply_rope in place, for decode loops: q (and k) are overwritten with
     their rotation and returned. Not differentiable: a tensor that requires
     grad while autograd records raises posenc.Error. Nothing is written
@@ -268,23 +268,15 @@ def rope_cos_sin(rope, positions, dtype=torch.float32):
 
 def _module_rope(module, q, k, positions, qkv_format):
     """RotaryEmbedding.forward, as a function torch.fx records as one node."""
-    qkv_format = qkv_format or module.qkv_format
+    qkv_format = _qkv_format(
+        "rope", qkv_format or module.qkv_format, " here or to RotaryEmbedding"
+    )
     if positions is None:
-        if qkv_format is None:
-            raise _error(
-                "rope",
-                "positions",
-                "be given unless qkv_format says where the tokens are ('bshd' "
-                "or 'bhsd', here or to RotaryEmbedding): [.., a, b, head_dim] "
-                "does not tell tokens from heads",
-                None,
-            )
         _check_tensor("rope", "q", q, _ROPE_DTYPES)
-        axis = -3 if qkv_format == "bshd" else -2
         if q.dim() < 3:
-            _tokens_first("rope", "q", q, _qkv_format("rope", qkv_format))
-        positions = _position_range("rope", q.shape[axis])
-    return apply_rope(module, positions, q, k, qkv_format=qkv_format or "bshd")
+            _tokens_first("rope", "q", q, qkv_format)
+        positions = _position_range("rope", q.shape[-3 if qkv_format == "bshd" else -2])
+    return apply_rope(module, positions, q, k, qkv_format=qkv_format)
 
 
 torch.fx.wrap("_apply_rope_one")
@@ -301,8 +293,8 @@ class RotaryEmbedding(torch.nn.Module):
     MLA: head_dim 192, rotary_offset 128, rotary_dim 64), from a ready
     ``posenc.Rope`` (``rope=``), or from a Hugging Face config
     (``from_hf_config``). Shapes as in ``apply_rope``; qkv_format ('bshd' or
-    'bhsd'), given here or per call, says where the tokens are, and only then
-    may positions be left out (0 .. tokens - 1). The module has no
+    'bhsd'), given here or per call (one of them is required), says where the
+    tokens are; positions left out are 0 .. tokens - 1. The module has no
     parameters; it pickles, deep-copies and goes through torch.save.
     """
 
@@ -431,8 +423,9 @@ _CACHED_LENGTHS = 64
 
 
 def _config_text(config):
-    """The JSON text of a config given as a dict, JSON text or path (read
+    """The JSON text of a config given as a PretrainedConfig, dict, JSON text or path (read
     once: the module then depends on no file)."""
+    config = _pretrained_config_dict(config) or config
     if isinstance(config, dict):
         return json.dumps(config)
     if isinstance(config, str) and config.lstrip().startswith("{"):
