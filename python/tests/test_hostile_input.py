@@ -8,6 +8,8 @@ inputs, and NaN carried through attention as the math carries it.
 
 import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -844,3 +846,19 @@ def test_nan_propagates_through_attention_as_in_the_math():
     assert np.isnan(expect[2:, 1]).all() and np.isnan(expect[0, 0]).all()
     out = posenc.attention(q, k, v, np.arange(4), causal=True)
     np.testing.assert_array_equal(np.isnan(out), np.isnan(expect))
+
+
+def test_torch_before_2_4_is_refused_at_import():
+    # A fresh interpreter whose torch reports an old release (Debian 12's is 1.13.1).
+    code = (
+        "import torch; torch.__version__ = '1.13.1'\n"
+        "try:\n"
+        "    import posenc.torch\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert "posenc.torch requires torch >= 2.4" in result.stdout
+    assert "the installed torch is 1.13.1" in result.stdout

@@ -42,6 +42,15 @@ Example::
 import torch
 import torch.fx
 
+# posenc.torch is tested on the pinned torch 2 of python/requirements.txt; 2.4 is the oldest
+# release with the torch.library custom-op API that torch.compile needs.
+_REQUIRED_TORCH = (2, 4)
+if tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < _REQUIRED_TORCH:
+    raise ImportError(
+        "posenc.torch requires torch >= 2.4 (tested with the pins of python/requirements.txt); "
+        f"the installed torch is {torch.__version__}"
+    )
+
 from posenc import rope_from_hf_config
 from posenc.torch import distributed
 from posenc.torch.absolute import LearnedPositions, SinusoidalPositions
