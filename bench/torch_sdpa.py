@@ -385,8 +385,8 @@ def main():
     parser.add_argument("--cases", default="",
                         help="only the cases whose name contains this text (e.g. 'fwd T=2048')")
     args = parser.parse_args()
-    if not hasattr(F, "scaled_dot_product_attention") or int(torch.__version__.split(".")[0]) < 2:
-        sys.exit(f"bench/torch_sdpa.py needs torch >= 2 (scaled_dot_product_attention with "
+    if torch.__version__ < "2.5":  # torch.__version__ compares as a version
+        sys.exit(f"bench/torch_sdpa.py needs torch >= 2.5 (scaled_dot_product_attention with "
                  f"enable_gqa); this is torch {torch.__version__}")
     torch.set_num_threads(args.threads)
     rounds = 1 if args.tiny else args.rounds
