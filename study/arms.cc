@@ -21,6 +21,9 @@ Settings Settings::Quick() {
   s.log_every = 10;
   s.checkpoint_every = 20;
   s.self_extend_window = 16;
+  s.shape.t5_max_distance = 32;
+  s.shape.xpos_scale_base = 16.0;
+  s.shape.fire_threshold = 32.0;
   return s;
 }
 
@@ -42,9 +45,10 @@ std::string StretchName(Stretch stretch) {
 
 std::vector<Run> Runs(const Settings& s) {
   std::vector<Run> runs;
-  const PositionMethod base_methods[] = {PositionMethod::kRope, PositionMethod::kAlibi,
-                                         PositionMethod::kSinusoidal, PositionMethod::kLearned,
-                                         PositionMethod::kNone};
+  using M = PositionMethod;
+  const PositionMethod base_methods[] = {M::kRope,  M::kAlibi,  M::kSinusoidal, M::kLearned,
+                                         M::kNone,  M::kT5,     M::kXpos,       M::kKerple,
+                                         M::kFire,  M::kRandomized};
   for (uint64_t seed : s.seeds) {
     for (PositionMethod m : base_methods) {
       runs.push_back({.name = MethodName(m) + "-s" + std::to_string(seed),
@@ -85,6 +89,12 @@ std::vector<Arm> Arms() {
       {"RoPE", "rope", M::kRope, S::kNone, "rope", true},
       {"ALiBi", "alibi", M::kAlibi, S::kNone, "alibi", true},
       {"NoPE (causal mask only)", "nope", M::kNone, S::kNone, "nope", true},
+      {"T5 relative bias", "t5", M::kT5, S::kNone, "t5", true},
+      {"xPos", "xpos", M::kXpos, S::kNone, "xpos", true},
+      {"KERPLE (log)", "kerple", M::kKerple, S::kNone, "kerple", true},
+      {"FIRE (composed attention)", "fire", M::kFire, S::kNone, "fire", true},
+      {"RoPE, randomized positions", "rope-randomized", M::kRandomized, S::kNone,
+       "rope-randomized", true},
       {"RoPE + PI x4 (zero-shot)", "rope-pi", M::kRope, S::kPi, "rope"},
       {"RoPE + NTK-aware x4 (zero-shot)", "rope-ntk", M::kRope, S::kNtk, "rope"},
       {"RoPE + dynamic NTK (zero-shot)", "rope-dynamic", M::kRope, S::kDynamicNtk, "rope"},

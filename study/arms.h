@@ -48,6 +48,8 @@ struct Settings {
   static Settings Full();
   static Settings Quick();
   int64_t head_dim() const { return shape.d_model / shape.heads; }
+  // Randomized positions are drawn from [0, this): the longest evaluation length, 16x.
+  int64_t random_position_range() const { return train_length * multiples.back(); }
 };
 
 // How a RoPE model's frequencies are stretched at evaluation (or during a fine-tune).
@@ -67,6 +69,9 @@ struct Run {
 };
 
 // How an arm's attention reads a window (long_context.h): all of it, or through a cache.
+// Dual chunk attention (An et al. 2024), Self-Extend's peer, belongs here as a further zero-shot
+// reading of the RoPE runs once posenc's library computes it: a Reading, its LongContext kind
+// and an arm beside "rope-self-extend".
 enum class Reading { kFull, kSelfExtend, kSinksCache, kSinksText };
 
 // A row of the results table: a run read with a stretch (zero-shot variants reuse base runs).

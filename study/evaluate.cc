@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "random_positions.h"
+
 namespace posenc::study {
 
 std::string ProtocolName(Protocol protocol) {
@@ -11,7 +13,7 @@ std::string ProtocolName(Protocol protocol) {
 
 double HeldOutLoss(CharModel& model, const Rope& rope, const torch::Tensor& held_out,
                    int64_t length, Protocol protocol, int64_t eval_chars, int64_t batch_tokens,
-                   const LongContext& reading) {
+                   const LongContext& reading, int64_t random_position_range) {
   torch::NoGradGuard no_grad;
   model->eval();
   // Each window: the characters at [start, start + length) predict [start + 1, start + length],
@@ -38,7 +40,18 @@ double HeldOutLoss(CharModel& model, const Rope& rope, const torch::Tensor& held
     for (size_t w = first; w < last; ++w)
       rows.push_back(held_out.slice(0, windows[w].start, windows[w].start + length + 1));
     const torch::Tensor batch = torch::stack(rows);
-    const torch::Tensor logits = model->forward(batch.slice(1, 0, length), rope, reading);
+    torch::Tensor positions;
+    if (model->method() == PositionMethod::kRandomized) {
+      std::vector<torch::Tensor> drawn;
+      for (size_t w = first; w < last; ++w) {
+        const auto seed = static_cast<uint64_t>(windows[w].start * 1'000'003 + length);
+        drawn.push_back(torch::tensor(
+            RandomOrderedPositions(length, random_position_range, seed), torch::kInt64));
+      }
+      positions = torch::stack(drawn);
+    }
+    const torch::Tensor logits =
+        model->forward(batch.slice(1, 0, length), rope, reading, positions);
     const torch::Tensor losses =
         torch::nn::functional::cross_entropy(
             logits.reshape({-1, logits.size(2)}), batch.slice(1, 1).reshape(-1),

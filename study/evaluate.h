@@ -20,8 +20,11 @@ enum class Protocol { kNonOverlapping, kSliding };
 std::string ProtocolName(Protocol protocol);  // "nonoverlapping" / "sliding"
 
 // `reading`: how attention reads each window (long_context.h); all of it by default.
+// A randomized-positions model reads each window at a random ordered subset of
+// [0, random_position_range) (random_positions.h) drawn from the window's start and length, as
+// it trained; the same windows get the same positions in every evaluation.
 double HeldOutLoss(CharModel& model, const Rope& rope, const torch::Tensor& held_out,
                    int64_t length, Protocol protocol, int64_t eval_chars, int64_t batch_tokens,
-                   const LongContext& reading = {});
+                   const LongContext& reading = {}, int64_t random_position_range = 0);
 
 }  // namespace posenc::study

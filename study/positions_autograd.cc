@@ -119,39 +119,57 @@ std::span<T> BatchRow(const torch::Tensor& lse, int64_t b) {
 }
 
 // The options forward and backward share, rebuilt from what the context saved (an empty inv_freq:
-// no RoPE).
+// no RoPE; an empty table: no bucket bias; the table must outlive the options).
 AttentionOptions CausalOptions(int64_t heads, int64_t head_dim, bool alibi,
                                const torch::Tensor& inv_freq, double attention_factor,
-                               int64_t layout) {
+                               int64_t layout, const torch::Tensor& table,
+                               const RelativeBuckets& buckets) {
   AttentionOptions options;
   options.causal = true;
   if (alibi) options.alibi = Alibi{.num_heads = heads};
   if (inv_freq.numel() > 0) options.rope = RopeFrom(inv_freq, attention_factor, layout, head_dim);
+  if (table.numel() > 0) {
+    options.relative_bias = RelativeBias{
+        .buckets = buckets,
+        .num_heads = heads,
+        .table = {table.data_ptr<float>(), static_cast<size_t>(table.numel())}};
+  }
   return options;
 }
 
-// One posenc call per batch element: every element shares the positions, and each call threads
-// over heads and tiles itself (a call at the study's shapes is large enough for OpenMP).
+RelativeBuckets BucketsFrom(AutogradContext* ctx) {
+  return {.num_buckets = ctx->saved_data["num_buckets"].toInt(),
+          .max_distance = ctx->saved_data["max_distance"].toInt(),
+          .bidirectional = ctx->saved_data["bidirectional"].toBool()};
+}
+
+// One posenc call per batch element, each with its own row of positions; each call threads over
+// heads and tiles itself (a call at the study's shapes is large enough for OpenMP).
 class CausalAttentionFunction : public torch::autograd::Function<CausalAttentionFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv_in,
                                const torch::Tensor& positions, bool alibi,
                                const torch::Tensor& inv_freq, double attention_factor,
-                               int64_t layout) {
+                               int64_t layout, const torch::Tensor& table_in, int64_t num_buckets,
+                               int64_t max_distance, bool bidirectional) {
     const torch::Tensor qkv = qkv_in.contiguous();
+    const torch::Tensor table = table_in.contiguous();
+    ctx->saved_data["num_buckets"] = num_buckets;
+    ctx->saved_data["max_distance"] = max_distance;
+    ctx->saved_data["bidirectional"] = bidirectional;
     const int64_t batch = qkv.size(0), tokens = qkv.size(1), heads = qkv.size(3);
-    const AttentionOptions options =
-        CausalOptions(heads, qkv.size(4), alibi, inv_freq, attention_factor, layout);
-    const std::span<const int64_t> pos = Int64Span(positions);
+    const AttentionOptions options = CausalOptions(heads, qkv.size(4), alibi, inv_freq,
+                                                   attention_factor, layout, table, BucketsFrom(ctx));
     torch::Tensor out = torch::empty({batch, tokens, heads, qkv.size(4)}, qkv.options());
     // Each row's log-sum-exp: all the backward pass needs to recompute the softmax tile by tile.
     torch::Tensor lse = torch::empty({batch, tokens, heads}, qkv.options());
     for (int64_t b = 0; b < batch; ++b) {
+      const std::span<const int64_t> pos = Int64Span(positions[b]);
       AttentionForward(options, QkvPart<const float>(qkv, b, 0), QkvPart<const float>(qkv, b, 1),
                        QkvPart<const float>(qkv, b, 2), pos, pos, BatchHeads<float>(out, b),
                        BatchRow<float>(lse, b));
     }
-    ctx->save_for_backward({qkv, positions, inv_freq, out, lse});
+    ctx->save_for_backward({qkv, positions, inv_freq, out, lse, table});
     ctx->saved_data["alibi"] = alibi;
     ctx->saved_data["attention_factor"] = attention_factor;
     ctx->saved_data["layout"] = layout;
@@ -159,24 +177,39 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &qkv = saved[0], &out = saved[3], &lse = saved[4];
+    const torch::Tensor &qkv = saved[0], &positions = saved[1], &out = saved[3], &lse = saved[4],
+                        &table = saved[5];
     const AttentionOptions options = CausalOptions(
         qkv.size(3), qkv.size(4), ctx->saved_data["alibi"].toBool(), saved[2],
-        ctx->saved_data["attention_factor"].toDouble(), ctx->saved_data["layout"].toInt());
-    const std::span<const int64_t> pos = Int64Span(saved[1]);
+        ctx->saved_data["attention_factor"].toDouble(), ctx->saved_data["layout"].toInt(), table,
+        BucketsFrom(ctx));
     const torch::Tensor d_out = grad_outputs[0].contiguous();
-    // Every element is written (dq, dk, dv fill their parts), so no zeroing.
+    // Every element is written (dq, dk, dv fill their parts, each call its table gradient), so no
+    // zeroing; the table's gradient is the sum over the batch.
     torch::Tensor d_qkv = torch::empty_like(qkv);
+    const bool has_table = table.numel() > 0;
+    torch::Tensor d_table, d_table_one;
+    if (has_table) {
+      d_table = torch::zeros_like(table);
+      d_table_one = torch::empty_like(table);
+    }
     for (int64_t b = 0; b < qkv.size(0); ++b) {
+      const std::span<const int64_t> pos = Int64Span(positions[b]);
+      AttentionGradients grads{.dq = QkvPart<float>(d_qkv, b, 0),
+                               .dk = QkvPart<float>(d_qkv, b, 1),
+                               .dv = QkvPart<float>(d_qkv, b, 2)};
+      if (has_table) {
+        grads.relative_bias_table = {d_table_one.data_ptr<float>(),
+                                     static_cast<size_t>(d_table_one.numel())};
+      }
       AttentionBackward(options, QkvPart<const float>(qkv, b, 0), QkvPart<const float>(qkv, b, 1),
                         QkvPart<const float>(qkv, b, 2), pos, pos, BatchHeads<const float>(out, b),
-                        BatchRow<const float>(lse, b), BatchHeads<const float>(d_out, b),
-                        {.dq = QkvPart<float>(d_qkv, b, 0),
-                         .dk = QkvPart<float>(d_qkv, b, 1),
-                         .dv = QkvPart<float>(d_qkv, b, 2)});
+                        BatchRow<const float>(lse, b), BatchHeads<const float>(d_out, b), grads);
+      if (has_table) d_table += d_table_one;
     }
-    return {d_qkv,           torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {d_qkv,           torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), d_table,         torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -196,17 +229,29 @@ torch::Tensor LookupLearnedAutograd(const torch::Tensor& table, const torch::Ten
 }
 
 torch::Tensor CausalAttentionAutograd(const torch::Tensor& qkv, const torch::Tensor& positions,
-                                      const std::optional<Rope>& rope, bool alibi) {
+                                      const std::optional<Rope>& rope, bool alibi,
+                                      const std::optional<BucketBias>& bias) {
   TORCH_CHECK(qkv.scalar_type() == torch::kFloat32 && qkv.dim() == 5 && qkv.size(2) == 3,
               "[study] expected float32 qkv [batch, tokens, 3, heads, head_dim]");
-  TORCH_CHECK(positions.scalar_type() == torch::kInt64 && positions.numel() == qkv.size(1),
-              "[study] expected int64 positions [tokens]");
+  TORCH_CHECK(positions.scalar_type() == torch::kInt64 && positions.dim() == 2 &&
+                  positions.size(0) == qkv.size(0) && positions.size(1) == qkv.size(1),
+              "[study] expected int64 positions [batch, tokens]");
   if (rope) rope->Validate();
+  if (bias) {
+    bias->buckets.Validate();
+    TORCH_CHECK(bias->table.scalar_type() == torch::kFloat32 &&
+                    bias->table.sizes() == torch::IntArrayRef({bias->buckets.num_buckets,
+                                                               qkv.size(3)}),
+                "[study] expected a float32 bucket bias table [num_buckets, heads]");
+  }
   const torch::Tensor inv_freq =
       rope ? torch::tensor(rope->inv_freq, torch::kFloat64) : torch::empty({0}, torch::kFloat64);
-  return CausalAttentionFunction::apply(qkv, positions.contiguous(), alibi, inv_freq,
-                                        rope ? rope->attention_factor : 1.0,
-                                        static_cast<int64_t>(rope ? rope->layout : RopeLayout{}));
+  const RelativeBuckets buckets = bias ? bias->buckets : RelativeBuckets{};
+  return CausalAttentionFunction::apply(
+      qkv, positions.contiguous(), alibi, inv_freq, rope ? rope->attention_factor : 1.0,
+      static_cast<int64_t>(rope ? rope->layout : RopeLayout{}),
+      bias ? bias->table : torch::empty({0}, torch::kFloat32), buckets.num_buckets, buckets.max_distance,
+      buckets.bidirectional);
 }
 
 torch::Tensor SinusoidalTable(const torch::Tensor& positions, int64_t d_model) {

@@ -6,9 +6,10 @@
 //
 //   posenc_study_step_bench [--steps N] [--repeats R] [--threads T] [--cases rope,alibi,...]
 //
-// Cases: rope, alibi, learned, sinusoidal, nope (base runs: 32 windows of 128 characters),
-// rope-ft (a YaRN fine-tune: 8 windows of 512), eval-rope-2048 and eval-rope-128 (held-out
-// scoring: 8192 characters per batch, at 16x and at 1x).
+// Cases: rope, alibi, learned, sinusoidal, nope, t5, xpos, kerple, fire, rope-randomized (base
+// runs: 32 windows of 128 characters), rope-ft (a YaRN fine-tune: 8 windows of 512),
+// eval-rope-2048 and eval-rope-128 (held-out scoring: 8192 characters per batch, at 16x and at
+// 1x), eval-fire-2048 and eval-kerple-2048 (the same at 16x).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -21,6 +22,7 @@
 #include "arms.h"
 #include "blas_info.h"
 #include "model.h"
+#include "random_positions.h"
 
 namespace {
 
@@ -41,9 +43,16 @@ const std::vector<Case>& AllCases() {
       {"learned", PositionMethod::kLearned, Stretch::kNone, 128, 32, true},
       {"sinusoidal", PositionMethod::kSinusoidal, Stretch::kNone, 128, 32, true},
       {"nope", PositionMethod::kNone, Stretch::kNone, 128, 32, true},
+      {"t5", PositionMethod::kT5, Stretch::kNone, 128, 32, true},
+      {"xpos", PositionMethod::kXpos, Stretch::kNone, 128, 32, true},
+      {"kerple", PositionMethod::kKerple, Stretch::kNone, 128, 32, true},
+      {"fire", PositionMethod::kFire, Stretch::kNone, 128, 32, true},
+      {"rope-randomized", PositionMethod::kRandomized, Stretch::kNone, 128, 32, true},
       {"rope-ft", PositionMethod::kRope, Stretch::kYarn, 512, 8, true},
       {"eval-rope-2048", PositionMethod::kRope, Stretch::kNone, 2048, 4, false},
       {"eval-rope-128", PositionMethod::kRope, Stretch::kNone, 128, 64, false},
+      {"eval-fire-2048", PositionMethod::kFire, Stretch::kNone, 2048, 4, false},
+      {"eval-kerple-2048", PositionMethod::kKerple, Stretch::kNone, 2048, 4, false},
   };
   return cases;
 }
@@ -60,6 +69,9 @@ class Runner {
     const torch::Tensor batch =
         torch::randint(0, settings.shape.vocab, {c.batch, c.length + 1}, torch::kInt64);
     inputs_ = batch.slice(1, 0, c.length);
+    if (c.method == PositionMethod::kRandomized) {
+      positions_ = RandomOrderedPositionRows(c.batch, c.length, settings.random_position_range(), 1);
+    }
     targets_ = batch.slice(1, 1).reshape(-1);
   }
 
@@ -67,11 +79,11 @@ class Runner {
     if (!case_.train) {
       torch::NoGradGuard no_grad;
       model_->eval();
-      model_->forward(inputs_, rope_);
+      model_->forward(inputs_, rope_, {}, positions_);
       return;
     }
     model_->train();
-    const torch::Tensor logits = model_->forward(inputs_, rope_);
+    const torch::Tensor logits = model_->forward(inputs_, rope_, {}, positions_);
     const torch::Tensor loss =
         torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}), targets_);
     optimizer_.zero_grad();
@@ -85,7 +97,7 @@ class Runner {
   CharModel model_;
   posenc::Rope rope_;
   torch::optim::AdamW optimizer_;
-  torch::Tensor inputs_, targets_;
+  torch::Tensor inputs_, targets_, positions_;  // positions_: randomized only
 };
 
 }  // namespace

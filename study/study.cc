@@ -186,9 +186,9 @@ void Evaluate(const Settings& settings, const Arm& arm, uint64_t seed, const Run
         throw StudyStopped("the evaluation of " + arm.key + " seed " + std::to_string(seed) +
                            " (done again on resuming)");
       }
-      result.nats[ProtocolName(p)][length] =
-          HeldOutLoss(model, rope, corpus.held_out, length, p, settings.eval_chars,
-                      settings.eval_batch_tokens, LongContextFor(settings, arm.reading, length));
+      result.nats[ProtocolName(p)][length] = HeldOutLoss(
+          model, rope, corpus.held_out, length, p, settings.eval_chars, settings.eval_batch_tokens,
+          LongContextFor(settings, arm.reading, length), settings.random_position_range());
     }
   }
   result.seconds = Seconds(Clock::now() - start);

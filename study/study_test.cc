@@ -10,11 +10,16 @@
 #include <vector>
 
 #include "arms.h"
+#include "distance_bias.h"
+#include "fire.h"
 #include "long_context.h"
 #include "model.h"
 #include "posenc/alibi.h"
+#include "posenc/relative_bias.h"
 #include "positions_autograd.h"
 #include "progress.h"
+#include "random_positions.h"
+#include "xpos.h"
 
 namespace posenc::study {
 namespace {
@@ -88,17 +93,21 @@ TEST(StudyAutograd, SinusoidalTableIsTheTransformerFormula) {
 TEST(StudyModel, EveryMethodIsCausal) {
   for (PositionMethod method :
        {PositionMethod::kLearned, PositionMethod::kSinusoidal, PositionMethod::kRope,
-        PositionMethod::kAlibi, PositionMethod::kNone}) {
+        PositionMethod::kAlibi, PositionMethod::kNone, PositionMethod::kT5, PositionMethod::kXpos,
+        PositionMethod::kKerple, PositionMethod::kFire, PositionMethod::kRandomized}) {
     torch::manual_seed(2);
     CharModel model(
         ModelShape{.vocab = 11, .d_model = 32, .heads = 2, .layers = 2, .learned_rows = 64},
         method);
     torch::NoGradGuard no_grad;
     const Rope rope = Rope::Default(16);
+    const torch::Tensor positions = method == PositionMethod::kRandomized
+                                        ? RandomOrderedPositionRows(1, 20, 320, 7)
+                                        : torch::Tensor();
     torch::Tensor ids = torch::randint(0, 11, {1, 20}, torch::kInt64);
-    const torch::Tensor before = model->forward(ids, rope);
+    const torch::Tensor before = model->forward(ids, rope, {}, positions);
     ids[0][15] = (ids[0][15].item<int64_t>() + 1) % 11;  // change a later token
-    const torch::Tensor after = model->forward(ids, rope);
+    const torch::Tensor after = model->forward(ids, rope, {}, positions);
     EXPECT_TRUE(torch::allclose(before.slice(1, 0, 15), after.slice(1, 0, 15)))
         << MethodName(method) << ": an earlier position saw a later token";
     EXPECT_FALSE(torch::allclose(before.slice(1, 15), after.slice(1, 15))) << MethodName(method);
@@ -106,10 +115,15 @@ TEST(StudyModel, EveryMethodIsCausal) {
 }
 
 // The model's logits with attention composed in torch ops from the model's own parameters
-// (matmul, ALiBi bias, causal mask, softmax, matmul; RoPE by ApplyRopeAutograd), as the model
-// computed them before it trained through posenc's attention.
-torch::Tensor ComposedLogits(CharModel& model, const torch::Tensor& ids, const Rope& rope) {
+// (matmul, bias, causal mask, softmax, matmul; RoPE by ApplyRopeAutograd), as the model computed
+// them before it trained through posenc's attention. Each bias is written from its formula here:
+// ALiBi's -slope (i - j), T5's table at posenc's bucket of j - i, KERPLE's -r1 log(1 + r2 (i - j)),
+// FIRE's f(psi(i - j) / psi(max(L, i))); xPos scales q and k by zeta^(+-(t - c) / B).
+// positions: int64 [batch, tokens] for randomized positions, else undefined (0 .. tokens - 1).
+torch::Tensor ComposedLogits(CharModel& model, const torch::Tensor& ids, const Rope& rope,
+                             const torch::Tensor& random_positions = torch::Tensor()) {
   namespace F = torch::nn::functional;
+  using M = PositionMethod;
   const auto p = model->named_parameters();
   const ModelShape& shape = model->shape();
   const int64_t batch = ids.size(0), n = ids.size(1), h = shape.heads, d = shape.d_model;
@@ -124,24 +138,73 @@ torch::Tensor ComposedLogits(CharModel& model, const torch::Tensor& ids, const R
     return F::linear(x, p[name + ".weight"], p[name + ".bias"]);
   };
   torch::Tensor x = F::embedding(ids, p["tokens.weight"]);
-  if (method == PositionMethod::kLearned) x = x + p["learned"].slice(0, 0, n);
-  if (method == PositionMethod::kSinusoidal) x = x + SinusoidalTable(positions, d);
-  // [heads, queries, keys]: ALiBi's -slope * (i - j), or nothing.
-  torch::Tensor bias = torch::zeros({h, n, n});
-  if (method == PositionMethod::kAlibi) {
+  if (method == M::kLearned) x = x + p["learned"].slice(0, 0, n);
+  if (method == M::kSinusoidal) x = x + SinusoidalTable(positions, d);
+  // i - j for query i and key j: [queries, keys].
+  const torch::Tensor distance = positions.unsqueeze(1) - positions.unsqueeze(0);
+  // [heads, queries, keys] for the biases shared by the layers: ALiBi's, T5's, or nothing.
+  torch::Tensor shared_bias = torch::zeros({h, n, n});
+  if (method == M::kAlibi) {
     const torch::Tensor slopes = torch::tensor(AlibiSlopes(Alibi{.num_heads = h})).view({h, 1, 1});
-    const torch::Tensor distance = positions.unsqueeze(1) - positions.unsqueeze(0);
-    bias = (-slopes * distance.to(torch::kFloat64)).to(torch::kFloat32);
+    shared_bias = (-slopes * distance.to(torch::kFloat64)).to(torch::kFloat32);
   }
+  if (method == M::kT5) {
+    const RelativeBuckets buckets{.num_buckets = shape.t5_buckets,
+                                  .max_distance = shape.t5_max_distance,
+                                  .bidirectional = false};
+    torch::Tensor bucket = torch::empty({n, n}, torch::kInt64);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) bucket[i][j] = RelativePositionBucket(buckets, j - i);
+    }
+    shared_bias = p["t5_table"].index_select(0, bucket.view(-1)).view({n, n, h}).permute({2, 0, 1});
+  }
+  // xPos: pair i of q at position t scaled by zeta_i^((t - ceil(n / 2)) / B), of k by its inverse.
+  torch::Tensor xpos_q = torch::ones({n, dh});
+  if (method == M::kXpos) {
+    const torch::Tensor i = torch::arange(dh / 2, torch::kFloat64);
+    const torch::Tensor zeta = (2.0 * i / double(dh) + 0.4) / 1.4;
+    const torch::Tensor t =
+        (positions.to(torch::kFloat64) - double((n + 1) / 2)) / shape.xpos_scale_base;
+    const torch::Tensor half = zeta.unsqueeze(0).pow(t.unsqueeze(1));
+    xpos_q = torch::cat({half, half}, 1).to(torch::kFloat32);
+  }
+  const bool rotates = method == M::kRope || method == M::kXpos || method == M::kRandomized;
+  const torch::Tensor rope_positions =
+      random_positions.defined() ? random_positions : positions.expand({batch, n});
+  const auto rotate = [&](const torch::Tensor& t) {  // [batch, n, heads, dh], row by row
+    std::vector<torch::Tensor> rows;
+    for (int64_t b = 0; b < batch; ++b) {
+      rows.push_back(ApplyRopeAutograd(t.slice(0, b, b + 1), rope_positions[b], rope));
+    }
+    return torch::cat(rows, 0);
+  };
   const torch::Tensor future = torch::ones({n, n}, torch::kBool).triu(1);
   for (int64_t l = 0; l < shape.layers; ++l) {
     const std::string b = "block" + std::to_string(l) + "_";
     const torch::Tensor qkv = linear(b + "qkv", norm(b + "norm1", x)).view({batch, n, 3, h, dh});
     torch::Tensor q = qkv.select(2, 0), k = qkv.select(2, 1);
     const torch::Tensor v = qkv.select(2, 2);
-    if (method == PositionMethod::kRope) {
-      q = ApplyRopeAutograd(q, positions, rope);
-      k = ApplyRopeAutograd(k, positions, rope);
+    if (method == M::kXpos) {
+      q = q * xpos_q.unsqueeze(1);
+      k = k / xpos_q.unsqueeze(1);
+    }
+    if (rotates) {
+      q = rotate(q);
+      k = rotate(k);
+    }
+    torch::Tensor bias = shared_bias;
+    if (method == M::kKerple) {
+      const torch::Tensor r1 = p[b + "kerple_r1"].clamp_min(0.01).view({h, 1, 1});
+      const torch::Tensor r2 = p[b + "kerple_r2"].clamp_min(0.01).view({h, 1, 1});
+      bias = -r1 * torch::log(1.0 + r2 * distance.clamp_min(0).to(torch::kFloat32));
+    }
+    if (method == M::kFire) {  // f(log(1 + |c| (i - j)) / log(1 + |c| max(|L|, i)))
+      const torch::Tensor c = p[b + "fire_c"].abs(), L = p[b + "fire_threshold"].abs();
+      const torch::Tensor i = positions.to(torch::kFloat32);
+      const torch::Tensor u = torch::log(1.0 + c * distance.clamp_min(0).to(torch::kFloat32)) /
+                              torch::log(1.0 + c * torch::maximum(i, L)).unsqueeze(1);
+      const torch::Tensor hidden = torch::relu(linear(b + "fire_hidden", u.unsqueeze(-1)));
+      bias = linear(b + "fire_out", hidden).permute({2, 0, 1});
     }
     torch::Tensor scores =
         torch::matmul(q.transpose(1, 2), k.permute({0, 2, 3, 1})) / std::sqrt(double(dh)) + bias;
@@ -170,7 +233,9 @@ TEST(StudyModel, PosencAttentionTrainsLikeComposedAttention) {
       {PositionMethod::kRope, Stretch::kNone},    {PositionMethod::kRope, Stretch::kPi},
       {PositionMethod::kRope, Stretch::kNtk},     {PositionMethod::kRope, Stretch::kDynamicNtk},
       {PositionMethod::kRope, Stretch::kYarn},    {PositionMethod::kAlibi, Stretch::kNone},
-      {PositionMethod::kNone, Stretch::kNone}};
+      {PositionMethod::kNone, Stretch::kNone},    {PositionMethod::kT5, Stretch::kNone},
+      {PositionMethod::kXpos, Stretch::kNone},    {PositionMethod::kKerple, Stretch::kNone},
+      {PositionMethod::kFire, Stretch::kNone},    {PositionMethod::kRandomized, Stretch::kNone}};
   for (const Case& c : cases) {
     const std::string name = MethodName(c.method) + "/" + StretchName(c.stretch);
     torch::manual_seed(5);
@@ -181,9 +246,13 @@ TEST(StudyModel, PosencAttentionTrainsLikeComposedAttention) {
     const auto loss_of = [&](const torch::Tensor& logits) {
       return torch::nn::functional::cross_entropy(logits.reshape({-1, 11}), targets);
     };
+    const torch::Tensor positions =
+        c.method == PositionMethod::kRandomized
+            ? RandomOrderedPositionRows(3, n, s.random_position_range(), 11)
+            : torch::Tensor();
     const std::vector<torch::Tensor> params = model->parameters();
-    const torch::Tensor loss = loss_of(model->forward(ids, rope));
-    const torch::Tensor expected = loss_of(ComposedLogits(model, ids, rope));
+    const torch::Tensor loss = loss_of(model->forward(ids, rope, {}, positions));
+    const torch::Tensor expected = loss_of(ComposedLogits(model, ids, rope, positions));
     EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-5 * expected.item<double>())
         << name;
     const auto grads = torch::autograd::grad({loss}, params);
@@ -197,6 +266,117 @@ TEST(StudyModel, PosencAttentionTrainsLikeComposedAttention) {
           << name << " " << names[i];
     }
   }
+}
+
+// xPos on a head of 4 (two pairs), gamma 0.4, B = 2, a window of 4 (positions counted from 2):
+// zeta_0 = 0.4 / 1.4 = 2/7, zeta_1 = (2/4 + 0.4) / 1.4 = 9/14, worked by hand from the paper's
+// formula. q and k at positions 3 and 1, both along one pair, score zeta^((3 - 1) / 2) times the
+// cosine of 2 turns of that pair's frequency (1 and 10000^(-1/2) = 0.01).
+TEST(StudyXpos, RotationAndScaleMatchAHandWorkedExample) {
+  const Xpos xpos{.gamma = 0.4, .scale_base = 2.0};
+  const torch::Tensor f = XposFactors(xpos, 4, 4);  // [tokens, q/k/v, 1, head_dim]
+  ASSERT_EQ(f.sizes(), torch::IntArrayRef({4, 3, 1, 4}));
+  // Position 0 is 2 before the middle: q's factor zeta^(-1), k's zeta^(+1); v's are 1.
+  EXPECT_NEAR(f[0][0][0][0].item<double>(), 3.5, 1e-6);
+  EXPECT_NEAR(f[0][0][0][2].item<double>(), 3.5, 1e-6);  // both halves of pair 0
+  EXPECT_NEAR(f[0][0][0][1].item<double>(), 14.0 / 9.0, 1e-6);
+  EXPECT_NEAR(f[0][1][0][0].item<double>(), 2.0 / 7.0, 1e-7);
+  EXPECT_NEAR(f[0][1][0][3].item<double>(), 9.0 / 14.0, 1e-7);
+  EXPECT_EQ(f[0][2][0][1].item<double>(), 1.0);
+  EXPECT_EQ(f[2][0][0][0].item<double>(), 1.0);  // the middle
+
+  const Rope rope = Rope::Default(4);  // half-split: pair 0 is dimensions 0 and 2
+  const auto score = [&](int64_t dim) {
+    const torch::Tensor unit = torch::zeros({1, 1, 1, 4});
+    unit[0][0][0][dim] = 1.0f;
+    const torch::Tensor q = ApplyRopeAutograd(unit * f[3][0].view({1, 1, 1, 4}),
+                                              torch::tensor({3}, torch::kInt64), rope);
+    const torch::Tensor k = ApplyRopeAutograd(unit * f[1][1].view({1, 1, 1, 4}),
+                                              torch::tensor({1}, torch::kInt64), rope);
+    return (q * k).sum().item<double>();
+  };
+  EXPECT_NEAR(score(0), -0.11889909615632639, 1e-6);  // (2/7) cos 2
+  EXPECT_NEAR(score(1), 0.6427285757142286, 1e-6);    // (9/14) cos 0.02
+}
+
+// KERPLE's table against -r1 log(1 + r2 d) evaluated in double, its parameters clamped at 0.01,
+// and posenc's buckets giving each distance its own row.
+TEST(StudyDistanceBias, KerpleLogTableIsItsFormulaOneBucketPerDistance) {
+  const torch::Tensor r1 = torch::tensor({1.5f, 0.002f}), r2 = torch::tensor({0.25f, 3.0f});
+  const int64_t tokens = 50;
+  const torch::Tensor table = KerpleLogTable(r1, r2, tokens);
+  ASSERT_EQ(table.sizes(), torch::IntArrayRef({100, 2}));
+  const double r1d[] = {1.5, 0.01}, r2d[] = {0.25, 3.0};
+  for (int64_t d = 0; d < 100; ++d) {
+    for (int64_t h = 0; h < 2; ++h) {
+      const double expected = d < tokens ? -r1d[h] * std::log(1.0 + r2d[h] * double(d)) : 0.0;
+      EXPECT_NEAR(table[d][h].item<double>(), expected, 2e-6 * (1.0 + std::abs(expected)))
+          << "distance " << d << ", head " << h;
+    }
+  }
+  const RelativeBuckets buckets = OneBucketPerDistance(tokens);
+  for (int64_t d = 0; d < tokens; ++d) EXPECT_EQ(RelativePositionBucket(buckets, -d), d);
+  EXPECT_EQ(RelativePositionBucket(buckets, 3), 0);  // a key after the query: never visible
+}
+
+// FIRE's bias against f(psi(i - j) / psi(max(L, i))), psi(x) = log(c x + 1), evaluated in double
+// loops from the MLP's weights, on both sides of the threshold L.
+TEST(StudyFire, BiasIsItsFormula) {
+  torch::manual_seed(6);
+  const int64_t heads = 3, tokens = 12;
+  FireParameters fire{.hidden = torch::nn::Linear(1, 32),
+                      .out = torch::nn::Linear(32, heads),
+                      .c = torch::tensor({0.7f}),
+                      .threshold = torch::tensor({5.0f})};
+  const torch::Tensor bias = FireBias(fire, tokens);
+  ASSERT_EQ(bias.sizes(), torch::IntArrayRef({heads, tokens, tokens}));
+  const auto w1 = fire.hidden->weight.to(torch::kFloat64), b1 = fire.hidden->bias.to(torch::kFloat64);
+  const auto w2 = fire.out->weight.to(torch::kFloat64), b2 = fire.out->bias.to(torch::kFloat64);
+  const auto psi = [](double x) { return std::log(0.7 * x + 1.0); };
+  for (int64_t i = 0; i < tokens; ++i) {
+    for (int64_t j = 0; j <= i; ++j) {
+      const double u = psi(double(i - j)) / psi(std::max(5.0, double(i)));
+      for (int64_t h = 0; h < heads; ++h) {
+        double f = b2[h].item<double>();
+        for (int64_t k = 0; k < 32; ++k) {
+          const double hidden = std::max(0.0, w1[k][0].item<double>() * u + b1[k].item<double>());
+          f += w2[h][k].item<double>() * hidden;
+        }
+        EXPECT_NEAR(bias[h][i][j].item<double>(), f, 1e-5) << i << " " << j << " " << h;
+      }
+    }
+  }
+}
+
+// The sampler of randomized positions: sorted, distinct, within range, a function of the seed,
+// every position equally likely, and the whole range at the longest length.
+TEST(StudyRandomPositions, SortedDistinctWithinRangeAndSeeded) {
+  const std::vector<int64_t> a = RandomOrderedPositions(128, 2048, 42);
+  ASSERT_EQ(a.size(), 128u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_GE(a[i], 0);
+    EXPECT_LT(a[i], 2048);
+    if (i > 0) {
+      EXPECT_LT(a[i - 1], a[i]) << "at " << i;
+    }
+  }
+  EXPECT_EQ(RandomOrderedPositions(128, 2048, 42), a);
+  EXPECT_NE(RandomOrderedPositions(128, 2048, 43), a);
+  // Spread over the range, not bunched at its start.
+  EXPECT_GT(a.back(), 1024);
+  std::vector<int64_t> all(64);
+  for (int64_t i = 0; i < 64; ++i) all[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(RandomOrderedPositions(64, 64, 1), all);
+  EXPECT_TRUE(RandomOrderedPositions(0, 10, 1).empty());
+  EXPECT_THROW(RandomOrderedPositions(11, 10, 1), c10::Error);
+  // Each of 16 positions is drawn 4 times in 16 with frequency 1/4: 20000 draws, within 5 sigma
+  // (sqrt(20000 * 1/4 * 3/4) = 61) of 5000 (one seed: the same counts every run).
+  const torch::Tensor rows = RandomOrderedPositionRows(20000, 4, 16, 9);
+  const torch::Tensor counts = torch::bincount(rows.view(-1), {}, 16);
+  EXPECT_LT((counts - 5000).abs().max().item<int64_t>(), 5 * 61);
+  // Rows are distinct draws, each sorted and distinct.
+  EXPECT_FALSE(torch::equal(rows[0], rows[1]) && torch::equal(rows[1], rows[2]));
+  EXPECT_TRUE((rows.slice(1, 1) > rows.slice(1, 0, 3)).all().item<bool>());
 }
 
 TEST(StudyArms, StretchedFrequenciesFollowTheirDefinitions) {

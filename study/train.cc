@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "parallel.h"
+#include "random_positions.h"
 #include "stop.h"
 
 namespace posenc::study {
@@ -42,6 +43,12 @@ torch::Tensor SampleBatch(const torch::Tensor& train, const Run& run, int64_t st
     rows.push_back(train.slice(0, start(engine)).slice(0, 0, run.length + 1));
   }
   return torch::stack(rows);
+}
+
+// Randomized positions' seed for a step: like the batch, a function of (seed, step) alone, and
+// apart from the batch's.
+uint64_t PositionSeed(const Run& run, int64_t step) {
+  return (run.seed * 1'000'003ULL + static_cast<uint64_t>(step)) ^ 0x9E3779B97F4A7C15ULL;
 }
 
 // Warm-up over the first 5% of steps, then a cosine down to 10% of the peak; or constant.
@@ -158,7 +165,12 @@ CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpu
     const torch::Tensor batch = SampleBatch(corpus.train, run, step);
     const torch::Tensor inputs = batch.slice(1, 0, run.length);
     const torch::Tensor targets = batch.slice(1, 1);
-    const torch::Tensor logits = model->forward(inputs, rope);
+    const torch::Tensor positions =
+        run.method == PositionMethod::kRandomized
+            ? RandomOrderedPositionRows(run.batch, run.length, settings.random_position_range(),
+                                        PositionSeed(run, step))
+            : torch::Tensor();
+    const torch::Tensor logits = model->forward(inputs, rope, {}, positions);
     const torch::Tensor loss = torch::nn::functional::cross_entropy(
         logits.reshape({-1, logits.size(2)}), targets.reshape(-1));
     optimizer.zero_grad();
