@@ -203,6 +203,61 @@ std::string ClaimsTable(const Table& t, const Settings& s, const FineTuneCurves&
       Format("x%.2f at ", sinks_n) + top_x + Format(" (sliding x%.2f)", sinks_w),
       sinks_n > 0.95 && sinks_n < 1.10 && sinks_w > 0.95 && sinks_w < 1.10);
 
+  // The research schemes (a row each for the claims their papers make). "Flat" as above: within
+  // 10% of the 1x per-character perplexity at the longest length, in both protocols.
+  const auto flat = [&](const std::string& key) {
+    return ratio(key, n, top) < 1.10 && ratio(key, w, top) < 1.10;
+  };
+  const auto both = [&](const std::string& key) {
+    return Format("x%.2f at ", ratio(key, n, top)) + top_x +
+           Format(" (sliding x%.2f)", ratio(key, w, top));
+  };
+  const auto at_top = [&](const std::string& key) { return get(key, n, top); };
+  // a at most b at the longest length, within the larger seed spread of the two.
+  const auto no_worse = [&](const std::string& a, const std::string& b) {
+    return at_top(a).mean <= at_top(b).mean + std::max(at_top(a).spread, at_top(b).spread);
+  };
+  add("T5's relative bias generalises past the training length better than RoPE and absolute "
+      "positions (Kazemnejad et al. 2023)",
+      "small decoder-only models on reasoning and algorithmic tasks: T5's bias and NoPE "
+      "generalise best, RoPE, ALiBi and absolute positions worse",
+      both("t5") + Format("; RoPE x%.2f, sinusoidal x%.2f, learned x%.2f", ratio("rope", n, top),
+                          ratio("sinusoidal", n, top), ratio("learned", n, top)),
+      ratio("t5", n, top) < std::min({ratio("rope", n, top), ratio("sinusoidal", n, top),
+                                      ratio("learned", n, top)}));
+  add("NoPE generalises at least as well as T5's bias (Kazemnejad et al. 2023)",
+      "NoPE as good as or better than every explicit scheme",
+      Format("NoPE x%.2f vs T5 x%.2f at ", ratio("nope", n, top), ratio("t5", n, top)) + top_x,
+      ratio("nope", n, top) <= ratio("t5", n, top) + 0.02);
+  add("xPos degrades less than RoPE past the training length (Sun et al. 2023)",
+      "xPos, with blockwise causal attention at inference, keeps its perplexity where RoPE's "
+      "rises; here full attention, no blocks",
+      both("xpos") + Format("; RoPE x%.2f", ratio("rope", n, top)),
+      ratio("xpos", n, top) < ratio("rope", n, top));
+  add("KERPLE (log) stays flat past the training length (Chi et al. 2022)",
+      "perplexity flat or falling far past the training length", both("kerple"), flat("kerple"));
+  add("KERPLE (log) is at least as good as ALiBi at long lengths (Chi et al. 2022)",
+      "the log variant at or below ALiBi's perplexity",
+      "at " + top_x + Format(": KERPLE %.3f vs ALiBi %.3f nats", at_top("kerple").mean,
+                             at_top("alibi").mean),
+      no_worse("kerple", "alibi"));
+  add("FIRE stays flat past the training length (Li et al. 2023)",
+      "log perplexity flat past the training length, where RoPE's and NoPE's rise", both("fire"),
+      flat("fire"));
+  add("FIRE is at least as good as the other relative biases at long lengths (Li et al. 2023)",
+      "FIRE at or below T5's bias, KERPLE and ALiBi",
+      "at " + top_x +
+          Format(": FIRE %.3f vs T5 %.3f, KERPLE %.3f", at_top("fire").mean, at_top("t5").mean,
+                 at_top("kerple").mean) +
+          Format(", ALiBi %.3f nats", at_top("alibi").mean),
+      no_worse("fire", "t5") && no_worse("fire", "kerple") && no_worse("fire", "alibi"));
+  add("Randomized positions generalise where the same encoding at positions 0 .. n - 1 does not "
+      "(Ruoss et al. 2023)",
+      "algorithmic tasks: accuracy on sequences longer than trained rises for every encoding "
+      "randomized, RoPE among them",
+      both("rope-randomized") + Format("; RoPE x%.2f", ratio("rope", n, top)),
+      flat("rope-randomized") && ratio("rope-randomized", n, top) < ratio("rope", n, top));
+
   std::ostringstream md;
   md << "| published claim | published numbers | here (non-overlapping unless noted; per-character "
         "perplexity ratios vs 1x) | same shape? |\n|---|---|---|---|\n";
@@ -284,45 +339,50 @@ std::string LossRows(const Table& t, const std::string& key, Protocol p, const S
   return rows.str();
 }
 
-// Two panels per protocol: the base methods, and RoPE with its stretches (plain RoPE in both).
+// Four panels per protocol: the common position methods, the research schemes, RoPE with its
+// stretches, RoPE read through a cache (plain RoPE in all but the first, as the line the others
+// are read against; ALiBi beside the research schemes too).
 void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s, Protocol p,
                  const fs::path& dir) {
   demo::Figure fig;
   fig.file_stem = "loss_vs_length_" + ProtocolName(p);
   fig.width = 1900;
-  fig.height = 600;
+  fig.height = 1200;
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-                          "#000000", "#006400", "#ff1493", "#00008b"};
+                          "#000000", "#006400", "#ff1493", "#00008b", "#b8860b",
+                          "#4b0082", "#ff4500", "#2f4f4f", "#9acd32"};
   constexpr size_t kColors = sizeof colors / sizeof colors[0];
   std::ostringstream plot;
-  plot << "set multiplot layout 1,3 title 'Held-out loss against evaluation length ("
+  plot << "set multiplot layout 2,2 title 'Held-out loss against evaluation length ("
        << (p == Protocol::kNonOverlapping ? "non-overlapping windows"
                                           : "sliding window, last quarter scored")
        << "; trained at " << s.train_length << " characters, mean of seeds, bars: seed range)'\n"
        << "set xlabel 'evaluation length / training length'\nset ylabel 'nats per character'\n"
        << "set logscale x 2\nset xrange [0.8:" << s.multiples.back() * 1.25 << "]\n"
        << "set key top left reverse Left samplen 3\n";
-  // Panels: the position methods; RoPE with stretched frequencies; RoPE read through a cache.
-  // Plain RoPE is drawn in all three, as the line the others are read against.
-  const char* titles[] = {"Position methods", "RoPE stretched without and with fine-tuning",
+  const char* titles[] = {"Position methods", "Research schemes (RoPE and ALiBi for reference)",
+                          "RoPE stretched without and with fine-tuning",
                           "RoPE read through a cache (zero-shot)"};
   const auto panel_of = [](const Arm& arm) {
+    if (IsResearchScheme(arm.method)) return 1;
     if (arm.base) return 0;
-    return arm.reading == Reading::kFull ? 1 : 2;
+    return arm.reading == Reading::kFull ? 2 : 3;
   };
-  for (int panel = 0; panel < 3; ++panel) {
+  for (int panel = 0; panel < 4; ++panel) {
     // Head room above the curves for the key (one line per arm).
-    plot << "set title '" << titles[panel] << "'\nset offsets 0, 0, " << (panel == 1 ? 1.6 : 1.0)
-         << ", 0\nplot ";
+    plot << "set title '" << titles[panel] << "'\nset offsets 0, 0, "
+         << (panel == 0 ? 1.0 : 1.6) << ", 0\nplot ";
     int drawn = 0;
     for (size_t i = 0; i < arms.size(); ++i) {
-      const bool in_panel = panel_of(arms[i]) == panel || (panel > 0 && arms[i].key == "rope");
+      const bool reference =
+          (panel > 0 && arms[i].key == "rope") || (panel == 1 && arms[i].key == "alibi");
+      const bool in_panel = panel_of(arms[i]) == panel || reference;
       const std::string rows = LossRows(t, arms[i].key, p, s);
       if (!in_panel || rows.empty()) continue;
       std::string name = "a";
       name += std::to_string(i);  // (not "a" + ...: GCC 12 warns falsely of overlapping copies)
-      if (panel == 0 || !arms[i].base) fig.data.push_back({name, rows});
+      if (panel_of(arms[i]) == panel) fig.data.push_back({name, rows});
       plot << (drawn++ ? ", " : "") << "$" << name << " using 1:2:3:4 with yerrorlines lw 2 dt "
            << (arms[i].key.ends_with("-ft") ? 2 : 1) << " pt 7 ps 0.6 lc rgb '"
            << colors[i % kColors] << "' title '" << arms[i].label << "'";
@@ -345,7 +405,9 @@ void TrainingChart(const std::vector<Run>& runs, const fs::path& runs_dir, const
                       : "set title 'Training loss (mean over each logging interval)'\n")
        << "set xlabel 'step'\nset ylabel 'nats per character'\nset key outside right\n"
        << "plot ";
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  constexpr int kColors = sizeof colors / sizeof colors[0];
   int drawn = 0;
   for (size_t i = 0; i < runs.size(); ++i) {
     const Run& run = runs[i];
@@ -361,7 +423,7 @@ void TrainingChart(const std::vector<Run>& runs, const fs::path& runs_dir, const
     const int color =
         fine_tunes ? (run.stretch == Stretch::kPi ? 0 : 1) : static_cast<int>(run.method);
     plot << (drawn++ ? ", " : "") << "$" << name << " using 1:2 with lines lw 2 dt "
-         << (run.seed == runs.front().seed ? 1 : 2) << " lc rgb '" << colors[color % 5]
+         << (run.seed == runs.front().seed ? 1 : 2) << " lc rgb '" << colors[color % kColors]
          << "' title '" << run.name << "'";
   }
   fig.script = plot.str();
@@ -471,7 +533,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "mask only). Attention itself is posenc's kernel in training and evaluation, forward and "
      << "backward (`AttentionForward` / `AttentionBackward`, FlashAttention-2 style: causal, "
      << "with RoPE or ALiBi as its options, no window x window score matrix in either pass); "
-     << "only the Self-Extend and sinks readings below attend their own way. The stretched RoPE "
+     << "only FIRE and the Self-Extend and sinks readings below attend their own way. The stretched "
+     << "RoPE "
      << "variants get their frequencies from `ComputeRopeFrequencies` in exact (double) mode: "
      << "PI = linear s = " << s.finetune_factor
      << "; NTK-aware = base x s^(d/(d-2)); dynamic NTK = Hugging Face's "
@@ -479,6 +542,29 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << " (NTK-aware with s = window / " << L << " for windows past " << L
      << "); YaRN s = " << s.finetune_factor << ", beta_fast " << s.yarn_beta_fast << ", beta_slow "
      << s.yarn_beta_slow << " (below).\n"
+     << "- **Research schemes**, trained from scratch like the methods above: T5's relative bias "
+     << "(`RelativeBias`: T5's " << s.shape.t5_buckets << " causal buckets with max_distance "
+     << s.shape.t5_max_distance << ", the training length; one table shared by the layers as T5 "
+     << "shares it, initialised N(0, 1/d_model) as Hugging Face does; inside posenc's attention, "
+     << "whose backward pass returns the table's gradient); xPos (Sun et al. 2023: gamma 0.4, "
+     << "scale base B = " << s.shape.xpos_scale_base << ", the paper's 512 at a training length "
+     << "of 1024 scaled to this one; the rotation is posenc's RoPE inside its attention, the "
+     << "per-pair scale zeta^(+-t/B) a torch multiply of q and k before the call; read with full "
+     << "attention, not the paper's blockwise causal attention); KERPLE, logarithmic (Chi et al. "
+     << "2022: -r1 log(1 + r2 d) per layer and head, r1 drawn from U[0, 2] and r2 from U[0, 1], "
+     << "both clamped at 0.01; written as a T5 table with one bucket per distance, so posenc's "
+     << "kernel adds it and returns its gradient); FIRE (Li et al. 2023: f(psi(i - j) / "
+     << "psi(max(L, i))), psi(x) = log(c x + 1), f an MLP with one hidden layer of 32, per layer; "
+     << "c from 1 and L from " << s.shape.fire_threshold << ", both learned. **The composed "
+     << "path**: the bias depends on the query's position and its gradient must reach the MLP, "
+     << "which posenc's kernel cannot give, so FIRE alone attends in torch ops, with a window x "
+     << "window score matrix); randomized positions (Ruoss et al. 2023, on RoPE: each training "
+     << "window of " << L << " characters takes " << L << " distinct positions drawn uniformly "
+     << "from [0, " << s.random_position_range() << "), " << s.multiples.back()
+     << "x the training length, in order, a function of seed and step; each evaluation window "
+     << "likewise, drawn from its start and length, so at " << s.multiples.back()
+     << "x the positions are all of 0 .. " << s.random_position_range() - 1
+     << "; through posenc's attention, which takes any increasing positions).\n"
      << "- **Read through a cache** (zero-shot, the base RoPE runs with their own frequencies; "
      << "only attention changes): Self-Extend (`SelfExtendAttention`, Jin et al. 2024) with "
      << "neighbour window W = " << s.self_extend_window << " and the group size G per length "
@@ -487,7 +573,9 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << " in all (the training length), with positions as slots in the cache "
      << "(StreamingLLM's choice, `SinkPositions::kCache`) or as in the text (`kText`). Each "
      << "window is read at once with the masks and positions a token-by-token decode through "
-     << "`KvCache` and `RollSinkWindow` would give (the study's tests check the two agree).\n\n";
+     << "`KvCache` and `RollSinkWindow` would give (the study's tests check the two agree). "
+     << "Dual chunk attention (An et al. 2024), Self-Extend's peer, joins these readings once "
+     << "posenc's library computes it.\n\n";
 
   md << "## Protocols\n\n"
      << "- **Non-overlapping**: the scored text is cut into windows of the evaluation length and "
@@ -510,7 +598,11 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
   md << "## Beside the published shapes\n\n"
      << "Press et al. 2022 (WikiText-103, trained at 512 tokens), Chen et al. 2023 (PI, "
      << "LLaMA-7B), Peng et al. 2023 (YaRN), Jin et al. 2024 (Self-Extend) and Xiao et al. 2023 "
-     << "(StreamingLLM). Their numbers are word-level perplexities of "
+     << "(StreamingLLM); for the research schemes Kazemnejad et al. 2023 (T5's bias, NoPE), Sun "
+     << "et al. 2023 (xPos), Chi et al. 2022 (KERPLE), Li et al. 2023 (FIRE) and Ruoss et al. "
+     << "2023 (randomized positions), whose claims are quoted in words (their settings differ "
+     << "more: synthetic tasks for Kazemnejad et al. and Ruoss et al.). Their numbers are "
+     << "word-level perplexities of "
      << "large models; ours are per-character perplexities (e^nats) of tiny ones, so only the "
      << "shape carries over: how each method's loss moves as the window grows. The verdicts "
      << "below are computed from the tables above.\n\n"
