@@ -533,8 +533,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "mask only). Attention itself is posenc's kernel in training and evaluation, forward and "
      << "backward (`AttentionForward` / `AttentionBackward`, FlashAttention-2 style: causal, "
      << "with RoPE or ALiBi as its options, no window x window score matrix in either pass); "
-     << "only FIRE and the Self-Extend and sinks readings below attend their own way. The stretched "
-     << "RoPE "
+     << "only FIRE and the Self-Extend and sinks readings below attend their own way. The "
+     << "stretched RoPE "
      << "variants get their frequencies from `ComputeRopeFrequencies` in exact (double) mode: "
      << "PI = linear s = " << s.finetune_factor
      << "; NTK-aware = base x s^(d/(d-2)); dynamic NTK = Hugging Face's "
@@ -648,9 +648,10 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << FineTuneTable(curves) << "\n![fine-tuning](study/fine_tuning.png)\n\n";
 
   md << "## Reproducing\n\n"
-     << "`make study` builds `posenc_study` and runs the whole study (under an hour on 2 "
-     << "cores). It prints the arm, step, loss and the time left as it goes (from the measured "
-     << "step times, once the first steps are timed), checkpoints every " << s.checkpoint_every
+     << "`make study` builds `posenc_study` and runs the whole study (the time each part took "
+     << "is at the top). It prints the arm, step, loss and the time left as it goes (from the "
+     << "measured step times, once the first steps are timed), checkpoints every "
+     << s.checkpoint_every
      << " steps or " << Format("%.0f", s.checkpoint_seconds) << " s of training, whichever comes "
      << "first, and saves each arm's results as soon as they are measured (in `study-runs/`). "
      << "Ctrl-C stops it after the step in progress: it writes a checkpoint, lists what is kept "

@@ -70,7 +70,8 @@ class Runner {
         torch::randint(0, settings.shape.vocab, {c.batch, c.length + 1}, torch::kInt64);
     inputs_ = batch.slice(1, 0, c.length);
     if (c.method == PositionMethod::kRandomized) {
-      positions_ = RandomOrderedPositionRows(c.batch, c.length, settings.random_position_range(), 1);
+      positions_ =
+          RandomOrderedPositionRows(c.batch, c.length, settings.random_position_range(), 1);
     }
     targets_ = batch.slice(1, 1).reshape(-1);
   }

@@ -330,7 +330,8 @@ TEST(StudyFire, BiasIsItsFormula) {
                       .threshold = torch::tensor({5.0f})};
   const torch::Tensor bias = FireBias(fire, tokens);
   ASSERT_EQ(bias.sizes(), torch::IntArrayRef({heads, tokens, tokens}));
-  const auto w1 = fire.hidden->weight.to(torch::kFloat64), b1 = fire.hidden->bias.to(torch::kFloat64);
+  const auto w1 = fire.hidden->weight.to(torch::kFloat64);
+  const auto b1 = fire.hidden->bias.to(torch::kFloat64);
   const auto w2 = fire.out->weight.to(torch::kFloat64), b2 = fire.out->bias.to(torch::kFloat64);
   const auto psi = [](double x) { return std::log(0.7 * x + 1.0); };
   for (int64_t i = 0; i < tokens; ++i) {
