@@ -23,6 +23,11 @@ class ArgumentTypeError(Error, TypeError):
 _INCOMPATIBLE = re.compile(r"incompatible (function|constructor) arguments")
 _SIGNATURE = re.compile(r"^\s*\d+\. (?:[\w.]+)?(\(.*\))(?: -> .*)?$", re.MULTILINE)
 _SHOWN = 60  # characters of each value in the message
+# pybind11 3 spells the numbers a parameter converts from as protocols; the message says the type.
+_PLAIN_TYPES = {
+    "typing.SupportsInt | typing.SupportsIndex": "int",
+    "typing.SupportsFloat | typing.SupportsIndex": "float",
+}
 
 
 def _shown(value):
@@ -39,7 +44,10 @@ def _got(args, kwargs):
 
 
 def _argument_error(name, error, args, kwargs):
-    signatures = _SIGNATURE.findall(str(error))
+    text = str(error)
+    for spelled, plain in _PLAIN_TYPES.items():
+        text = text.replace(spelled, plain)
+    signatures = _SIGNATURE.findall(text)
     rule = " or ".join(signatures) if signatures else "have the documented types"
     return ArgumentTypeError(
         f"[{name}] arguments must be {rule}, got {_got(args, kwargs)}"

@@ -68,7 +68,7 @@ assert posenc.__version__ == '${VERSION}', posenc.__version__
 # pos * 10000^(-2i/4): angles 5 and 0.05 at position 5.
 x = [1.0, 2.0, 3.0, 4.0]
 q = torch.tensor(x).reshape(1, 1, 4)  # [tokens, heads, head_dim]
-got = pt.apply_rope(posenc.Rope.default(4), torch.tensor([5]), q).reshape(4).tolist()
+got = pt.apply_rope(posenc.Rope.default(4), torch.tensor([5]), q, qkv_format='bshd').reshape(4).tolist()
 want = [0.0] * 4
 for i, angle in enumerate((5.0, 0.05)):
     c, s = math.cos(angle), math.sin(angle)
