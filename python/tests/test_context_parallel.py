@@ -1,6 +1,9 @@
 """posenc.torch.distributed: ring attention over gloo on loopback against
-single-process posenc.torch.attention over the whole sequence, and a rank that
-dies mid-ring."""
+single-process posenc.torch.attention over the whole sequence (soft-capping
+and attention sinks included), and a rank that dies mid-ring. Nothing here
+depends on how long a step takes: the ranks' waits are bounded only by the
+process group's timeout, a guard against a hang, never reached by a run that
+works."""
 
 import datetime
 import os
@@ -40,7 +43,27 @@ CASES = {
             qkv_format="bshd"), qkv_format="bhsd"
     ),
 }
-TIMEOUT_S = 20  # the process group's timeout; joins wait a little longer
+# Ring attention with soft-capping and sinks (a tensor of the given dtype, drawn from the seed):
+# the sinks count once per row whatever the number of ranks, and each rank's gradient of them is
+# its queries' share.
+SOFTCAP_SINKS_CASES = {
+    "softcap_causal": dict(causal=True, softcap=1.5),
+    "sinks_causal": dict(causal=True, sinks=torch.float32),
+    "softcap_sinks_window_alibi_rope": dict(
+        causal=True, window=7, alibi=posenc.Alibi(HEADS), rope=ROPE, scale=0.3, softcap=0.8,
+        sinks=torch.float32,
+    ),
+    "sinks_float64_full_batched_bhsd": dict(
+        sinks=torch.float64, softcap=2.0, batch=2, qkv_format="bhsd"
+    ),
+    "bfloat16_sinks_causal_alibi": dict(
+        causal=True, alibi=posenc.Alibi(HEADS), sinks=torch.float32, dtype=torch.bfloat16
+    ),
+}
+TABLES = {"base": CASES, "softcap_sinks": SOFTCAP_SINKS_CASES}
+# The process group's timeout: a rank whose peer hangs raises after it. A guard, not a measure:
+# spawning the ranks and the ring itself may take long on a busy machine.
+TIMEOUT_S = 600
 
 
 def free_port():
@@ -59,11 +82,16 @@ def full_inputs(case, seed):
     v = torch.randn(*batch, T, KV_HEADS, DIM, generator=g)
     d_out = torch.randn(*batch, T, HEADS, DIM, generator=g)
     dtype = case.get("dtype", torch.float32)
-    return q.to(dtype), k.to(dtype), v.to(dtype), d_out.to(dtype)
+    sinks = None
+    if "sinks" in case:  # about the scores' size, so that the sinks take a real share
+        sinks = (torch.randn(HEADS, generator=g) * 2).to(case["sinks"])
+    return q.to(dtype), k.to(dtype), v.to(dtype), d_out.to(dtype), sinks
 
 
 def options_of(case):
-    options = {key: value for key, value in case.items() if key not in ("batch", "dtype")}
+    options = {
+        key: value for key, value in case.items() if key not in ("batch", "dtype", "sinks")
+    }
     return dict({"qkv_format": "bshd"}, **options)
 
 
@@ -75,19 +103,48 @@ def to_format(t, case):
     return t.transpose(-2, -3) if case.get("qkv_format") == "bhsd" else t
 
 
+def gather_sinks_grads(grad, world):
+    """Every rank's gradient of the sinks (its queries' share), in float64 (exact)."""
+    shares = [torch.empty_like(grad, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(shares, grad.double())
+    return shares
+
+
+def sink_term_sizes(q, k, v, d_out, out, sinks, case, held):
+    """Per head, the sum over the queries held (token indices) of the size
+    of their terms of d sinks, p_sink |d_out . out|: the scale of float32's
+    rounding in such a sum (its terms cancel: the sum itself can be far
+    smaller). The sink's softmax weight p_sink is 1 minus the keys' weight,
+    the output of attention with every value 1."""
+    ones = torch.ones_like(to_format(v, case))
+    positions = torch.arange(T, dtype=torch.int64) + OFFSET
+    keys = pt.attention(to_format(q, case), to_format(k, case), ones, positions, positions,
+                        sinks=sinks, **options_of(case))
+    p_sink = 1 - to_format(keys, case)[..., 0].double()
+    sizes = p_sink * (d_out.double() * out.double()).sum(-1).abs()
+    return sizes.index_select(tokens_dim(case), held).reshape(-1, HEADS).sum(0)
+
+
 def run_case(name, case, scheme, rank, world, seed):
     """This rank's shard through the ring, forward and backward; on rank 0
     the gathered results against the single-process attention: the largest
     differences relative to each tensor's scale."""
-    q, k, v, d_out = full_inputs(case, seed)
+    q, k, v, d_out, sinks = full_inputs(case, seed)
     index = cp.shard_positions(T, world, rank, scheme)
     dim = tokens_dim(case)
     shard = [to_format(t.index_select(dim, index), case) for t in (q, k, v, d_out)]
     qs, ks, vs = (t.clone().requires_grad_() for t in shard[:3])
-    out = cp.context_parallel_attention(qs, ks, vs, index + OFFSET, **options_of(case))
+    sinks_here = None if sinks is None else sinks.clone().requires_grad_()
+    out = cp.context_parallel_attention(
+        qs, ks, vs, index + OFFSET, sinks=sinks_here, **options_of(case)
+    )
     out.backward(shard[3])
     results = [out.detach(), qs.grad, ks.grad, vs.grad]
     assert all(t.dtype == q.dtype for t in results), [t.dtype for t in results]
+    shares = None
+    if sinks is not None:
+        assert sinks_here.grad.dtype == sinks.dtype, sinks_here.grad.dtype
+        shares = gather_sinks_grads(sinks_here.grad, world)
     # Back to tokens-first; float32 (exact for bfloat16), which gloo's all_gather takes.
     results = [to_format(t, case).float().contiguous() for t in results]
     gathered = []
@@ -106,39 +163,62 @@ def run_case(name, case, scheme, rank, world, seed):
         full.append(whole)
     # The reference: one process, the whole sequence.
     qr, kr, vr = (to_format(t, case).clone().requires_grad_() for t in (q, k, v))
+    sinks_ref = None if sinks is None else sinks.clone().requires_grad_()
     positions = torch.arange(T, dtype=torch.int64) + OFFSET
-    ref = pt.attention(qr, kr, vr, positions, positions, **options_of(case))
-    ref.backward(to_format(d_out, case))
+    ref = pt.attention(qr, kr, vr, positions, positions, sinks=sinks_ref, **options_of(case))
+    ref.backward(to_format(d_out, case), retain_graph=sinks is not None)
     want = [to_format(t, case) for t in (ref.detach(), qr.grad, kr.grad, vr.grad)]
+    labels = ["out", "dq", "dk", "dv"]
+    scales = [float(t.float().abs().max()) or 1.0 for t in want]
+    if sinks is not None:
+        # The whole gradient is the sum of the ranks' shares; rank r's share is the reference's
+        # gradient with d_out kept on r's queries only. Each against the size of its terms.
+        out_ref = to_format(ref.detach(), case)
+        every = torch.arange(T)
+        full.append(sum(shares))
+        want.append(sinks_ref.grad)
+        labels.append("d_sinks")
+        scales.append(sink_term_sizes(q, k, v, d_out, out_ref, sinks, case, every))
+        for r, share in enumerate(shares):
+            kept = torch.zeros_like(d_out)
+            held = cp.shard_positions(T, world, r, scheme)
+            kept.index_copy_(dim, held, d_out.index_select(dim, held))
+            (expect,) = torch.autograd.grad(ref, sinks_ref, to_format(kept, case),
+                                            retain_graph=True)
+            full.append(share)
+            want.append(expect)
+            labels.append(f"d_sinks of rank {r}'s queries")
+            scales.append(sink_term_sizes(q, k, v, d_out, out_ref, sinks, case, held))
     errors = {}
-    for label, got, expect in zip(("out", "dq", "dk", "dv"), full, want):
-        expect = expect.float()
-        scale = float(expect.abs().max()) or 1.0
-        error = float((got - expect).abs().max()) / scale
+    for label, got, expect, scale in zip(labels, full, want, scales):
+        error = float(((got.double() - expect.double()).abs() / scale).max())
         # bfloat16 results are float32 ones rounded once: the two sides may round apart by
         # one bfloat16 step (2^-8 relative); scaled here to compare with float32's tolerance.
         errors[label] = error * TOLERANCE / 2**-7 if "dtype" in case else error
     return errors
 
 
-def worker(rank, world, port, scheme_list, seed, results, die_rank):
-    """A rank: joins the gloo group, runs every case (or, with die_rank,
-    dies mid-ring on that rank) and reports to results."""
+def worker(rank, world, port, scheme_list, seed, results, die_rank, table):
+    """A rank: joins the gloo group, runs every case of TABLES[table] (or,
+    with die_rank, dies mid-ring on that rank) and reports to results."""
     try:
         dist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
             timeout=datetime.timedelta(seconds=TIMEOUT_S),
         )
-        if die_rank in ("mismatch", "bad_position"):
-            # Rank 1 holds fewer tokens, or a position past the limit: every rank must refuse
-            # before the ring starts.
+        if die_rank in ("mismatch", "bad_position", "bad_sinks"):
+            # Rank 1 holds fewer tokens, a position past the limit or an infinite sink: every
+            # rank must refuse before the ring starts.
             tokens = 8 if rank == 1 and die_rank == "mismatch" else 12
             q = torch.randn(tokens, HEADS, DIM)
             kv = torch.randn(tokens, KV_HEADS, DIM)
             positions = torch.arange(tokens) + rank * 12
+            sinks = torch.zeros(HEADS) if die_rank == "bad_sinks" else None
             if rank == 1 and die_rank == "bad_position":
                 positions[3] = 2**33
-            cp.context_parallel_attention(q, kv, kv, positions, qkv_format="bshd")
+            if rank == 1 and die_rank == "bad_sinks":
+                sinks[2] = float("inf")
+            cp.context_parallel_attention(q, kv, kv, positions, sinks=sinks, qkv_format="bshd")
             results.put((rank, "finished", None))
             return
         if die_rank is not None:
@@ -154,7 +234,7 @@ def worker(rank, world, port, scheme_list, seed, results, die_rank):
 
                 cp._block_forward = dying
             case = CASES["causal"]
-            q, k, v, _ = full_inputs(case, seed)
+            q, k, v, _, _ = full_inputs(case, seed)
             index = cp.shard_positions(T, world, rank)
             q, k, v = (t.index_select(0, index).requires_grad_() for t in (q, k, v))
             # The forward and backward rings: a rank downstream of the dead one may have
@@ -165,7 +245,7 @@ def worker(rank, world, port, scheme_list, seed, results, die_rank):
             return
         report = {}
         for scheme in scheme_list:
-            for name, case in CASES.items():
+            for name, case in TABLES[table].items():
                 errors = run_case(name, case, scheme, rank, world, seed)
                 if errors is not None:
                     report[f"{scheme}/{name}"] = errors
@@ -180,15 +260,18 @@ def worker(rank, world, port, scheme_list, seed, results, die_rank):
                 pass
 
 
-def run_ranks(world, schemes=("zigzag", "contiguous"), die_rank=None, limit_s=TIMEOUT_S + 25):
+def run_ranks(world, schemes=("zigzag", "contiguous"), die_rank=None, table="base"):
     """Starts world ranks and collects one report per rank that reports;
-    every process has ended (killed past the limit) when it returns."""
+    every process has ended when it returns. No clock decides the outcome: a
+    rank left waiting on a peer that died or hung raises (the peer's closed
+    sockets, at the latest the group's timeout) and reports that; only a
+    process still there twice that timeout after its start is killed."""
     context = torch.multiprocessing.get_context("spawn")
     results = context.Queue()
     port = free_port()
     processes = [
         context.Process(
-            target=worker, args=(rank, world, port, schemes, 1234, results, die_rank),
+            target=worker, args=(rank, world, port, schemes, 1234, results, die_rank, table),
             daemon=True,
         )
         for rank in range(world)
@@ -196,10 +279,10 @@ def run_ranks(world, schemes=("zigzag", "contiguous"), die_rank=None, limit_s=TI
     for p in processes:
         p.start()
     reports = {}
-    deadline = time.monotonic() + limit_s
+    guard = time.monotonic() + 2 * TIMEOUT_S
     try:
         expected = world - isinstance(die_rank, int)
-        while len(reports) < expected and time.monotonic() < deadline:
+        while len(reports) < expected and time.monotonic() < guard:
             try:
                 rank, kind, payload = results.get(timeout=0.5)
             except queue.Empty:
@@ -208,7 +291,7 @@ def run_ranks(world, schemes=("zigzag", "contiguous"), die_rank=None, limit_s=TI
                 continue
             reports[rank] = (kind, payload)
         for p in processes:
-            p.join(timeout=max(deadline - time.monotonic(), 1.0))
+            p.join(timeout=max(guard - time.monotonic(), 1.0))
     finally:
         for p in processes:
             if p.is_alive():
@@ -235,11 +318,26 @@ def test_ring_matches_single_process(world):
     assert all(p.exitcode == 0 for p in processes), [p.exitcode for p in processes]
 
 
+def test_ring_with_softcap_and_sinks_matches_single_process():
+    reports, processes = run_ranks(2, table="softcap_sinks")
+    failures = {r: payload for r, (kind, payload) in reports.items() if kind != "ok"}
+    assert not failures, failures
+    assert sorted(reports) == [0, 1], reports
+    report = reports[0][1]
+    assert len(report) == 2 * len(SOFTCAP_SINKS_CASES)
+    for case, errors in report.items():
+        expected = ["out", "dq", "dk", "dv"]
+        if "sinks" in SOFTCAP_SINKS_CASES[case.split("/")[1]]:
+            expected += ["d_sinks", "d_sinks of rank 0's queries", "d_sinks of rank 1's queries"]
+        assert sorted(errors) == sorted(expected), (case, errors)
+    worst = {case: max(errors.values()) for case, errors in report.items()}
+    assert all(e < TOLERANCE for e in worst.values()), report
+    assert all(p.exitcode == 0 for p in processes), [p.exitcode for p in processes]
+
+
 def test_rank_dying_mid_ring_fails_the_others():
     world, die = 4, 1
-    start = time.monotonic()
     reports, processes = run_ranks(world, die_rank=die)
-    elapsed = time.monotonic() - start
     assert processes[die].exitcode == 3
     survivors = [r for r in range(world) if r != die]
     assert sorted(reports) == survivors, reports
@@ -248,7 +346,6 @@ def test_rank_dying_mid_ring_fails_the_others():
         assert kind == "error", (r, kind, message)
         assert "context_parallel_attention" in message or "gloo" in message.lower(), message
     assert all(not p.is_alive() for p in processes)
-    assert elapsed < TIMEOUT_S + 25
 
 
 def test_ranks_with_different_shards_refuse():
@@ -273,6 +370,19 @@ def test_a_rank_with_a_bad_position_fails_every_rank_before_the_ring():
         "on every rank of the group, got positions outside on rank 1",
         1: "Error: [context_parallel_attention] positions[3] must be <= 2^32 = 4294967296 "
         "(kMaxPosition, where float32 RoPE stops being accurate), got 8589934592",
+    }
+    assert all(not p.is_alive() for p in processes)
+
+
+def test_a_rank_with_an_infinite_sink_fails_every_rank_before_the_ring():
+    reports, processes = run_ranks(2, die_rank="bad_sinks")
+    assert sorted(reports) == [0, 1], reports
+    messages = {rank: message.split("\n")[0] for rank, (_, message) in reports.items()}
+    assert all(kind == "error" for kind, _ in reports.values()), reports
+    assert messages == {
+        0: "Error: [context_parallel_attention] sinks must be finite on every rank of the group, "
+        "got non-finite sinks on rank 1",
+        1: "Error: [context_parallel_attention] sinks[2] must be finite, got inf",
     }
     assert all(not p.is_alive() for p in processes)
 
@@ -306,6 +416,23 @@ def test_arguments_checked_before_the_ring():
         cp.context_parallel_attention(q, q[:3], q[:3], pos, qkv_format="bshd")
     with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] q must have dtype"):
         cp.context_parallel_attention(q.double(), q, q, pos, qkv_format="bshd")
+    # softcap and sinks as posenc.torch.attention takes them, named for this function.
+    with pytest.raises(posenc.Error, match=r"^\[context_parallel_attention\] softcap must be a "
+                       r"finite number >= 0 \(0: off\), got -1.0$"):
+        cp.context_parallel_attention(q, q, q, pos, softcap=-1.0, qkv_format="bshd")
+    with pytest.raises(posenc.Error, match=r"^\[context_parallel_attention\] softcap must be a "
+                       r"finite number >= 0 \(0: off\), got str$"):
+        cp.context_parallel_attention(q, q, q, pos, softcap="1", qkv_format="bshd")
+    with pytest.raises(posenc.Error, match=r"^\[context_parallel_attention\] sinks.shape must be "
+                       r"\(2,\) \(one logit per query head\), got \(3,\)$"):
+        cp.context_parallel_attention(q, q, q, pos, sinks=torch.zeros(3), qkv_format="bshd")
+    with pytest.raises(posenc.Error, match=r"^\[context_parallel_attention\] sinks must have a "
+                       r"floating dtype, got int64$"):
+        cp.context_parallel_attention(q, q, q, pos, sinks=torch.zeros(2, dtype=torch.int64),
+                                      qkv_format="bshd")
+    with pytest.raises(posenc.Error, match=r"^\[context_parallel_attention\] sinks must be None "
+                       r"or a torch.Tensor \[num_heads\], got list$"):
+        cp.context_parallel_attention(q, q, q, pos, sinks=[0.0, 0.0], qkv_format="bshd")
     if not dist.is_initialized():
         with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] group must"):
             cp.context_parallel_attention(q, q, q, pos, qkv_format="bshd")

@@ -13,6 +13,11 @@ locally, and the other ranks' shares of each block's dk and dv travel with
 the block, summed on the way, until they reach its owner (a fixed summation
 order: the same bits on every run).
 
+Soft-capping applies to every block's scores. An attention sink is one more
+term of each row's softmax denominator, not of any block: it joins the rank's
+own block only (the first step of the ring), whose log-sum-exp then carries
+it through the merge, so that it is counted once per row, not once per rank.
+
 ``shard_positions`` gives the global positions a rank holds: "zigzag" (rank r
 holds chunks r and 2 * world - 1 - r of 2 * world, so that causal work is
 balanced across ranks) or "contiguous".
@@ -51,7 +56,12 @@ from posenc.torch._tensors import (
     _qkv_format,
     _tokens_first,
 )
-from posenc.torch.attention import _ATTENTION_DTYPES, _check_options
+from posenc.torch.attention import (
+    _ATTENTION_DTYPES,
+    _check_options,
+    _check_softcap_sinks,
+    _kernel_options,
+)
 
 __all__ = ["context_parallel_attention", "shard_positions"]
 
@@ -189,16 +199,19 @@ def _block_forward(q, k, v, qpos, kpos, options):
 
 
 def _block_backward(q, k, v, qpos, kpos, out, lse, d_out, options):
-    """The block's exact share of the gradients: with the GLOBAL out and lse,
-    P = exp(S - lse) is the block's slice of the global softmax, so dq is this
-    block's term of the sum over keys and dk, dv are the local queries' terms
-    of the block's gradients."""
-    dq, dk, dv = _core.attention_backward(
+    """The block's exact share of the gradients: with the GLOBAL out and lse
+    (the sink inside lse), P = exp(S - lse) is the block's slice of the global
+    softmax, so dq is this block's term of the sum over keys and dk, dv are
+    the local queries' terms of the block's gradients. With sinks in options,
+    also d_sinks [heads], the local queries' -sum_i exp(sink - lse_i) (do_i .
+    o_i), which reads only the global out and lse (None without sinks)."""
+    dq, dk, dv, *d_sinks = _core.attention_backward(
         _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
         out=out.numpy(), lse=lse.numpy(), d_out=d_out.numpy(),
         bfloat16=q.dtype is torch.bfloat16, **options,
     )
-    return torch.from_numpy(dq), torch.from_numpy(dk), torch.from_numpy(dv)
+    d_sinks = torch.from_numpy(d_sinks[0]) if d_sinks else None
+    return torch.from_numpy(dq), torch.from_numpy(dk), torch.from_numpy(dv), d_sinks
 
 
 def _merge(out, lse, block_out, block_lse):
@@ -215,9 +228,17 @@ def _merge(out, lse, block_out, block_lse):
     return new_out, new_lse
 
 
+def _without_sinks(options):
+    """The options of a block other than the rank's own: the sinks join one
+    block of each row's softmax, the rank's own (step 0)."""
+    return dict(options, sinks=None)
+
+
 def _ring_forward(q, k, v, positions, ring, options):
     """out and lse of the local queries over all ranks' keys. Step s attends
-    the block of rank (rank - s) mod world while the next one travels."""
+    the block of rank (rank - s) mod world while the next one travels. The
+    sinks go into step 0's log-sum-exp only: the merge keeps them in the sum
+    of every later step, once."""
     layout = _layout(positions, k, v)
     current = _pack(positions, k, v)
     spare = torch.empty_like(current) if ring.world > 1 else None
@@ -228,7 +249,8 @@ def _ring_forward(q, k, v, positions, ring, options):
             requests = [ring.send(current, _TAG_KV), ring.recv(spare, _TAG_KV)]
         kpos, kb, vb = _unpack(current, layout)
         start = time.perf_counter()
-        block_out, block_lse = _block_forward(q, kb, vb, positions, kpos, options)
+        block_options = options if step == 0 else _without_sinks(options)
+        block_out, block_lse = _block_forward(q, kb, vb, positions, kpos, block_options)
         if out is None:
             out, lse = block_out, block_lse
         else:
@@ -241,17 +263,18 @@ def _ring_forward(q, k, v, positions, ring, options):
 
 
 def _ring_backward(q, k, v, positions, out, lse, d_out, ring, options):
-    """(dq, dk, dv) of the local shard. The K/V blocks go round as in the
-    forward pass. The owner keeps its own queries' share of its block's dk
-    and dv; from the next rank on, the block carries a float32 accumulator to
-    which each rank adds its share (in ring order: a fixed summation order)
-    and which reaches the owner after the last step: world - 1 hops, a ring
-    reduce-scatter's minimum."""
+    """(dq, dk, dv, d_sinks) of the local shard. The K/V blocks go round as
+    in the forward pass. The owner keeps its own queries' share of its
+    block's dk and dv; from the next rank on, the block carries a float32
+    accumulator to which each rank adds its share (in ring order: a fixed
+    summation order) and which reaches the owner after the last step: world
+    - 1 hops, a ring reduce-scatter's minimum. d_sinks (None without sinks):
+    the local queries' share, formed once, at step 0."""
     layout = _layout(positions, k, v)
     current = _pack(positions, k, v)
     spare = torch.empty_like(current) if ring.world > 1 else None
     kv_numel = k.numel() + v.numel()
-    dq = own = None
+    dq = own = d_sinks = None
     grad_in = None  # the pending receive of the next block's accumulator
     sends = []
     for step in range(ring.world):
@@ -260,7 +283,12 @@ def _ring_backward(q, k, v, positions, out, lse, d_out, ring, options):
             requests = [ring.send(current, _TAG_KV), ring.recv(spare, _TAG_KV)]
         kpos, kb, vb = _unpack(current, layout)
         start = time.perf_counter()
-        dq_b, dk_b, dv_b = _block_backward(q, kb, vb, positions, kpos, out, lse, d_out, options)
+        block_options = options if step == 0 else _without_sinks(options)
+        dq_b, dk_b, dv_b, d_sinks_b = _block_backward(
+            q, kb, vb, positions, kpos, out, lse, d_out, block_options
+        )
+        if step == 0:
+            d_sinks = d_sinks_b
         dq = dq_b if dq is None else dq + dq_b
         share = torch.cat([dk_b.reshape(-1), dv_b.reshape(-1)])
         ring._count("compute_s", time.perf_counter() - start)
@@ -287,20 +315,23 @@ def _ring_backward(q, k, v, positions, out, lse, d_out, ring, options):
         own = own + grad_in[1]
     dk = own[: k.numel()].view(k.shape)
     dv = own[k.numel() :].view(v.shape)
-    return dq, dk, dv
+    return dq, dk, dv, d_sinks
 
 
 class _RingAttention(torch.autograd.Function):
     """Ring attention with its ring backward pass; q, k, v tokens-first
-    [..., tokens, heads, dim] CPU views, out float32."""
+    [..., tokens, heads, dim] CPU views, out float32. sinks: None or the
+    tensor [heads] whose gradient is this rank's share (its queries' terms);
+    options hold their float32 copy for the kernel."""
 
     @staticmethod
-    def forward(ctx, q, k, v, positions, ring, options):
+    def forward(ctx, q, k, v, positions, sinks, ring, options):
         out, lse = _ring_forward(q, k, v, positions, ring, options)
         # The merged float32 out and the global lse: the backward pass's
         # P = exp(S - lse) then matches the forward pass exactly.
         ctx.save_for_backward(q, k, v, positions, out, lse)
         ctx.ring, ctx.options = ring, options
+        ctx.sinks_dtype = None if sinks is None else sinks.dtype
         return out
 
     @staticmethod
@@ -308,8 +339,12 @@ class _RingAttention(torch.autograd.Function):
     def backward(ctx, d_out):
         q, k, v, positions, out, lse = ctx.saved_tensors
         d_out = d_out.to(torch.float32).contiguous()
-        dq, dk, dv = _ring_backward(q, k, v, positions, out, lse, d_out, ctx.ring, ctx.options)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+        dq, dk, dv, d_sinks = _ring_backward(
+            q, k, v, positions, out, lse, d_out, ctx.ring, ctx.options
+        )
+        if d_sinks is not None:
+            d_sinks = d_sinks.to(ctx.sinks_dtype)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, d_sinks, None, None
 
 
 def _check_inputs(q, k, v, positions, qkv_format):
@@ -347,40 +382,51 @@ def _check_inputs(q, k, v, positions, qkv_format):
     return views
 
 
-def _agree(ring, q, k, v, positions):
+def _agree(ring, q, k, v, positions, sinks):
     """Every rank must send blocks of one shape and dtype (the receives are
-    sized from the local block) and hold positions within the position rule;
-    one small all_gather checks both before the ring starts, so that every
-    rank raises together (none is left waiting in the ring), and gives the
-    global largest position (a length-dependent RoPE rule reads it)."""
+    sized from the local block) and hold positions within the position rule
+    and finite sinks; one small all_gather checks them before the ring
+    starts, so that every rank raises together (none is left waiting in the
+    ring), and gives the global largest position (a length-dependent RoPE
+    rule reads it)."""
     # A fixed length (shapes padded to 4 dims with -1): all_gather needs equal sizes.
     dims = [q.dim()]
     for t in (q, k, v):
         dims += [-1] * (4 - t.dim()) + list(t.shape)
+    finite_sinks = sinks is None or bool(torch.isfinite(sinks).all())
     valid = bool(((positions >= 0) & (positions <= _core.MAX_POSITION)).all())
     largest = int(positions.max()) if len(positions) else -1
     info = torch.tensor(
-        dims + [_ATTENTION_DTYPES.index(q.dtype), valid, largest], dtype=torch.int64
+        dims + [_ATTENTION_DTYPES.index(q.dtype), finite_sinks, valid, largest],
+        dtype=torch.int64,
     )
     gathered = [torch.empty_like(info) for _ in range(ring.world)]
     dist.all_gather(gathered, info, group=ring.group)
     for rank, other in enumerate(gathered):
-        if not torch.equal(other[:-2], info[:-2]):
+        if not torch.equal(other[:-3], info[:-3]):
             raise _error(
                 _FN, "q, k, v",
                 f"have the same shapes and dtype on every rank of the group (rank {rank}: "
-                f"{other[:-2].tolist()}, this rank {ring.rank}: {info[:-2].tolist()} as "
+                f"{other[:-3].tolist()}, this rank {ring.rank}: {info[:-3].tolist()} as "
                 "[q.dim(), q.shape, k.shape, v.shape (each padded to 4 dims by -1), dtype])",
                 "different shards",
             )
-    invalid = [rank for rank, other in enumerate(gathered) if not other[-2]]
-    if invalid:
-        # The rank holding a bad position names it with the message of every other API.
-        _check_positions(_FN, positions)
+    for name, column, rule, got in (
+        ("sinks", -3, "be finite", "non-finite sinks"),
+        ("positions", -2, "be in [0, 2^32] (kMaxPosition)", "positions outside"),
+    ):
+        invalid = [rank for rank, other in enumerate(gathered) if not other[column]]
+        if not invalid:
+            continue
+        # The rank holding a bad value names it as every other API does.
+        if name == "positions":
+            _check_positions(_FN, positions)
+        elif not info[column]:
+            head = int(torch.nonzero(~torch.isfinite(sinks))[0])
+            raise _error(_FN, f"sinks[{head}]", "be finite", float(sinks[head]))
         raise _error(
-            _FN, "positions",
-            "be in [0, 2^32] (kMaxPosition) on every rank of the group",
-            f"positions outside on rank {', '.join(map(str, invalid))}",
+            _FN, name, f"{rule} on every rank of the group",
+            f"{got} on rank {', '.join(map(str, invalid))}",
         )
     return max(int(other[-1]) for other in gathered)
 
@@ -397,6 +443,8 @@ def context_parallel_attention(
     rope=None,
     window=0,
     scale=None,
+    softcap=0.0,
+    sinks=None,
     qkv_format=None,
     stats=None,
 ):
@@ -410,8 +458,16 @@ def context_parallel_attention(
     bfloat16 CPU tensors of this rank's shard; positions: int64 [tokens], the
     shard's global positions (``shard_positions``). Every rank holds the same
     shapes. causal, alibi, rope (a posenc.Rope or a RotaryEmbedding; a
-    length-dependent rule reads the global largest position), window and
-    scale as posenc.torch.attention, applied at the global positions.
+    length-dependent rule reads the global largest position), window,
+    scale, softcap and sinks as posenc.torch.attention, applied at the
+    global positions, the same on every rank.
+
+    sinks (a floating tensor [heads], one logit per query head in every
+    row's softmax denominator) count once per row however many ranks hold
+    keys. Their gradient on each rank is that rank's queries' share, as for
+    any weight that every rank of the group holds: the sum over the group's
+    ranks (the data-parallel reduction of the model's other weights) is the
+    whole sequence's gradient.
 
     Returns this shard's output in q's dtype (computed in float32). Autograd
     records through it: the backward pass runs the ring again (a collective
@@ -425,17 +481,21 @@ def context_parallel_attention(
     qkv_format = _qkv_format(_FN, qkv_format)
     q_view, k_view, v_view = _check_inputs(q, k, v, positions, qkv_format)
     _check_options(scale, window, alibi, rope, causal, function=_FN)
+    _check_softcap_sinks(softcap, sinks, q, q_view.shape[-2], function=_FN)
     if not (dist.is_available() and dist.is_initialized()):
         raise _error(
             _FN, "group", "belong to an initialized torch.distributed process group "
             "(call torch.distributed.init_process_group first)", "none initialized",
         )
     ring = _Ring(group, stats)
-    largest = _agree(ring, q_view, k_view, v_view, positions)
+    largest = _agree(ring, q_view, k_view, v_view, positions, sinks)
     if rope is not None and not isinstance(rope, _core.Rope):
         rope = rope.rope_at(torch.tensor([max(largest, 0)], dtype=torch.int64))
-    options = dict(causal=causal, alibi=alibi, rope=rope, window=window, scale=scale or 0.0)
-    out = _RingAttention.apply(q_view, k_view, v_view, positions, ring, options)
+    options = _kernel_options(dict(
+        causal=causal, alibi=alibi, rope=rope, window=window, scale=scale,
+        softcap=float(softcap), sinks=sinks,
+    ))
+    out = _RingAttention.apply(q_view, k_view, v_view, positions, sinks, ring, options)
     if qkv_format == "bhsd":
         out = out.transpose(-2, -3)
     return out if q.dtype is torch.float32 else out.to(q.dtype)
