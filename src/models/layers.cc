@@ -1,27 +1,15 @@
-#include "posenc/model_positions.h"
-
-#include <algorithm>
+// A config's layers: their types (the config's layer_types or the family's pattern), and for each
+// layer its scheme (RoPE, NoPE, none), window, chunk and query scale.
+#include <cmath>
 #include <string>
 #include <utility>
 
+#include "families.h"
 #include "hf_config_reader.h"
-#include "posenc/alibi.h"
 #include "posenc/error.h"
-#include "posenc/files.h"
 
-namespace posenc {
-namespace hf_json {
+namespace posenc::hf_json {
 namespace {
-
-// Qwen2's rule: with use_sliding_window, layers from max_window_layers on slide (Qwen2Config:
-// "sliding_attention" if sliding_window is not None and i >= max_window_layers).
-constexpr std::string_view kQwenWindowModels[] = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-                                                  "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl",
-                                                  "qwen2_5_vl_text"};
-// Every layer slides when sliding_window is set (MistralAttention, Phi3Attention, ...).
-constexpr std::string_view kAllLayersWindowModels[] = {"mistral", "mixtral", "phi3", "phimoe",
-                                                       "starcoder2", "ministral"};
-constexpr std::string_view kEncoderModels[] = {"bert", "modernbert", "nomic_bert"};
 
 constexpr const char* kSliding = "sliding_attention";
 constexpr const char* kFull = "full_attention";
@@ -204,17 +192,6 @@ int FindRopeLayer(const Node& top, const RopeScheme& rope, const std::string& la
        "name a layer type with RoPE parameters (" + names + ")", &shown);
 }
 
-LayerScheme BaseScheme(const PositionScheme& scheme) {
-  struct {
-    LayerScheme operator()(const RopeScheme&) const { return LayerScheme::kRope; }
-    LayerScheme operator()(const AlibiScheme&) const { return LayerScheme::kAlibi; }
-    LayerScheme operator()(const LearnedPositionScheme&) const { return LayerScheme::kLearned; }
-    LayerScheme operator()(const NoPositionScheme&) const { return LayerScheme::kNone; }
-    LayerScheme operator()(const RelativeBiasScheme&) const { return LayerScheme::kRelativeBias; }
-  } visitor;
-  return std::visit(visitor, scheme);
-}
-
 std::vector<LayerPositions> ReadRelativeBiasLayers(const RelativeBiasScheme& t5) {
   std::vector<LayerPositions> layers;
   for (int64_t i = 0; i < t5.encoder_layers + t5.decoder_layers; ++i) {
@@ -231,9 +208,19 @@ std::vector<LayerPositions> ReadRelativeBiasLayers(const RelativeBiasScheme& t5)
 
 }  // namespace
 
+LayerScheme BaseScheme(const PositionScheme& scheme) {
+  struct {
+    LayerScheme operator()(const RopeScheme&) const { return LayerScheme::kRope; }
+    LayerScheme operator()(const AlibiScheme&) const { return LayerScheme::kAlibi; }
+    LayerScheme operator()(const LearnedPositionScheme&) const { return LayerScheme::kLearned; }
+    LayerScheme operator()(const NoPositionScheme&) const { return LayerScheme::kNone; }
+    LayerScheme operator()(const RelativeBiasScheme&) const { return LayerScheme::kRelativeBias; }
+  } visitor;
+  return std::visit(visitor, scheme);
+}
+
 std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model_type,
-                                       const PositionScheme& scheme,
-                                       std::vector<std::string>& notes) {
+                                       const PositionScheme& scheme) {
   if (const auto* t5 = std::get_if<RelativeBiasScheme>(&scheme)) return ReadRelativeBiasLayers(*t5);
   const std::optional<int64_t> count = ReadLayerCount(top);
   if (!count) {
@@ -332,174 +319,13 @@ std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model
     }
     break;
   }
-  (void)notes;
   return layers;
 }
 
-}  // namespace hf_json
+}  // namespace posenc::hf_json
 
-std::string_view LayerSchemeName(LayerScheme scheme) {
-  switch (scheme) {
-    case LayerScheme::kRope: return "rope";
-    case LayerScheme::kNope: return "nope";
-    case LayerScheme::kAlibi: return "alibi";
-    case LayerScheme::kRelativeBias: return "relative_bias";
-    case LayerScheme::kLearned: return "learned";
-    case LayerScheme::kNone: return "none";
-  }
-  return "none";
-}
+namespace posenc {
 
-LayerScheme ModelPositions::MainScheme() const {
-  if (std::holds_alternative<RopeScheme>(scheme)) return LayerScheme::kRope;
-  return hf_json::BaseScheme(scheme);
-}
-
-ModelPositions DescribeModel(std::string_view json_text) {
-  using hf_json::Json;
-  hf_json::CheckShape(json_text);
-  Json root;
-  try {
-    root = Json::parse(json_text.begin(), json_text.end());
-  } catch (const Json::exception& e) {
-    throw Error(ErrorMessage(hf_json::kFn, "config", "be valid JSON", e.what()));
-  }
-  try {
-    hf_json::LanguageModel language = hf_json::SelectLanguageModel(root);
-    const hf_json::Node top = language.Top();
-    ModelPositions model;
-    model.config_prefix = language.prefix;
-    model.scheme = hf_json::ReadPositionScheme(top, language.model_type);
-    if (auto* rope = std::get_if<RopeScheme>(&model.scheme)) {
-      rope->vision = hf_json::ReadVisionRope(root, rope->notes);
-    }
-    model.notes = std::move(language.notes);
-    model.layers = hf_json::ReadLayers(top, language.model_type, model.scheme, model.notes);
-    return model;
-  } catch (const Json::exception& e) {
-    // Every access is type-checked first; this is a backstop, not a code path.
-    throw Error(ErrorMessage(hf_json::kFn, "config", "be readable", e.what()));
-  }
-}
-
-ModelPositions LoadModelPositions(const std::filesystem::path& path) {
-  // Sized by stat before anything is read: a huge or endless file costs no memory.
-  const std::string text = ReadFileCapped(hf_json::kFn, path.string(), hf_json::kMaxBytes);
-  try {
-    return DescribeModel(text);
-  } catch (const Error& e) {
-    throw Error(std::string(e.what()) + " (in " + path.string() + ")");
-  }
-}
-
-const RopeLayerScheme& RopeLayerAt(const ModelPositions& model, int64_t index,
-                                   std::string_view function, std::string_view parameter) {
-  const RopeScheme& rope = std::get<RopeScheme>(model.scheme);
-  const auto count = static_cast<int64_t>(model.layers.size());
-  Require(count > 0, function, parameter,
-          "be a layer type: this config gives no layer count (num_hidden_layers), so its layers "
-          "have no index",
-          index);
-  Require(index >= 0 && index < count, function, parameter,
-          "be a layer index in [0, " + std::to_string(count) + ") or a layer type", index);
-  const LayerPositions& chosen = model.layers[static_cast<size_t>(index)];
-  if (chosen.scheme != LayerScheme::kRope || chosen.rope_layer < 0) {
-    throw Error(ErrorMessage(function, parameter,
-                             "pick a RoPE layer (layer " + std::to_string(index) + " is " +
-                                 std::string(LayerSchemeName(chosen.scheme)) +
-                                 (chosen.layer_type.empty() ? "" : ", " + chosen.layer_type) +
-                                 ": it does not rotate q and k)",
-                             index));
-  }
-  return rope.layers[static_cast<size_t>(chosen.rope_layer)];
-}
-
-const RopeLayerScheme& RopeLayerOfType(const ModelPositions& model, std::string_view layer_type,
-                                       std::string_view function, std::string_view parameter) {
-  const RopeScheme& rope = std::get<RopeScheme>(model.scheme);
-  std::vector<std::string> known;  // RoPE layer types, for the message
-  const auto add_known = [&known](const std::string& type) {
-    if (!type.empty() && std::find(known.begin(), known.end(), type) == known.end()) {
-      known.push_back(type);
-    }
-  };
-  for (const RopeLayerScheme& candidate : rope.layers) {
-    if (!candidate.layer_type.empty() && candidate.layer_type == layer_type) return candidate;
-    add_known(candidate.layer_type);
-  }
-  // A type of the layers rather than of rope_parameters (Llama 4: chunked_attention).
-  bool without_rope = false;
-  for (const LayerPositions& candidate : model.layers) {
-    if (candidate.scheme == LayerScheme::kRope) add_known(candidate.layer_type);
-    if (candidate.layer_type != layer_type) continue;
-    if (candidate.scheme == LayerScheme::kRope && candidate.rope_layer >= 0) {
-      return rope.layers[static_cast<size_t>(candidate.rope_layer)];
-    }
-    without_rope = true;
-  }
-  std::string names;
-  for (const std::string& name : known) names += (names.empty() ? "" : ", ") + name;
-  if (without_rope) {
-    throw Error(ErrorMessage(function, parameter,
-                             "name a type of RoPE layers (the " + std::string(layer_type) +
-                                 " layers do not rotate q and k)" +
-                                 (names.empty() ? "" : "; RoPE layer types: " + names),
-                             layer_type));
-  }
-  if (names.empty()) {
-    throw Error(ErrorMessage(function, parameter,
-                             std::string(model.layers.empty() ? "be left out"
-                                                              : "be left out or be a layer index") +
-                                 ": this config has one RoPE setting for every layer (no "
-                                 "layer_types)",
-                             layer_type));
-  }
-  throw Error(ErrorMessage(function, parameter,
-                           "be a layer index or one of the config's RoPE layer types (" + names +
-                               ")",
-                           layer_type));
-}
-
-AttentionOptions LayerAttentionOptions(const ModelPositions& model, int64_t layer,
-                                       const RopeFrequencyOptions& frequencies) {
-  constexpr const char* kFn = "layer_attention_options";
-  const auto count = static_cast<int64_t>(model.layers.size());
-  if (layer < 0 || layer >= count) {
-    Require(false, kFn, "layer", "be in [0, " + std::to_string(count) + ")", layer);
-  }
-  const LayerPositions& described = model.layers[static_cast<size_t>(layer)];
-  Require(described.scheme != LayerScheme::kNone, kFn, "layer",
-          "be an attention layer (layer " + std::to_string(layer) + " is " +
-              described.layer_type + ", which has no attention)",
-          layer);
-  Require(!described.symmetric_window, kFn, "layer",
-          "not have a symmetric window (ModernBERT's local layers see |i - j| <= window / 2 both "
-          "ways; Attention's window is one-sided)",
-          layer);
-  AttentionOptions options;
-  options.causal = described.causal;
-  options.window = described.sliding_window;
-  options.chunk_size = described.attention_chunk_size;
-  options.query_scale = described.query_scale;
-  if (const auto* rope = std::get_if<RopeScheme>(&model.scheme)) {
-    if (described.scheme == LayerScheme::kRope) {
-      options.rope = MakeRope(*rope, rope->layers[static_cast<size_t>(described.rope_layer)],
-                              frequencies);
-    }
-    if (rope->softmax_scale) options.scale = *rope->softmax_scale;
-    if (rope->logit_softcap) options.softcap = *rope->logit_softcap;
-  } else if (const auto* alibi = std::get_if<AlibiScheme>(&model.scheme)) {
-    options.alibi = Alibi{.num_heads = alibi->num_heads, .max_bias = alibi->max_bias};
-  } else if (const auto* t5 = std::get_if<RelativeBiasScheme>(&model.scheme)) {
-    options.scale = 1.0;  // T5 does not scale its scores
-    options.relative_bias = RelativeBias{
-        .buckets = {.num_buckets = t5->num_buckets,
-                    .max_distance = t5->max_distance,
-                    .bidirectional = !described.causal},
-        .num_heads = t5->num_heads,
-        .table = {}};
-  }
-  return options;
-}
+LayerScheme ModelPositions::MainScheme() const { return hf_json::BaseScheme(scheme); }
 
 }  // namespace posenc

@@ -1,53 +1,36 @@
-#include "posenc/hf_config.h"
-
+// A RoPE model's parameters from its config: rope_parameters or the legacy rope_scaling (one dict,
+// or one per layer type), theta, head_dim, the rotary width and each scaling rule's keys.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
 #include <utility>
 
+#include "families.h"
 #include "float32_range.h"
 #include "hf_config_reader.h"
 #include "hf_json.h"
 #include "posenc/error.h"
-#include "posenc/files.h"
 #include "posenc/positions.h"
+#include "posenc/rope_scaling.h"
 
-namespace posenc {
+namespace posenc::hf_json {
+
+void Note(RopeScheme& scheme, std::string note) {
+  if (std::find(scheme.notes.begin(), scheme.notes.end(), note) == scheme.notes.end()) {
+    scheme.notes.push_back(std::move(note));
+  }
+}
+
 namespace {
-
-using namespace hf_json;  // NOLINT(google-build-using-namespace): the loader's vocabulary
 
 constexpr double kDefaultTheta = 10000.0;
 
-// Model families, by config.json model_type.
-constexpr std::string_view kLlamaFamily[] = {  // model-level default ignores partial rotary
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
-    "gemma2", "gemma3", "gemma3_text", "deepseek_v2", "deepseek_v3"};
-constexpr std::string_view kPartialRotaryDefault[] = {  // own default that applies it
-    "gpt_neox", "phi", "phi3", "gptj", "stablelm", "persimmon", "glm", "glm4", "glm4_moe"};
-constexpr std::string_view kOtherRopeModels[] = {
-    "nomic_bert", "gpt_oss", "olmo", "olmo2", "olmo3", "starcoder2", "cohere", "cohere2",
-    "falcon", "gemma4", "gemma4_text", "internlm2", "granite", "llama4", "llama4_text",
-    "smollm3", "exaone4", "chatglm", "modernbert", "mistral3", "ministral", "ministral3",
-    "qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text",
-    "qwen3_next", "phimoe", "stablelm_epoch"};
-// Attention layers without positions, between state-space layers (docs/MODELS.md).
-constexpr std::string_view kNoPositionModels[] = {"mamba", "mamba2", "falcon_mamba", "rwkv",
-                                                  "nemotron_h", "jamba"};
-// Rotation of interleaved pairs (2i, 2i + 1) (docs/MODELS.md cites each model's code).
-constexpr std::string_view kInterleavedModels[] = {"gptj", "deepseek_v2", "cohere", "cohere2",
-                                                   "chatglm", "glm", "glm4", "llama4",
-                                                   "llama4_text"};
 constexpr std::string_view kRopeTypes[] = {"default", "linear", "dynamic", "yarn",
                                            "longrope", "llama3", "proportional"};
 
-
-// ---------------------------------------------------------------------------------------------
-// RoPE.
 
 struct RopeContext {
   const Node& top;
@@ -57,11 +40,6 @@ struct RopeContext {
   RopeScheme& scheme;
 };
 
-void Note(RopeScheme& scheme, std::string note) {
-  if (std::find(scheme.notes.begin(), scheme.notes.end(), note) == scheme.notes.end()) {
-    scheme.notes.push_back(std::move(note));
-  }
-}
 
 
 int64_t ReadHeadDim(const Node& top, const std::string& model_type, int64_t heads) {
@@ -501,6 +479,8 @@ void ReadMropeSection(const Node& dict, RopeScheme& scheme, int64_t rotary_dim) 
                "need (time, height, width) positions, which 1-D RoPE cannot express");
 }
 
+}  // namespace
+
 RopeScheme ReadRope(const Node& top, const std::string& model_type) {
   RopeScheme scheme;
   scheme.model_type = model_type;
@@ -598,489 +578,4 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
   return scheme;
 }
 
-// ---------------------------------------------------------------------------------------------
-// ALiBi, learned absolute positions, none.
-
-AlibiScheme ReadMptAlibi(const Node& top) {
-  AlibiScheme scheme{.model_type = "mpt", .notes = {}};
-  scheme.num_heads = RequiredInt(top, "n_heads", 1, kMaxHeads);
-  const Json* attn = top.Value("attn_config");
-  if (attn != nullptr && !attn->is_object()) Fail("attn_config", "be an object", attn);
-  const Node attn_config{attn != nullptr ? *attn : EmptyObject(), "attn_config."};
-  if (const Json* alibi = attn_config.Value("alibi")) {
-    if (!alibi->is_boolean() || !alibi->get<bool>()) {
-      Fail("attn_config.alibi", "be true (posenc reads MPT with ALiBi only)", alibi);
-    }
-  }
-  const std::optional<double> max_bias =
-      OptionalNumber(attn_config, "alibi_bias_max", "be a number > 0", kPositive);
-  scheme.max_bias = max_bias.value_or(8.0);
-  if (!max_bias) scheme.notes.push_back("attn_config.alibi_bias_max absent: 8 (MPT's default)");
-  if (scheme.max_bias != 8.0) {
-    scheme.notes.push_back("Hugging Face's MptModel ignores alibi_bias_max and always uses 8 "
-                           "(reference §8, §10.10)");
-  }
-  return scheme;
-}
-
-LearnedPositionScheme ReadLearned(const Node& top, const std::string& model_type) {
-  const bool gpt2_keys = model_type == "gpt2" || model_type == "gpt_bigcode";  // else opt, bert
-  if (model_type == "bert") {
-    const std::string kind = OptionalString(top, "position_embedding_type").value_or("absolute");
-    if (kind != "absolute") {
-      Fail("position_embedding_type", "be \"absolute\"", top.Find("position_embedding_type"));
-    }
-  }
-  return {.model_type = model_type,
-          .max_positions = RequiredInt(top, gpt2_keys ? "n_positions" : "max_position_embeddings",
-                                       1, kMaxPositions),
-          .dim = RequiredInt(top, gpt2_keys ? "n_embd" : "hidden_size", 1,
-                             kMaxHeadDim * kMaxHeads)};
-}
-
-bool HasRopeKeys(const Node& top) {
-  for (std::string_view key : {"rope_theta", "rope_scaling", "rope_parameters", "rotary_pct",
-                               "rotary_emb_base", "partial_rotary_factor"}) {
-    if (top.Value(key) != nullptr) return true;
-  }
-  return false;
-}
-
-// Baichuan's remote code decides by model: Baichuan-7B (architectures BaiChuanForCausalLM) and
-// Baichuan2-7B (hidden_size 4096) rotate; Baichuan-13B and Baichuan2-13B add ALiBi biases. vLLM's
-// baichuan.py makes the same choice (BaiChuanForCausalLM: RoPE; BaichuanForCausalLM: RoPE when
-// hidden_size == 4096, else ALiBi).
-bool BaichuanUsesRope(const Node& top) {
-  const Json* architectures = top.Value("architectures");
-  if (architectures != nullptr && architectures->is_array()) {
-    for (const Json& name : *architectures) {
-      if (name.is_string() && name.get<std::string>() == "BaiChuanForCausalLM") return true;
-    }
-  }
-  return RequiredInt(top, "hidden_size", 1, kMaxHeadDim * kMaxHeads) == 4096;
-}
-
-// T5's relative buckets (T5Config: relative_attention_num_buckets 32, _max_distance 128).
-RelativeBiasScheme ReadRelativeBias(const Node& top, const std::string& model_type) {
-  RelativeBiasScheme scheme{.model_type = model_type, .notes = {}};
-  scheme.num_heads = RequiredInt(top, "num_heads", 1, kMaxHeads);
-  const std::optional<int64_t> buckets =
-      OptionalInt(top, "relative_attention_num_buckets", 0, int64_t{1} << 20);
-  const std::optional<int64_t> distance =
-      OptionalInt(top, "relative_attention_max_distance", 0, kMaxPositions);
-  if (!buckets) scheme.notes.push_back("relative_attention_num_buckets absent: 32 (T5Config)");
-  if (!distance) scheme.notes.push_back("relative_attention_max_distance absent: 128 (T5Config)");
-  scheme.num_buckets = buckets.value_or(32);
-  scheme.max_distance = distance.value_or(128);
-  // The encoder halves the buckets (keys before / after the query) and each half keeps half of
-  // its buckets exact: at least 4 buckets leave one exact bucket per side.
-  if (scheme.num_buckets < 4) {
-    Fail(top.Key("relative_attention_num_buckets"),
-         "be an integer >= 4 (the encoder splits them by direction, then into exact and "
-         "logarithmic halves)",
-         top.Find("relative_attention_num_buckets"));
-  }
-  if (scheme.max_distance <= scheme.num_buckets / 2) {
-    Fail(top.Key("relative_attention_max_distance"),
-         "be > relative_attention_num_buckets / 2 (" + std::to_string(scheme.num_buckets / 2) +
-             "), the distances that get exact buckets",
-         top.Find("relative_attention_max_distance"));
-  }
-  scheme.encoder_layers = OptionalInt(top, "num_layers", 1, kMaxLayers).value_or(6);
-  scheme.decoder_layers =
-      OptionalInt(top, "num_decoder_layers", 1, kMaxLayers).value_or(scheme.encoder_layers);
-  scheme.bias_in_every_layer = model_type == "umt5";
-  return scheme;
-}
-
-PositionScheme ReadScheme(const Node& top, const std::string& model_type) {
-  if (model_type == "bloom") {
-    return AlibiScheme{.model_type = model_type,
-                       .num_heads = RequiredInt(top, FirstKey(top, {"n_head", "num_attention_heads"}),
-                                                1, kMaxHeads),
-                       .notes = {}};
-  }
-  if (model_type == "mpt") return ReadMptAlibi(top);
-  if (model_type == "falcon" && top.Value("alibi") != nullptr) {
-    const Json* alibi = top.Value("alibi");
-    if (!alibi->is_boolean()) Fail(top.Key("alibi"), "be true or false", alibi);
-    if (alibi->get<bool>()) {
-      return AlibiScheme{
-          .model_type = model_type,
-          .num_heads = RequiredInt(top, FirstKey(top, {"num_attention_heads", "n_head"}), 1,
-                                   kMaxHeads),
-          .notes = {}};
-    }
-  }
-  if (model_type == "baichuan") {
-    if (!BaichuanUsesRope(top)) {
-      return AlibiScheme{.model_type = model_type,
-                         .num_heads = RequiredInt(top, "num_attention_heads", 1, kMaxHeads),
-                         .notes = {"Baichuan 13B models add ALiBi biases (their remote code; "
-                                   "architectures is not BaiChuanForCausalLM and hidden_size is "
-                                   "not 4096)"}};
-    }
-    RopeScheme rope = ReadRope(top, model_type);
-    Note(rope, "Baichuan 7B models rotate (their remote code; architectures "
-               "BaiChuanForCausalLM or hidden_size 4096)");
-    return rope;
-  }
-  if (model_type == "gpt2" || model_type == "gpt_bigcode" || model_type == "gpt_neo" ||
-      model_type == "bert") {
-    return ReadLearned(top, model_type);
-  }
-  if (model_type == "opt") {
-    LearnedPositionScheme opt = ReadLearned(top, model_type);
-    opt.offset = 2;  // OPTLearnedPositionalEmbedding: "OPT is set up so that if padding_idx is
-                     // specified then offset the embedding ids by 2"
-    return opt;
-  }
-  if (model_type == "t5" || model_type == "mt5" || model_type == "umt5") {
-    return ReadRelativeBias(top, model_type);
-  }
-  if (In(model_type, kNoPositionModels)) return NoPositionScheme{model_type};
-  if (In(model_type, kLlamaFamily) || In(model_type, kPartialRotaryDefault) ||
-      In(model_type, kOtherRopeModels) || HasRopeKeys(top)) {
-    return ReadRope(top, model_type);
-  }
-  if (model_type.empty()) {
-    Fail(top.Key("model_type"),
-         "be present (or the config must have rope_theta, rope_scaling or rope_parameters)",
-         top.Find("model_type"));
-  }
-  const Json shown = model_type;
-  Fail(top.Key("model_type"),
-       "name a model whose position scheme posenc knows (docs/MODELS.md lists them); for another "
-       "RoPE model, rope_theta (or rope_parameters) says how it rotates",
-       &shown);
-}
-
-}  // namespace
-
-namespace hf_json {
-
-namespace {
-
-// Multimodal wrappers whose text_config may omit model_type.
-constexpr std::pair<std::string_view, std::string_view> kWrapperTextModels[] = {
-    {"llama4", "llama4_text"}, {"gemma3", "gemma3_text"}, {"gemma4", "gemma4_text"},
-    {"mistral3", "mistral"},   {"qwen3_vl", "qwen3_vl_text"}};
-
-// Config-class defaults that released configs rely on (Gemma 3's multimodal text_config leaves
-// out its head shape and RoPE bases), from Gemma3TextConfig and Llama4TextConfig.
-struct FamilyDefault {
-  std::string_view model_type, key, value_json, config_class;
-};
-constexpr FamilyDefault kFamilyDefaults[] = {
-    {"gemma3_text", "num_attention_heads", "8", "Gemma3TextConfig"},
-    {"gemma3_text", "num_key_value_heads", "4", "Gemma3TextConfig"},
-    {"gemma3_text", "head_dim", "256", "Gemma3TextConfig"},
-    {"gemma3_text", "num_hidden_layers", "26", "Gemma3TextConfig"},
-    {"gemma3_text", "max_position_embeddings", "131072", "Gemma3TextConfig"},
-    {"gemma3_text", "rope_theta", "1000000.0", "Gemma3TextConfig"},
-    {"gemma3_text", "rope_local_base_freq", "10000.0", "Gemma3TextConfig"},
-    {"gemma3_text", "sliding_window", "4096", "Gemma3TextConfig"},
-    {"llama4_text", "num_attention_heads", "40", "Llama4TextConfig"},
-    {"llama4_text", "num_key_value_heads", "8", "Llama4TextConfig"},
-    {"llama4_text", "head_dim", "128", "Llama4TextConfig"},
-    {"llama4_text", "num_hidden_layers", "48", "Llama4TextConfig"},
-    {"llama4_text", "rope_theta", "500000", "Llama4TextConfig"},
-    {"llama4_text", "attention_chunk_size", "8192", "Llama4TextConfig"},
-};
-
-}  // namespace
-
-LanguageModel SelectLanguageModel(const Json& root) {
-  if (!root.is_object()) Fail("config", "be a JSON object", &root);
-  const Node top{root, ""};
-  const std::string wrapper_type = OptionalString(top, "model_type").value_or("");
-  LanguageModel model;
-  const Json* text_config = top.Value("text_config");
-  if (text_config != nullptr) {
-    if (!text_config->is_object()) Fail("text_config", "be an object", text_config);
-    model.config = *text_config;
-    model.prefix = "text_config.";
-    model.model_type = OptionalString(Node{*text_config, model.prefix}, "model_type").value_or("");
-    if (model.model_type.empty()) {
-      model.model_type = wrapper_type;
-      for (const auto& [wrapper, text] : kWrapperTextModels) {
-        if (wrapper == wrapper_type) model.model_type = std::string(text);
-      }
-      if (model.model_type.empty()) {
-        Fail("text_config.model_type", "be present (or the wrapper's model_type)", nullptr);
-      }
-      model.notes.push_back("text_config.model_type absent: \"" + model.model_type +
-                            "\", the text model of \"" + wrapper_type + "\"");
-    }
-  } else {
-    model.config = root;
-    model.model_type = wrapper_type;
-  }
-  if (model.model_type == "RefinedWeb" || model.model_type == "RefinedWebModel") {
-    model.notes.push_back("model_type \"" + model.model_type + "\" is Falcon's original name "
-                          "(its remote code): read as falcon");
-    model.model_type = "falcon";
-  }
-  for (const FamilyDefault& d : kFamilyDefaults) {
-    if (d.model_type != model.model_type) continue;
-    const std::string key(d.key);
-    if (model.config.contains(key) && !model.config[key].is_null()) continue;
-    // A v5 config keeps its bases in rope_parameters; do not add the legacy keys beside it.
-    if ((key == "rope_theta" || key == "rope_local_base_freq") &&
-        model.config.contains("rope_parameters")) {
-      continue;
-    }
-    model.config[key] = Json::parse(d.value_json);
-    model.notes.push_back(model.prefix + key + " absent: " + std::string(d.value_json) + " (" +
-                          std::string(d.config_class) + "'s default)");
-  }
-  return model;
-}
-
-PositionScheme ReadPositionScheme(const Node& top, const std::string& model_type) {
-  return ReadScheme(top, model_type);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The vision tower's 2-D RoPE (vision_config).
-
-namespace {
-
-// vision_config.model_type, or the wrapper's model_type when the vision config has none (the
-// wrapper's config class then builds its own vision config class).
-constexpr std::pair<std::string_view, VisionRopeKind> kVisionModelTypes[] = {
-    {"qwen2_vl", VisionRopeKind::kQwen2Vl}, {"qwen2_5_vl", VisionRopeKind::kQwen25Vl},
-    {"qwen3_vl", VisionRopeKind::kQwen3Vl}, {"qwen3_vl_moe", VisionRopeKind::kQwen3Vl},
-    {"pixtral", VisionRopeKind::kPixtral},  {"llama4_vision_model", VisionRopeKind::kLlama4}};
-constexpr std::pair<std::string_view, VisionRopeKind> kWrapperVisionKinds[] = {
-    {"qwen2_vl", VisionRopeKind::kQwen2Vl}, {"qwen2_5_vl", VisionRopeKind::kQwen25Vl},
-    {"qwen3_vl", VisionRopeKind::kQwen3Vl}, {"qwen3_vl_moe", VisionRopeKind::kQwen3Vl},
-    {"mistral3", VisionRopeKind::kPixtral}, {"llama4", VisionRopeKind::kLlama4}};
-
-constexpr int64_t kMaxImageSide = int64_t{1} << 24;  // pixels; real towers take 336 to 1540
-
-// What each tower's config class calls its keys, and their defaults.
-struct VisionKeys {
-  std::string_view config_class, width, heads;
-  int64_t width_default, heads_default, patch_size, image_size;
-};
-
-VisionKeys KeysOf(VisionRopeKind kind) {
-  switch (kind) {
-    case VisionRopeKind::kQwen2Vl:
-      return {"Qwen2VLVisionConfig", "embed_dim", "num_heads", 1280, 16, 14, 0};
-    case VisionRopeKind::kQwen25Vl:
-      return {"Qwen2_5_VLVisionConfig", "hidden_size", "num_heads", 3584, 16, 14, 0};
-    case VisionRopeKind::kQwen3Vl:
-      return {"Qwen3VLVisionConfig", "hidden_size", "num_heads", 1152, 16, 16, 0};
-    case VisionRopeKind::kPixtral:
-      return {"PixtralVisionConfig", "hidden_size", "num_attention_heads", 1024, 16, 16, 1024};
-    case VisionRopeKind::kLlama4:
-      return {"Llama4VisionConfig", "hidden_size", "num_attention_heads", 768, 16, 14, 448};
-  }
-  return {};
-}
-
-// An integer key, or the config class's default (noted).
-int64_t IntOrDefault(const Node& node, std::string_view key, int64_t fallback, int64_t lo,
-                     int64_t hi, std::string_view config_class, std::vector<std::string>& notes) {
-  if (const auto value = OptionalInt(node, key, lo, hi)) return *value;
-  notes.push_back(node.Key(key) + " absent: " + std::to_string(fallback) + " (" +
-                  std::string(config_class) + "'s default)");
-  return fallback;
-}
-
-// Pixtral's and Llama 4's base: rope_parameters.rope_theta (v5), else rope_theta, else 10000.
-double ReadVisionTheta(const Node& node, std::string_view config_class,
-                       std::vector<std::string>& notes) {
-  const Json* params = node.Value("rope_parameters");
-  if (params != nullptr && !params->is_object()) {
-    Fail(node.Key("rope_parameters"), "be an object", params);
-  }
-  const Node dict{params != nullptr ? *params : EmptyObject(), node.Key("rope_parameters.")};
-  if (const auto type = OptionalString(dict, "rope_type"); type && *type != "default") {
-    Fail(dict.Key("rope_type"), "be \"default\" (the vision tower's 2-D RoPE has no scaling rule)",
-         dict.Find("rope_type"));
-  }
-  const std::string rule = "be a number > 0";
-  if (const auto theta = OptionalNumber(dict, "rope_theta", rule, kPositive)) return *theta;
-  if (const auto theta = OptionalNumber(node, "rope_theta", rule, kPositive)) return *theta;
-  notes.push_back(node.Key("rope_theta") + " absent: 10000 (" + std::string(config_class) +
-                  "'s default)");
-  return 10000.0;
-}
-
-}  // namespace
-
-std::optional<VisionRopeScheme> ReadVisionRope(const Json& root, std::vector<std::string>& notes) {
-  const Json* vision_config = Node{root, ""}.Value("vision_config");
-  if (vision_config == nullptr) return std::nullopt;
-  if (!vision_config->is_object()) Fail("vision_config", "be an object", vision_config);
-  const Node node{*vision_config, "vision_config."};
-  VisionRopeScheme vision;
-  vision.model_type = OptionalString(node, "model_type").value_or("");
-  const std::string wrapper = OptionalString(Node{root, ""}, "model_type").value_or("");
-  std::optional<VisionRopeKind> kind;
-  for (const auto& [name, k] : kVisionModelTypes) {
-    if (name == vision.model_type) kind = k;
-  }
-  if (vision.model_type.empty()) {
-    for (const auto& [name, k] : kWrapperVisionKinds) {
-      if (name == wrapper) kind = k;
-    }
-  }
-  if (!kind) {
-    notes.push_back("vision_config (model_type \"" +
-                    (vision.model_type.empty() ? "absent" : vision.model_type) +
-                    "\") is not read: posenc knows the 2-D RoPE of the Qwen2-VL, Qwen2.5-VL, "
-                    "Qwen3-VL, Pixtral and Llama 4 vision towers");
-    return std::nullopt;
-  }
-  vision.kind = *kind;
-  const VisionKeys keys = KeysOf(vision.kind);
-  const int64_t width = IntOrDefault(node, keys.width, keys.width_default, 1,
-                                     kMaxHeadDim * kMaxHeads, keys.config_class, notes);
-  vision.num_heads =
-      IntOrDefault(node, keys.heads, keys.heads_default, 1, kMaxHeads, keys.config_class, notes);
-  vision.head_dim = width / vision.num_heads;
-  if (vision.head_dim < 4 || vision.head_dim > kMaxHeadDim || vision.head_dim % 4 != 0) {
-    Require(false, kFn, node.Key(keys.width),
-            "give a head_dim (" + std::string(keys.width) + " // " + std::string(keys.heads) +
-                ") that is a multiple of 4 in [4, 65536] (2-D RoPE turns two equal sets of pairs)",
-            std::to_string(width) + " // " + std::to_string(vision.num_heads) + " = " +
-                std::to_string(vision.head_dim));
-  }
-  vision.patch_size =
-      IntOrDefault(node, "patch_size", keys.patch_size, 1, kMaxImageSide, keys.config_class, notes);
-  switch (vision.kind) {
-    case VisionRopeKind::kQwen2Vl:
-    case VisionRopeKind::kQwen25Vl:
-    case VisionRopeKind::kQwen3Vl:
-      // VisionRotaryEmbedding(dim, theta=10000.0): the towers never pass a theta.
-      vision.spatial_merge_size =
-          IntOrDefault(node, "spatial_merge_size", 2, 1, kMaxImageSide, keys.config_class, notes);
-      vision.temporal_patch_size =
-          IntOrDefault(node, "temporal_patch_size", 2, 1, kMaxImageSide, keys.config_class, notes);
-      break;
-    case VisionRopeKind::kPixtral:
-    case VisionRopeKind::kLlama4: {
-      vision.theta = ReadVisionTheta(node, keys.config_class, notes);
-      vision.image_size = IntOrDefault(node, "image_size", keys.image_size, 1, kMaxImageSide,
-                                       keys.config_class, notes);
-      if (vision.image_size < vision.patch_size) {
-        const Json shown = vision.image_size;
-        Fail(node.Key("image_size"),
-             "be >= patch_size (" + std::to_string(vision.patch_size) +
-                 "): the tower's patches per side are image_size // patch_size",
-             &shown);
-      }
-      break;
-    }
-  }
-  if (vision.kind == VisionRopeKind::kPixtral) {
-    // PixtralVisionConfig.__init__: self.head_dim = hidden_size // num_attention_heads.
-    const std::optional<int64_t> written = OptionalInt(node, "head_dim", 1, kMaxHeadDim);
-    if (written && *written != vision.head_dim) {
-      notes.push_back(node.Key("head_dim") + " = " + std::to_string(*written) +
-                      " is replaced by hidden_size // num_attention_heads = " +
-                      std::to_string(vision.head_dim) + ", as PixtralVisionConfig does");
-    }
-  }
-  if (vision.kind == VisionRopeKind::kQwen25Vl) {
-    vision.window_size =
-        IntOrDefault(node, "window_size", 112, 1, kMaxImageSide, keys.config_class, notes);
-    if (vision.WindowUnits() < 1) {
-      const Json shown = vision.window_size;
-      Fail(node.Key("window_size"),
-           "be >= spatial_merge_size x patch_size (" +
-               std::to_string(vision.spatial_merge_size * vision.patch_size) +
-               "), so that a window holds a merged token",
-           &shown);
-    }
-    const Json* blocks = node.Value("fullatt_block_indexes");
-    if (blocks == nullptr) {
-      vision.fullatt_block_indexes = {7, 15, 23, 31};
-      notes.push_back(node.Key("fullatt_block_indexes") + " absent: [7, 15, 23, 31] (" +
-                      std::string(keys.config_class) + "'s default)");
-    } else {
-      if (!blocks->is_array() || blocks->size() > static_cast<size_t>(kMaxLayers)) {
-        Fail(node.Key("fullatt_block_indexes"), "be a list of block indexes", blocks);
-      }
-      for (size_t i = 0; i < blocks->size(); ++i) {
-        vision.fullatt_block_indexes.push_back(static_cast<int64_t>(
-            AsNumber(node, "fullatt_block_indexes[" + std::to_string(i) + "]", (*blocks)[i],
-                     IntRule(0, kMaxLayers - 1),
-                     [](double v) { return v >= 0 && v < kMaxLayers && std::trunc(v) == v; })));
-      }
-    }
-    const std::optional<double> rate =
-        OptionalNumber(node, "tokens_per_second", "be a number > 0", kPositive);
-    if (!rate) {
-      notes.push_back(node.Key("tokens_per_second") + " absent: 4 (" +
-                      std::string(keys.config_class) + "'s default)");
-    }
-    vision.tokens_per_second = rate.value_or(4.0);
-  }
-  return vision;
-}
-
-}  // namespace hf_json
-
-PositionScheme ParseHfConfig(std::string_view json_text) {
-  return DescribeModel(json_text).scheme;
-}
-
-PositionScheme LoadHfConfig(const std::filesystem::path& path) {
-  return LoadModelPositions(path).scheme;
-}
-
-RopeFrequencies ComputeRopeFrequencies(const RopeLayerScheme& layer,
-                                       const RopeFrequencyOptions& options) {
-  return ComputeRopeFrequencies(layer.rope_theta, layer.rotary_dim, layer.scaling, options);
-}
-
-std::string_view VisionRopeKindName(VisionRopeKind kind) {
-  switch (kind) {
-    case VisionRopeKind::kQwen2Vl: return "qwen2_vl";
-    case VisionRopeKind::kQwen25Vl: return "qwen2_5_vl";
-    case VisionRopeKind::kQwen3Vl: return "qwen3_vl";
-    case VisionRopeKind::kPixtral: return "pixtral";
-    case VisionRopeKind::kLlama4: return "llama4";
-  }
-  return "";
-}
-
-Rope MakeRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
-              const RopeFrequencyOptions& options) {
-  RopeFrequencies frequencies = ComputeRopeFrequencies(layer, options);
-  Rope rope{.head_dim = layer.head_dim,
-            .rotary_dim = layer.rotary_dim,
-            .layout = scheme.layout,
-            .inv_freq = std::move(frequencies.inv_freq),
-            .attention_factor = frequencies.attention_factor,
-            .rotary_offset = layer.rotary_offset};
-  rope.Validate();
-  return rope;
-}
-
-MRope MakeMRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
-                const RopeFrequencyOptions& options) {
-  Rope rope = MakeRope(scheme, layer, options);
-  if (scheme.mrope_section.empty()) return MRope::OneStream(std::move(rope));
-  return MRope::Sections(std::move(rope), scheme.mrope_section,
-                         scheme.mrope_interleaved ? MropeSections::kInterleaved
-                                                  : MropeSections::kBlocks);
-}
-
-MRope MakeVisionRope(const VisionRopeScheme& vision) {
-  switch (vision.kind) {
-    case VisionRopeKind::kPixtral:
-      return MRope::Pixtral(vision.head_dim, vision.theta);
-    case VisionRopeKind::kLlama4:
-      return MRope::Llama4Vision(vision.head_dim, vision.theta);
-    default:
-      return MRope::QwenVision(vision.head_dim, vision.theta);
-  }
-}
-
-}  // namespace posenc
+}  // namespace posenc::hf_json

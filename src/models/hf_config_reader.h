@@ -1,5 +1,6 @@
-// The config loader's internal steps, shared by hf_config.cc (the model-level scheme) and
-// model_positions.cc (the per-layer description).
+// The config reader's steps, each in its own file of src/models/, called in this order by
+// DescribeModel (config.cc): the language model, its position scheme, the vision tower,
+// the layers.
 #pragma once
 
 #include <optional>
@@ -23,18 +24,26 @@ struct LanguageModel {
   Node Top() const { return Node{config, prefix}; }
 };
 
+// language_model.cc
 LanguageModel SelectLanguageModel(const Json& root);
 
-// The model-level scheme (hf_config.cc).
+// The model-level scheme (schemes.cc).
 PositionScheme ReadPositionScheme(const Node& top, const std::string& model_type);
 
+// A RoPE model's scheme (rope_params.cc), and a note added to it once.
+RopeScheme ReadRope(const Node& top, const std::string& model_type);
+void Note(RopeScheme& scheme, std::string note);
+
 // The vision tower's 2-D RoPE from the file's vision_config (root: the whole file), or nullopt
-// when there is none or its tower is not one posenc knows (noted); defaults taken are noted.
+// when there is none or its tower is not one posenc knows (noted); defaults taken are noted
+// (vision_config.cc).
 std::optional<VisionRopeScheme> ReadVisionRope(const Json& root, std::vector<std::string>& notes);
 
-// One LayerPositions per layer (model_positions.cc); empty without a layer count.
+// One LayerPositions per layer (layers.cc); empty without a layer count.
 std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model_type,
-                                       const PositionScheme& scheme,
-                                       std::vector<std::string>& notes);
+                                       const PositionScheme& scheme);
+
+// The scheme of the layers that the model-level scheme gives (layers.cc).
+LayerScheme BaseScheme(const PositionScheme& scheme);
 
 }  // namespace posenc::hf_json

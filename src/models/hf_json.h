@@ -1,6 +1,6 @@
 // Reading Hugging Face config.json values: typed access with errors that name the key as written
 // in the file (with its dotted path) and show the offending value as JSON. Internal to the
-// config loader (hf_config.cc, model_layers.cc).
+// config reader (src/models/).
 #pragma once
 
 #include <algorithm>
