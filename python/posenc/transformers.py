@@ -46,7 +46,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from posenc import _core
-from posenc.torch import attention
+from posenc.torch import _masks, attention
 
 __all__ = ["NAME", "attention_forward", "register"]
 
@@ -90,9 +90,8 @@ def _seen_keys(attention_mask, batch, q_tokens, kv_tokens):
     if mask.dtype != torch.bool:
         if not mask.is_floating_point():
             raise _error("attention_mask", "be bool or floating (additive)", mask.dtype)
-        seen = mask == 0
-        hidden = mask <= torch.finfo(mask.dtype).min
-        if not bool((seen | hidden).all()):
+        seen, valid = _masks.additive_seen(mask)
+        if not bool(valid.all()):
             raise _error(
                 "attention_mask",
                 "hold only 0 (seen) and -inf or the dtype's minimum (not seen): posenc adds "
@@ -111,14 +110,9 @@ def _key_intervals(seen):
     indices, from a bool mask [batch, q_tokens, kv_tokens]; any[b, i] is False
     for a row that sees no key. A row whose seen keys are not one interval
     raises posenc.Error naming it."""
-    kv_tokens = seen.shape[-1]
-    count = seen.sum(-1)
-    lo = seen.to(torch.uint8).argmax(-1)  # the first maximum: the first seen key
-    hi = kv_tokens - seen.flip(-1).to(torch.uint8).argmax(-1)
-    any_key = count > 0
-    gaps = any_key & (count != hi - lo)
-    if bool(gaps.any()):
-        b, i = (int(x) for x in torch.nonzero(gaps)[0])
+    lo, hi, interval = _masks.row_intervals(seen)
+    if not bool(interval.all()):
+        b, i = (int(x) for x in torch.nonzero(~interval)[0])
         row = torch.nonzero(seen[b, i]).flatten().tolist()
         raise _error(
             f"attention_mask[{b}, :, {i}]",
@@ -126,7 +120,7 @@ def _key_intervals(seen):
             "bounds, not holes)",
             f"keys {row}",
         )
-    return lo, hi, any_key
+    return lo, hi, hi > lo
 
 
 def _rule(lo, hi, any_key):

@@ -96,8 +96,8 @@ def _seen(function, mask):
     if mask.dtype == torch.bool:
         return mask
     if mask.is_floating_point():
-        hidden = (mask == -torch.inf) | (mask == torch.finfo(mask.dtype).min)
-        bad = ~(hidden | (mask == 0))
+        seen, valid = additive_seen(mask)
+        hidden, bad = ~seen, ~valid
         rule = (
             "hold 0 (seen) and -inf or the dtype's lowest value (hidden) only, as an additive "
             "mask (a bias is not a mask)"
@@ -120,6 +120,13 @@ def _seen(function, mask):
     return ~hidden
 
 
+def additive_seen(mask):
+    """(seen, valid) of an additive float mask: seen where it holds 0, valid where it holds 0 or
+    hides the key (-inf or the dtype's lowest value; anything else is a bias, not a mask)."""
+    seen = mask == 0
+    return seen, seen | (mask <= torch.finfo(mask.dtype).min)
+
+
 def _first(flags):
     """The index tuple of the first True in flags (row-major)."""
     return tuple(int(i) for i in torch.nonzero(flags)[0])
@@ -131,7 +138,9 @@ def _shown(keys):
 
 def row_intervals(seen):
     """(begin, end, interval) over seen [..., kv_tokens]: each row's first seen key and one past
-    its last (0, 0 for a row that sees none), and whether its seen keys are that interval."""
+    its last (0, 0 for a row that sees none: end > begin says the row sees a key), and whether
+    its seen keys are that interval. The one reading of a mask as key intervals, for
+    posenc.torch.attention and posenc.transformers."""
     count = seen.sum(-1)
     kv_tokens = seen.shape[-1]
     if kv_tokens == 0:
