@@ -228,10 +228,10 @@ def _merge(out, lse, block_out, block_lse):
     return new_out, new_lse
 
 
-def _without_sinks(options):
-    """The options of a block other than the rank's own: the sinks join one
-    block of each row's softmax, the rank's own (step 0)."""
-    return dict(options, sinks=None)
+def _step_options(options, step):
+    """The options of ring step `step`: the sinks join one block of each
+    row's softmax, the rank's own (step 0), and no other."""
+    return options if step == 0 else dict(options, sinks=None)
 
 
 def _ring_forward(q, k, v, positions, ring, options):
@@ -249,8 +249,9 @@ def _ring_forward(q, k, v, positions, ring, options):
             requests = [ring.send(current, _TAG_KV), ring.recv(spare, _TAG_KV)]
         kpos, kb, vb = _unpack(current, layout)
         start = time.perf_counter()
-        block_options = options if step == 0 else _without_sinks(options)
-        block_out, block_lse = _block_forward(q, kb, vb, positions, kpos, block_options)
+        block_out, block_lse = _block_forward(
+            q, kb, vb, positions, kpos, _step_options(options, step)
+        )
         if out is None:
             out, lse = block_out, block_lse
         else:
@@ -283,9 +284,8 @@ def _ring_backward(q, k, v, positions, out, lse, d_out, ring, options):
             requests = [ring.send(current, _TAG_KV), ring.recv(spare, _TAG_KV)]
         kpos, kb, vb = _unpack(current, layout)
         start = time.perf_counter()
-        block_options = options if step == 0 else _without_sinks(options)
         dq_b, dk_b, dv_b, d_sinks_b = _block_backward(
-            q, kb, vb, positions, kpos, out, lse, d_out, block_options
+            q, kb, vb, positions, kpos, out, lse, d_out, _step_options(options, step)
         )
         if step == 0:
             d_sinks = d_sinks_b
