@@ -389,8 +389,10 @@ TEST(HostileCli, HugeAndSpecialInputFilesAreRefusedBeforeReading) {
 // Clear errors.
 
 TEST(HostileCli, LayerOnASingleLayerConfigSaysThereIsNone) {
-  const CliResult run = Posenc({"inspect", Config("llama2-7b.json"), "--layer", "full_attention"},
-                         fs::temp_directory_path());
+  // Qwen2.5's excerpt: one RoPE setting and no layer count (Qwen2Config's default is not taken).
+  const CliResult run = Posenc(
+      {"inspect", Config("qwen2.5-7b-instruct-yarn.json"), "--layer", "full_attention"},
+      fs::temp_directory_path());
   EXPECT_EQ(run.status, 1);
   EXPECT_NE(run.output.find("[cli] --layer must be left out: this config has one RoPE setting for "
                             "every layer (no layer_types), got full_attention"),

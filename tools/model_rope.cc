@@ -33,7 +33,8 @@ void ModelRopeOptions::AddTo(CLI::App* command, const std::string& seq_len_help)
   limit.AddTo(command);
   command->add_option("--layer", layer,
                       "Layer of a per-layer config: a layer type (e.g. full_attention) or a layer index "
-                      "(e.g. 3, a RoPE layer); default: the first RoPE layer type");
+                      "(e.g. 3, a RoPE layer); default: the config's first RoPE setting "
+                      "(docs/MODELS.md, \"Choosing a layer\")");
 }
 
 RopeFrequencyOptions ModelRopeOptions::Frequencies() const {
@@ -54,11 +55,13 @@ std::optional<int64_t> ModelRopeOptions::LayerIndex() const {
 }
 
 const RopeLayerScheme& ModelRopeOptions::Layer(const ModelPositions& model) const {
-  if (layer.empty()) return std::get<RopeScheme>(model.scheme).layers.front();
+  LayerChoice choice;
   if (const std::optional<int64_t> index = LayerIndex()) {
-    return RopeLayerAt(model, *index, error_function, layer_parameter);
+    choice.index = index;
+  } else if (!layer.empty()) {
+    choice.type = layer;
   }
-  return RopeLayerOfType(model, layer, error_function, layer_parameter);
+  return RopeLayer(model, choice, error_function, layer_parameter, layer_parameter);
 }
 
 }  // namespace posenc::cli

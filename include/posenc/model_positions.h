@@ -75,8 +75,25 @@ ModelPositions DescribeModel(std::string_view json_text);
 // Reads and parses a file, with LoadHfConfig's limits.
 ModelPositions LoadModelPositions(const std::filesystem::path& path);
 
-// The RoPE parameters of one layer, as the front ends choose it (posenc inspect --layer,
-// rope_from_hf_config(layer=...)): by index, or by layer type (a key of rope_parameters such as
+// Which layer's RoPE parameters a front end wants: a layer index, a layer type, or neither.
+struct LayerChoice {
+  std::optional<int64_t> index;     // a layer index (RopeLayerAt)
+  std::optional<std::string> type;  // a layer type (RopeLayerOfType)
+};
+
+// The one rule by which every front end picks a layer's RoPE parameters (posenc inspect and rope
+// --layer, the explorer's layer, Python's layer and layer_type): an index picks that layer, a
+// type that type, and neither the config's first RoPE setting. That is its only one unless the
+// config sets RoPE by layer type; then it is the first in rope_parameters' key order (its keys
+// sorted: full_attention before sliding_attention), or the full layers' rope_theta of Gemma 3's
+// configs with rope_local_base_freq and of ModernBERT. Throws posenc::Error naming `function` and
+// `index_parameter` when both are given, and RopeLayerAt's and RopeLayerOfType's errors (naming
+// `index_parameter` or `type_parameter`). The model's scheme must be RoPE.
+const RopeLayerScheme& RopeLayer(const ModelPositions& model, const LayerChoice& choice,
+                                 std::string_view function, std::string_view index_parameter,
+                                 std::string_view type_parameter);
+
+// RopeLayer's two ways to choose: by index, or by layer type (a key of rope_parameters such as
 // "sliding_attention", or a type of the layers such as Llama 4's "chunked_attention"). Throws
 // posenc::Error naming `function` and `parameter` when the config gives no layer count, the
 // index is out of range, the layer does not rotate q and k, or no RoPE layer has the type.

@@ -146,7 +146,11 @@ def rope_from_hf_config(
     ``model_positions``); a layer that does not rotate (Llama 4's and
     SmolLM3's NoPE layers) raises ``posenc.Error`` naming it. ``layer_type``
     picks one of a per-layer config's types (e.g. "sliding_attention"; a
-    string given as ``layer`` means the same). seq_len is the length L of the
+    string given as ``layer`` means the same). With neither, the config's
+    first RoPE setting, as ``posenc inspect`` without ``--layer`` (the rule
+    of docs/MODELS.md, "Choosing a layer": its only one, else the first in
+    rope_parameters' sorted keys, or the full layers' of Gemma 3 and
+    ModernBERT). seq_len is the length L of the
     length-dependent rules (dynamic, longrope): max(position_ids) + 1.
     precision REFERENCE reproduces the float32 frequencies the models were
     trained with; EXACT is double throughout. yarn_rules picks the YaRN of a

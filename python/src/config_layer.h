@@ -1,6 +1,6 @@
 // The layer a config reader builds its rotation from (rope_from_hf_config in
-// hf_config_bindings.cc, mrope_from_hf_config in mrope_bindings.cc): by index, by layer type, or
-// the config's only layer type; and the pair of bindings, from a config's text and from its file,
+// hf_config_bindings.cc, mrope_from_hf_config in mrope_bindings.cc), by RopeLayer's rule
+// (posenc/model_positions.h); and the pair of bindings, from a config's text and from its file,
 // that take that choice.
 #pragma once
 
@@ -21,12 +21,15 @@ namespace posenc::python {
 
 namespace py = pybind11;
 
-// The layer's RoPE parameters as rope_from_hf_config chooses them: by index (`layer`), by type
-// (`layer_type`), or, with neither, the config's only layer type. Throws posenc::Error (as
-// hf_config) when both are given or neither is and the config has several types.
-const RopeLayerScheme& ChooseRopeLayer(const ModelPositions& model, const RopeScheme& rope,
-                                       const std::optional<std::string>& layer_type,
-                                       const std::optional<int64_t>& layer);
+// The layer's RoPE parameters as every front end chooses them (RopeLayer,
+// posenc/model_positions.h): by index (`layer`), by type (`layer_type`), or with neither the
+// config's first RoPE setting. Throws posenc::Error (as hf_config) when both are given.
+inline const RopeLayerScheme& ChooseRopeLayer(const ModelPositions& model,
+                                              const std::optional<std::string>& layer_type,
+                                              const std::optional<int64_t>& layer) {
+  return RopeLayer(model, {.index = layer, .type = layer_type}, "hf_config", "layer",
+                   "layer_type");
+}
 
 // A rotation built from a described config for a chosen layer:
 // from_model(model, layer_type, layer, frequency options).

@@ -43,7 +43,7 @@ Rope RopeFromModel(const ModelPositions& model, const std::optional<std::string>
                    const std::optional<int64_t>& layer, const RopeFrequencyOptions& frequencies) {
   const auto* rope = std::get_if<RopeScheme>(&model.scheme);
   Require(rope != nullptr, kFn, "config", "describe a RoPE model", Describe(model.scheme));
-  return MakeRope(*rope, ChooseRopeLayer(model, *rope, layer_type, layer), frequencies);
+  return MakeRope(*rope, ChooseRopeLayer(model, layer_type, layer), frequencies);
 }
 
 // The description as posenc inspect gives it: its JSON text and the run-length summary lines

@@ -385,7 +385,7 @@ MRope MRopeFromModel(const ModelPositions& model, const std::optional<std::strin
                      const RopeFrequencyOptions& frequencies) {
   const auto* rope = std::get_if<RopeScheme>(&model.scheme);
   Require(rope != nullptr, kConfigFn, "config", "describe a RoPE model", Described(model));
-  return MakeMRope(*rope, ChooseRopeLayer(model, *rope, layer_type, layer), frequencies);
+  return MakeMRope(*rope, ChooseRopeLayer(model, layer_type, layer), frequencies);
 }
 
 // MakeVisionRope of a described config's vision tower.

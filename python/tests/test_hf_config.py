@@ -110,7 +110,7 @@ def test_configs_that_are_not_rope_or_are_malformed():
         posenc.rope_from_hf_config(42)
 
 
-def test_per_layer_configs_need_a_layer_type():
+def test_per_layer_configs_default_to_the_first_rope_setting():
     gemma3 = {
         "model_type": "gemma3_text",
         "hidden_size": 64,
@@ -120,19 +120,20 @@ def test_per_layer_configs_need_a_layer_type():
         "rope_theta": 1000000.0,
         "rope_local_base_freq": 10000.0,
     }
-    with pytest.raises(
-        ValueError,
-        match=r"\[hf_config\] layer_type must name one of the config's layer "
-        r"types \(full_attention, sliding_attention\), got None",
-    ):
-        posenc.rope_from_hf_config(gemma3)
     for layer_type, base in (
         ("sliding_attention", 10000.0),
         ("full_attention", 1000000.0),
+        (None, 1000000.0),  # the first RoPE setting: the full layers' rope_theta
     ):
         rope = posenc.rope_from_hf_config(gemma3, layer_type=layer_type)
         exact = base ** (-np.arange(0, 16, 2) / 16.0)
         np.testing.assert_allclose(rope.inv_freq, exact, rtol=2.0**-23)
+    # The CLI without --layer takes the same (docs/MODELS.md, "Choosing a layer").
+    with pytest.raises(
+        ValueError,
+        match=r"\[hf_config\] layer must be left out when layer_type is given",
+    ):
+        posenc.rope_from_hf_config(gemma3, layer=0, layer_type="full_attention")
 
 
 # ---------------------------------------------------------------------------
@@ -325,6 +326,21 @@ def test_deepseek_head_split():
     )
     with pytest.raises(ValueError, match=r"gives no layer count"):
         posenc.rope_from_hf_config(CONFIGS / "deepseek-v3.json", layer=0)
+
+
+def test_llama_excerpt_takes_llama_configs_layer_count():
+    # tests/configs/llama3.1-8b.json leaves out num_hidden_layers: LlamaConfig's
+    # default (32 in transformers 5.23.0) gives the layers an index.
+    model = posenc.model_positions(CONFIGS / "llama3.1-8b.json")
+    assert len(model.layers) == 32
+    assert "num_hidden_layers absent: 32 (LlamaConfig's default)" in model.notes
+    golden = json.loads((GOLDEN / "llama3_1_8b.json").read_text())
+    for layer in (0, 31, None):
+        rope = posenc.rope_from_hf_config(CONFIGS / "llama3.1-8b.json", layer=layer)
+        # Reference precision: bit-equal to Hugging Face's float32 frequencies.
+        np.testing.assert_array_equal(rope.inv_freq, golden["inv_freq_hf_f32"])
+    with pytest.raises(ValueError, match=r"layer must be a layer index in \[0, 32\)"):
+        posenc.rope_from_hf_config(CONFIGS / "llama3.1-8b.json", layer=32)
 
 
 T5_SMALL = {

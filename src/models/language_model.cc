@@ -21,10 +21,8 @@ LanguageModel SelectLanguageModel(const Json& root) {
     model.prefix = "text_config.";
     model.model_type = OptionalString(Node{*text_config, model.prefix}, "model_type").value_or("");
     if (model.model_type.empty()) {
-      model.model_type = wrapper_type;
-      for (const auto& [wrapper, text] : kWrapperTextModels) {
-        if (wrapper == wrapper_type) model.model_type = std::string(text);
-      }
+      const std::string_view text_model = FamilyOf(wrapper_type).text_model;
+      model.model_type = text_model.empty() ? wrapper_type : std::string(text_model);
       if (model.model_type.empty()) {
         Fail("text_config.model_type", "be present (or the wrapper's model_type)", nullptr);
       }
@@ -35,13 +33,14 @@ LanguageModel SelectLanguageModel(const Json& root) {
     model.config = root;
     model.model_type = wrapper_type;
   }
-  if (model.model_type == "RefinedWeb" || model.model_type == "RefinedWebModel") {
-    model.notes.push_back("model_type \"" + model.model_type + "\" is Falcon's original name "
-                          "(its remote code): read as falcon");
-    model.model_type = "falcon";
+  const Family& family = FamilyOf(model.model_type);
+  if (!family.model_type.empty() && family.model_type != model.model_type) {  // an alias
+    model.notes.push_back("model_type \"" + model.model_type + "\" is " +
+                          std::string(family.alias_origin) + ": read as " +
+                          std::string(family.model_type));
+    model.model_type = std::string(family.model_type);
   }
-  for (const FamilyDefault& d : kFamilyDefaults) {
-    if (d.model_type != model.model_type) continue;
+  for (const ConfigDefault& d : family.defaults) {
     const std::string key(d.key);
     if (model.config.contains(key) && !model.config[key].is_null()) continue;
     // A v5 config keeps its bases in rope_parameters; do not add the legacy keys beside it.
@@ -51,7 +50,7 @@ LanguageModel SelectLanguageModel(const Json& root) {
     }
     model.config[key] = Json::parse(d.value_json);
     model.notes.push_back(model.prefix + key + " absent: " + std::string(d.value_json) + " (" +
-                          std::string(d.config_class) + "'s default)");
+                          std::string(family.config_class) + "'s default)");
   }
   return model;
 }

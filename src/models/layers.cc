@@ -56,8 +56,7 @@ void ReadPerLayerList(const Node& top, std::string_view key, int64_t n, std::str
 }
 
 // Layer types: the config's layer_types, else the family's pattern.
-std::vector<std::string> ReadLayerTypes(const Node& top, const std::string& model_type,
-                                        int64_t n) {
+std::vector<std::string> ReadLayerTypes(const Node& top, const Family& family, int64_t n) {
   std::vector<std::string> types(static_cast<size_t>(n));
   if (top.Value("layer_types") != nullptr) {
     ReadPerLayerList(top, "layer_types", n, "strings", [&](int64_t i, const Json& value) {
@@ -70,10 +69,11 @@ std::vector<std::string> ReadLayerTypes(const Node& top, const std::string& mode
   const auto every = [&](auto type_of) {
     for (int64_t i = 0; i < n; ++i) types[static_cast<size_t>(i)] = type_of(i);
   };
-  if (model_type == "gemma2") {  // Gemma2Config: sliding if (i + 1) % 2, i.e. even layers
+  if (family.pattern == LayerPattern::kEverySecondSlides) {  // Gemma2Config: sliding if (i + 1) % 2
     every([](int64_t i) { return (i + 1) % 2 != 0 ? kSliding : kFull; });
-  } else if (model_type == "gemma3" || model_type == "gemma3_text" || model_type == "cohere2" ||
-             (model_type == "exaone4" && top.Value("sliding_window") != nullptr)) {
+  } else if (family.pattern == LayerPattern::kPeriodic ||
+             (family.pattern == LayerPattern::kPeriodicWithWindow &&
+              top.Value("sliding_window") != nullptr)) {
     // Gemma3TextConfig / Cohere2Config / Exaone4Config: sliding unless (i + 1) % pattern == 0.
     const Json* pattern = top.Value("sliding_window_pattern");
     if (pattern != nullptr && pattern->is_string()) {  // EXAONE 4: "LLLG"
@@ -86,24 +86,24 @@ std::vector<std::string> ReadLayerTypes(const Node& top, const std::string& mode
         return letters[static_cast<size_t>(i) % letters.size()] == 'L' ? kSliding : kFull;
       });
     } else {
-      const int64_t fallback = model_type == "cohere2" || model_type == "exaone4" ? 4 : 6;
-      const int64_t period =
-          OptionalInt(top, "sliding_window_pattern", 1, kMaxLayers).value_or(fallback);
+      const int64_t period = OptionalInt(top, "sliding_window_pattern", 1, kMaxLayers)
+                                 .value_or(family.pattern_period);
       every([&](int64_t i) { return (i + 1) % period != 0 ? kSliding : kFull; });
     }
-  } else if (model_type == "modernbert") {  // ModernBertAttention: global every n-th layer
-    const int64_t every_n =
-        OptionalInt(top, "global_attn_every_n_layers", 1, kMaxLayers).value_or(3);
+  } else if (family.pattern == LayerPattern::kGlobalEveryN) {  // ModernBertAttention
+    const int64_t every_n = OptionalInt(top, "global_attn_every_n_layers", 1, kMaxLayers)
+                                .value_or(family.pattern_period);
     every([&](int64_t i) { return i % every_n == 0 ? kFull : kSliding; });
-  } else if (In(model_type, kQwenWindowModels) &&
+  } else if (family.pattern == LayerPattern::kFromMaxWindowLayers &&
              OptionalBool(top, "use_sliding_window").value_or(false) &&
              top.Value("sliding_window") != nullptr) {
     const int64_t first =
         OptionalInt(top, "max_window_layers", 0, kMaxLayers).value_or(n);
     every([&](int64_t i) { return i >= first ? kSliding : kFull; });
-  } else if (In(model_type, kAllLayersWindowModels) && top.Value("sliding_window") != nullptr) {
+  } else if (family.pattern == LayerPattern::kAllSlideWithWindow &&
+             top.Value("sliding_window") != nullptr) {
     every([](int64_t) { return kSliding; });
-  } else if (model_type == "nemotron_h") {  // NemotronHConfig.layers_block_type
+  } else if (family.pattern == LayerPattern::kHybridOverride) {  // NemotronHConfig's
     const Json* pattern = top.Value("hybrid_override_pattern");
     const std::string rule = "be a string of num_hidden_layers = " + std::to_string(n) +
                              " characters M (Mamba), * (attention), - (MLP) or E (mixture of "
@@ -122,9 +122,11 @@ std::vector<std::string> ReadLayerTypes(const Node& top, const std::string& mode
         default: Fail(top.Key("hybrid_override_pattern"), rule, pattern);
       }
     }
-  } else if (model_type == "jamba") {  // JambaConfig.layers_block_type
-    const int64_t period = OptionalInt(top, "attn_layer_period", 1, kMaxLayers).value_or(8);
-    const int64_t offset = OptionalInt(top, "attn_layer_offset", 0, period - 1).value_or(4);
+  } else if (family.pattern == LayerPattern::kAttentionPeriod) {  // JambaConfig's
+    const int64_t period =
+        OptionalInt(top, "attn_layer_period", 1, kMaxLayers).value_or(family.pattern_period);
+    const int64_t offset = OptionalInt(top, "attn_layer_offset", 0, period - 1)
+                               .value_or(family.pattern_offset);
     every([&](int64_t i) { return i % period == offset ? "attention" : "mamba"; });
   }
   // As the config classes fill layer_types: every other layer attends to all keys.
@@ -157,8 +159,8 @@ std::vector<bool> ReadUsesRope(const Node& top, int64_t n) {
 }
 
 // The window of sliding layers, and a check that the config does not contradict itself.
-int64_t ReadWindow(const Node& top, const std::string& model_type) {
-  if (model_type == "modernbert") {
+int64_t ReadWindow(const Node& top, const Family& family) {
+  if (family.window == WindowKey::kLocalAttention) {
     return OptionalInt(top, "local_attention", 2, kMaxPositions).value_or(128);
   }
   const Json* window = top.Value("sliding_window");
@@ -167,7 +169,8 @@ int64_t ReadWindow(const Node& top, const std::string& model_type) {
          "be an integer >= 1 (layer_types or the family's pattern has sliding layers)",
          top.Find("sliding_window"));
   }
-  if (OptionalBool(top, "use_sliding_window") == false && !In(model_type, kQwenWindowModels)) {
+  if (OptionalBool(top, "use_sliding_window") == false &&
+      family.pattern != LayerPattern::kFromMaxWindowLayers) {
     Fail(top.Key("use_sliding_window"),
          "not be false when sliding_window gives sliding layers their window (conflicting "
          "window keys)",
@@ -233,15 +236,16 @@ std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model
     return {};
   }
   const int64_t n = *count;
-  const std::vector<std::string> types = ReadLayerTypes(top, model_type, n);
+  const Family& family = FamilyOf(model_type);
+  const std::vector<std::string> types = ReadLayerTypes(top, family, n);
   const LayerScheme base = BaseScheme(scheme);
   const auto* rope = std::get_if<RopeScheme>(&scheme);
   // Encoders, and EmbeddingGemma's use_bidirectional_attention, see keys on both sides.
-  const bool encoder = In(model_type, kEncoderModels) ||
+  const bool encoder = family.encoder ||
                        OptionalBool(top, "use_bidirectional_attention").value_or(false);
 
   std::vector<bool> uses_rope(static_cast<size_t>(n), true);
-  if (model_type == "smollm3" || model_type == "llama4_text") uses_rope = ReadUsesRope(top, n);
+  if (family.nope == NopeLayers::kNoRopeLayers) uses_rope = ReadUsesRope(top, n);
 
   std::vector<LayerPositions> layers;
   layers.reserve(static_cast<size_t>(n));
@@ -257,7 +261,7 @@ std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model
     } else if (type == "attention") {  // Nemotron-H, Jamba: attention with no positions
       layer.scheme = LayerScheme::kNope;
     } else if (type == kSliding) {
-      layer.sliding_window = ReadWindow(top, model_type);
+      layer.sliding_window = ReadWindow(top, family);
       layer.symmetric_window = encoder;
     } else if (type == kChunked) {
       layer.attention_chunk_size = RequiredInt(top, "attention_chunk_size", 1, kMaxPositions);
@@ -265,9 +269,8 @@ std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model
     if (rope != nullptr && layer.scheme == LayerScheme::kRope) {
       // Cohere 2 and hybrid EXAONE 4 rotate on sliding layers only (Cohere2Attention,
       // Exaone4Attention: "We use global NoPE for hybrid attention model").
-      const bool global_nope =
-          (model_type == "cohere2" || model_type == "exaone4") && type == kFull &&
-          top.Value("sliding_window") != nullptr;
+      const bool global_nope = family.nope == NopeLayers::kGlobalWithWindow && type == kFull &&
+                               top.Value("sliding_window") != nullptr;
       if (!uses_rope[static_cast<size_t>(i)] || global_nope) {
         layer.scheme = LayerScheme::kNope;
       } else {
@@ -279,7 +282,7 @@ std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model
 
   // Llama 4: RoPE layers attend within chunks, NoPE layers to everything with scaled queries
   // (Llama4TextConfig.layer_types; Llama4TextAttention's attn_temperature_tuning).
-  if (model_type == "llama4_text") {
+  if (family.chunked_rope_layers) {
     const std::optional<int64_t> chunk = OptionalInt(top, "attention_chunk_size", 1, kMaxPositions);
     const bool tuning = OptionalTruthy(top, "attn_temperature_tuning").value_or(true);
     LogFloorQueryScale temperature{

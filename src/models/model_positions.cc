@@ -23,6 +23,20 @@ std::string_view LayerSchemeName(LayerScheme scheme) {
   return "none";
 }
 
+const RopeLayerScheme& RopeLayer(const ModelPositions& model, const LayerChoice& choice,
+                                 std::string_view function, std::string_view index_parameter,
+                                 std::string_view type_parameter) {
+  if (choice.index && choice.type) {
+    throw Error(ErrorMessage(function, index_parameter,
+                             "be left out when " + std::string(type_parameter) +
+                                 " is given (one picks a layer, the other a type)",
+                             *choice.index));
+  }
+  if (choice.index) return RopeLayerAt(model, *choice.index, function, index_parameter);
+  if (choice.type) return RopeLayerOfType(model, *choice.type, function, type_parameter);
+  return std::get<RopeScheme>(model.scheme).layers.front();
+}
+
 const RopeLayerScheme& RopeLayerAt(const ModelPositions& model, int64_t index,
                                    std::string_view function, std::string_view parameter) {
   const RopeScheme& rope = std::get<RopeScheme>(model.scheme);

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -230,6 +231,53 @@ TEST(ModelPositionsGolden, OptRowsStartAtTwo) {
   for (int64_t p = 0; p < 5; ++p) EXPECT_EQ(opt.offset + p, rows[static_cast<size_t>(p)]);
   EXPECT_EQ(model.layers.size(), 12u);
   EXPECT_EQ(model.layers[0].scheme, LayerScheme::kLearned);
+}
+
+// tests/configs/llama3.1-8b.json leaves out num_hidden_layers; LlamaConfig's default (32 in
+// transformers 5.23.0) gives its layers an index, and every layer is Llama 3.1's RoPE.
+TEST(ModelPositions, LlamaExcerptTakesLlamaConfigsLayerCount) {
+  const ModelPositions model = LoadModelPositions(ConfigPath("llama3.1-8b.json"));
+  ASSERT_EQ(model.layers.size(), 32u);
+  EXPECT_NE(std::find(model.notes.begin(), model.notes.end(),
+                      "num_hidden_layers absent: 32 (LlamaConfig's default)"),
+            model.notes.end());
+  const Json golden = testing_support::GoldenJson("hf_rope/llama3_1_8b.json");
+  const RopeScheme& rope = RopeOf(model);
+  for (const LayerChoice& choice : {LayerChoice{.index = 0, .type = {}},
+                                    LayerChoice{.index = 31, .type = {}}, LayerChoice{}}) {
+    const Rope made = MakeRope(rope, RopeLayer(model, choice, "test", "layer", "layer_type"));
+    // Reference precision: bit-equal to Hugging Face's float32 frequencies.
+    EXPECT_EQ(made.inv_freq, golden["inv_freq_hf_f32"].get<std::vector<double>>());
+  }
+  testing_support::ExpectError(
+      [&] { RopeLayer(model, {.index = 32, .type = {}}, "test", "layer", "layer_type"); },
+      "[test] layer must be a layer index in [0, 32) or a layer type, got 32");
+}
+
+// One rule for every front end: neither index nor type is the config's first RoPE setting (Gemma
+// 3: the full layers' rope_theta before rope_local_base_freq); both is an error.
+TEST(ModelPositions, RopeLayerDefaultsToTheFirstRopeSetting) {
+  const ModelPositions model = Describe({{"model_type", "gemma3_text"},
+                                         {"hidden_size", 64},
+                                         {"num_attention_heads", 4},
+                                         {"head_dim", 16},
+                                         {"num_hidden_layers", 6},
+                                         {"sliding_window", 512},
+                                         {"rope_theta", 1000000.0},
+                                         {"rope_local_base_freq", 10000.0}});
+  EXPECT_EQ(RopeLayer(model, {}, "test", "layer", "layer_type").rope_theta, 1000000.0);
+  EXPECT_EQ(RopeLayer(model, {.index = 0, .type = {}}, "test", "layer", "layer_type").rope_theta,
+            10000.0);  // layer 0 slides: Gemma3TextConfig's (i + 1) % 6 rule
+  EXPECT_EQ(
+      RopeLayer(model, {.index = {}, .type = "sliding_attention"}, "test", "layer", "layer_type")
+          .rope_theta,
+      10000.0);
+  testing_support::ExpectError(
+      [&] {
+        RopeLayer(model, {.index = 5, .type = "full_attention"}, "test", "layer", "layer_type");
+      },
+      "[test] layer must be left out when layer_type is given (one picks a layer, the other a "
+      "type), got 5");
 }
 
 TEST(ModelPositions, T5EncoderBidirectionalDecoderCausal) {

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "families.h"
 #include "hf_json.h"
 #include "posenc/error.h"
 
@@ -236,6 +237,23 @@ void QwenVlTokens::Validate() const {
   }
 }
 
+namespace {
+
+// The get_rope_index rules of a Qwen-VL vision tower; nullopt for another tower.
+std::optional<MropeIndexRules> IndexRulesOf(std::optional<VisionRopeKind> tower) {
+  if (!tower) return std::nullopt;
+  switch (*tower) {
+    case VisionRopeKind::kQwen2Vl: return MropeIndexRules::kQwen2Vl;
+    case VisionRopeKind::kQwen25Vl: return MropeIndexRules::kQwen2_5Vl;
+    case VisionRopeKind::kQwen3Vl: return MropeIndexRules::kQwen3Vl;
+    case VisionRopeKind::kPixtral:
+    case VisionRopeKind::kLlama4: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 QwenVlTokens QwenVlTokensFromConfig(std::string_view config_json_text,
                                     std::optional<MropeIndexRules> rules) {
   using hf_json::Json;
@@ -250,21 +268,17 @@ QwenVlTokens QwenVlTokensFromConfig(std::string_view config_json_text,
   Require(root.is_object(), kConfigFn, "config", "be a JSON object", hf_json::Shown(&root));
   const Node top{root, ""};
   const std::string model_type = hf_json::OptionalString(top, "model_type").value_or("");
-  MropeIndexRules model_rules;
-  if (model_type == "qwen2_vl") {
-    model_rules = MropeIndexRules::kQwen2Vl;
-  } else if (model_type == "qwen2_5_vl") {
-    model_rules = MropeIndexRules::kQwen2_5Vl;
-  } else if (model_type == "qwen3_vl" || model_type == "qwen3_vl_moe") {
-    model_rules = MropeIndexRules::kQwen3Vl;
-  } else {
+  // The index rules follow the wrapper's vision tower.
+  const std::optional<MropeIndexRules> model_rules =
+      IndexRulesOf(hf_json::FamilyOf(model_type).vision);
+  if (!model_rules) {
     throw Error(ErrorMessage(kConfigFn, "model_type",
                              "be qwen2_vl, qwen2_5_vl, qwen3_vl or qwen3_vl_moe",
                              "\"" + model_type + "\""));
   }
   QwenVlTokens out;
-  out.rules = rules.value_or(model_rules);
-  const bool same_model = ModelOf(out.rules) == model_rules;
+  out.rules = rules.value_or(*model_rules);
+  const bool same_model = ModelOf(out.rules) == *model_rules;
   Require(same_model, kConfigFn, "rules",
           "belong to the config's model_type " + model_type,
           MropeIndexRulesName(out.rules));

@@ -26,15 +26,13 @@ void Note(RopeScheme& scheme, std::string note) {
 
 namespace {
 
-constexpr double kDefaultTheta = 10000.0;
-
 constexpr std::string_view kRopeTypes[] = {"default", "linear", "dynamic", "yarn",
                                            "longrope", "llama3", "proportional"};
 
 
 struct RopeContext {
   const Node& top;
-  const std::string& model_type;
+  const Family& family;
   int64_t head_dim;
   std::optional<int64_t> max_positions;  // M
   RopeScheme& scheme;
@@ -42,13 +40,14 @@ struct RopeContext {
 
 
 
-int64_t ReadHeadDim(const Node& top, const std::string& model_type, int64_t heads) {
+int64_t ReadHeadDim(const Node& top, const Family& family, int64_t heads) {
   // DeepSeek's rotary part of each head is qk_rope_head_dim (HF copies it into head_dim).
-  if ((model_type == "deepseek_v2" || model_type == "deepseek_v3") &&
-      top.Value("qk_rope_head_dim") != nullptr) {
+  if (family.head_dim == HeadDimKey::kQkRopeHeadDim && top.Value("qk_rope_head_dim") != nullptr) {
     return RequiredInt(top, "qk_rope_head_dim", 2, kMaxHeadDim);
   }
-  if (model_type == "chatglm") return RequiredInt(top, "kv_channels", 2, kMaxHeadDim);
+  if (family.head_dim == HeadDimKey::kKvChannels) {
+    return RequiredInt(top, "kv_channels", 2, kMaxHeadDim);
+  }
   if (const auto head_dim = OptionalInt(top, "head_dim", 2, kMaxHeadDim)) return *head_dim;
   const std::string_view hidden_key = FirstKey(top, {"hidden_size", "n_embd"});
   const int64_t hidden = RequiredInt(top, hidden_key, 2, kMaxHeadDim * kMaxHeads);
@@ -232,7 +231,7 @@ std::string ReadRopeType(const RopeContext& c, const Node& dict, std::string& ke
                          "\"default\"); mrope_section is reported separately");
     type = "default";
   }
-  if (type == "su" || (type == "yarn" && c.model_type == "phi3")) {
+  if (type == "su" || (type == "yarn" && c.family.yarn_means_longrope)) {
     Note(c.scheme, key + " \"" + type + "\" is Phi-3's legacy name for \"longrope\"");
     type = "longrope";
   }
@@ -246,19 +245,19 @@ std::string ReadRopeType(const RopeContext& c, const Node& dict, std::string& ke
 double ReadTheta(const RopeContext& c, const Node& dict, std::optional<double> theta_override) {
   const std::string rule = "be a number > 0";
   if (theta_override) return *theta_override;
-  if (c.model_type == "chatglm") {  // ChatGLM's RotaryEmbedding: base = 10000 * rope_ratio
+  if (c.family.theta == ThetaKey::kRopeRatio) {  // ChatGLM's RotaryEmbedding: 10000 * rope_ratio
     const double ratio =
         OptionalNumber(c.top, "rope_ratio", rule, kPositive).value_or(1.0);
-    return kDefaultTheta * ratio;
+    return c.family.default_theta * ratio;
   }
   if (const auto theta = OptionalNumber(dict, "rope_theta", rule, kPositive)) return *theta;
   if (const auto theta = OptionalNumber(c.top, "rope_theta", rule, kPositive)) return *theta;
-  if (c.model_type == "gpt_neox") {
+  if (c.family.theta == ThetaKey::kRotaryEmbBase) {
     if (const auto theta = OptionalNumber(c.top, "rotary_emb_base", rule, kPositive)) {
       return *theta;
     }
   }
-  const double fallback = c.model_type == "gpt_oss" ? 150000.0 : kDefaultTheta;
+  const double fallback = c.family.default_theta;
   Note(c.scheme, "rope_theta absent: " + Format(fallback) +
                      " (the Hugging Face config class default) is used");
   return fallback;
@@ -266,10 +265,10 @@ double ReadTheta(const RopeContext& c, const Node& dict, std::optional<double> t
 
 // floor(head_dim * p), or GPT-J's rotary_dim; the Llama-family default ignores p.
 int64_t ReadRotaryDim(const RopeContext& c, const Node& dict, const std::string& type) {
-  if (c.model_type == "gptj") {
+  if (c.family.partial_rotary == PartialRotary::kRotaryDimKey) {
     return OptionalInt(c.top, "rotary_dim", 2, c.head_dim).value_or(c.head_dim);
   }
-  if (c.model_type == "chatglm") {  // ChatGLM rotates the first half of each head
+  if (c.family.partial_rotary == PartialRotary::kHalfHead) {
     Require(c.head_dim % 4 == 0, kFn, c.top.Key("kv_channels"),
             "be a multiple of 4 (ChatGLM rotates the first half of each head, in pairs)",
             c.head_dim);
@@ -279,7 +278,7 @@ int64_t ReadRotaryDim(const RopeContext& c, const Node& dict, const std::string&
   std::optional<double> p = OptionalNumber(dict, "partial_rotary_factor", "be a number in (0, 1]",
                                            kUnitInterval);
   for (std::string_view top_key : {"partial_rotary_factor", "rotary_pct"}) {
-    if (top_key == "rotary_pct" && c.model_type != "gpt_neox") continue;
+    if (top_key == "rotary_pct" && c.family.theta != ThetaKey::kRotaryEmbBase) continue;
     if (const auto top_p = OptionalNumber(c.top, top_key, "be a number in (0, 1]", kUnitInterval)) {
       p = top_p;  // the top level overrides the dict
       key = std::string(top_key);
@@ -295,15 +294,15 @@ int64_t ReadRotaryDim(const RopeContext& c, const Node& dict, const std::string&
             "feature of the head rotates",
             c.head_dim);
   }
-  if (type == "default" && factor != 1.0 && !In(c.model_type, kPartialRotaryDefault)) {
-    if (!In(c.model_type, kLlamaFamily)) {
+  if (type == "default" && factor != 1.0 && c.family.partial_rotary != PartialRotary::kApplied) {
+    if (c.family.partial_rotary != PartialRotary::kIgnoredByDefault) {
       const Json shown = factor;
       Fail(key,
            "be 1 with rope_type \"default\" unless model_type says whether its default applies "
            "it (llama-family: no; gpt_neox, phi, phi3: yes)",
            &shown);
     }
-    Note(c.scheme, key + " = " + Format(factor) + " is ignored by the " + c.model_type +
+    Note(c.scheme, key + " = " + Format(factor) + " is ignored by the " + c.scheme.model_type +
                        " default rotary embedding (reference §0.1, §10.8); rotary_dim = head_dim");
     return c.head_dim;
   }
@@ -350,8 +349,7 @@ RopeLayerScheme ReadLayer(const RopeContext& c, const Node& dict, std::string la
     layer.scaling = DynamicNtkScaling{factor, max_positions};
   } else if (type == "yarn") {
     YarnScaling yarn = ReadYarn(c, dict, nested);
-    if ((c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3") &&
-        yarn.mscale_all_dim != 0) {
+    if (c.family.latent_attention && yarn.mscale_all_dim != 0) {
       const double g = YarnMscale(yarn.factor, yarn.mscale_all_dim);
       // The multiplier scales attention scores, which are float32.
       Require(internal::IsPositiveFloat32(g * g), kFn, dict.Key("mscale_all_dim"),
@@ -396,15 +394,15 @@ bool IsPerLayer(const Json& params) {
 }
 
 // Grouped-query heads under each family's name for them.
-int64_t ReadKeyValueHeads(const Node& top, const std::string& model_type, int64_t heads) {
-  if (model_type == "chatglm") {  // ChatGLM2/3: multi_query_attention with multi_query_group_num
+int64_t ReadKeyValueHeads(const Node& top, const Family& family, int64_t heads) {
+  if (family.kv_heads == KeyValueHeadsKey::kChatGlm) {  // ChatGLM2/3
     const Json* mqa = top.Value("multi_query_attention");
     if (mqa != nullptr && !mqa->is_boolean()) Fail(top.Key("multi_query_attention"),
                                                    "be true or false", mqa);
     if (mqa == nullptr || !mqa->get<bool>()) return heads;
     return RequiredInt(top, "multi_query_group_num", 1, heads);
   }
-  if (model_type == "falcon") {  // also RefinedWeb / RefinedWebModel
+  if (family.kv_heads == KeyValueHeadsKey::kFalcon) {
     const std::string_view key = FirstKey(top, {"num_kv_heads", "n_head_kv"});
     const Json* new_arch = top.Value("new_decoder_architecture");
     const bool is_new = (new_arch != nullptr && new_arch->is_boolean() && new_arch->get<bool>()) ||
@@ -484,15 +482,16 @@ void ReadMropeSection(const Node& dict, RopeScheme& scheme, int64_t rotary_dim) 
 RopeScheme ReadRope(const Node& top, const std::string& model_type) {
   RopeScheme scheme;
   scheme.model_type = model_type;
+  const Family& family = FamilyOf(model_type);
   const std::string_view heads_key = FirstKey(top, {"num_attention_heads", "n_head"});
   scheme.num_attention_heads = RequiredInt(top, heads_key, 1, kMaxHeads);
-  scheme.num_key_value_heads = ReadKeyValueHeads(top, model_type, scheme.num_attention_heads);
+  scheme.num_key_value_heads = ReadKeyValueHeads(top, family, scheme.num_attention_heads);
   scheme.max_position_embeddings = OptionalInt(
       top, FirstKey(top, {"max_position_embeddings", "n_positions", "seq_length"}), 1,
       kMaxPositions);
-  if (In(model_type, kInterleavedModels)) {
+  if (family.pairs == PairLayout::kInterleaved) {
     scheme.layout = RopeLayout::kInterleaved;
-  } else if (model_type == "deepseek_v3") {
+  } else if (family.pairs == PairLayout::kInterleavedUnlessRopeInterleaveFalse) {
     const Json* interleave = top.Value("rope_interleave");
     if (interleave != nullptr && !interleave->is_boolean()) {
       Fail("rope_interleave", "be true or false", interleave);
@@ -503,8 +502,8 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
                    "de-interleaved; q.k is the interleaved result (reference §0.4)");
     }
   }
-  const int64_t head_dim = ReadHeadDim(top, model_type, scheme.num_attention_heads);
-  RopeContext c{top, model_type, head_dim, scheme.max_position_embeddings, scheme};
+  const int64_t head_dim = ReadHeadDim(top, family, scheme.num_attention_heads);
+  RopeContext c{top, family, head_dim, scheme.max_position_embeddings, scheme};
 
   // A legacy rope_scaling replaces rope_parameters.
   const Json* legacy = top.Value("rope_scaling");
@@ -518,7 +517,7 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
       const Node layer_dict{layer_params, params_key + "." + layer_type + "."};
       scheme.layers.push_back(ReadLayer(c, layer_dict, layer_type, /*nested=*/true));
     }
-  } else if ((model_type == "gemma3" || model_type == "gemma3_text") &&
+  } else if (family.rope_layers == RopeLayers::kGemma3LocalBase &&
              top.Value("rope_local_base_freq") != nullptr) {
     // Gemma 3's released configs: rope_scaling and rope_theta are the global layers'; sliding
     // layers use plain RoPE at rope_local_base_freq.
@@ -527,7 +526,7 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
         RequiredNumber(top, "rope_local_base_freq", "be a number > 0", kPositive);
     scheme.layers.push_back(ReadLayer(c, Node{EmptyObject(), ""}, "sliding_attention", false,
                                       local_theta));
-  } else if (model_type == "modernbert") {
+  } else if (family.rope_layers == RopeLayers::kModernBertThetas) {
     // ModernBertAttention: global layers rotate at global_rope_theta, local (sliding) layers at
     // local_rope_theta; both plain RoPE.
     for (auto [layer_type, key, fallback] :
@@ -547,8 +546,8 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
   // DeepSeek V2/V3 multi-head latent attention: the q/k head is [qk_nope_head_dim features that
   // never rotate | qk_rope_head_dim rotated ones] (DeepseekV3Attention splits q into q_nope and
   // q_pe and concatenates them back in that order).
-  if ((model_type == "deepseek_v2" || model_type == "deepseek_v3") &&
-      top.Value("qk_nope_head_dim") != nullptr && top.Value("qk_rope_head_dim") != nullptr) {
+  if (family.latent_attention && top.Value("qk_nope_head_dim") != nullptr &&
+      top.Value("qk_rope_head_dim") != nullptr) {
     const int64_t nope = RequiredInt(top, "qk_nope_head_dim", 0, kMaxHeadDim);
     for (RopeLayerScheme& layer : scheme.layers) {
       layer.rotary_offset = nope;
@@ -559,7 +558,7 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
   // Gemma 2/3 scale scores by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2, and cap them
   // by attn_logit_softcapping (Gemma2Attention passes softcap=config.attn_logit_softcapping to
   // its attention function; Gemma 3's configs give null).
-  if (model_type == "gemma2" || model_type == "gemma3" || model_type == "gemma3_text") {
+  if (family.gemma_scores) {
     if (const auto scalar =
             OptionalNumber(top, "query_pre_attn_scalar", "be a number > 0", kPositive)) {
       scheme.softmax_scale = 1.0 / std::sqrt(*scalar);

@@ -33,19 +33,22 @@ AlibiScheme ReadMptAlibi(const Node& top) {
   return scheme;
 }
 
-LearnedPositionScheme ReadLearned(const Node& top, const std::string& model_type) {
-  const bool gpt2_keys = model_type == "gpt2" || model_type == "gpt_bigcode";  // else opt, bert
-  if (model_type == "bert") {
+LearnedPositionScheme ReadLearned(const Node& top, const std::string& model_type,
+                                  const Family& family) {
+  const bool gpt2_keys = family.learned_keys == LearnedKeys::kGpt2;
+  if (family.absolute_positions_only) {
     const std::string kind = OptionalString(top, "position_embedding_type").value_or("absolute");
     if (kind != "absolute") {
       Fail("position_embedding_type", "be \"absolute\"", top.Find("position_embedding_type"));
     }
   }
-  return {.model_type = model_type,
-          .max_positions = RequiredInt(top, gpt2_keys ? "n_positions" : "max_position_embeddings",
-                                       1, kMaxPositions),
-          .dim = RequiredInt(top, gpt2_keys ? "n_embd" : "hidden_size", 1,
-                             kMaxHeadDim * kMaxHeads)};
+  LearnedPositionScheme scheme{
+      .model_type = model_type,
+      .max_positions = RequiredInt(top, gpt2_keys ? "n_positions" : "max_position_embeddings", 1,
+                                   kMaxPositions),
+      .dim = RequiredInt(top, gpt2_keys ? "n_embd" : "hidden_size", 1, kMaxHeadDim * kMaxHeads)};
+  scheme.offset = family.learned_offset;
+  return scheme;
 }
 
 bool HasRopeKeys(const Node& top) {
@@ -71,7 +74,8 @@ bool BaichuanUsesRope(const Node& top) {
 }
 
 // T5's relative buckets (T5Config: relative_attention_num_buckets 32, _max_distance 128).
-RelativeBiasScheme ReadRelativeBias(const Node& top, const std::string& model_type) {
+RelativeBiasScheme ReadRelativeBias(const Node& top, const std::string& model_type,
+                                    const Family& family) {
   RelativeBiasScheme scheme{.model_type = model_type, .notes = {}};
   scheme.num_heads = RequiredInt(top, "num_heads", 1, kMaxHeads);
   const std::optional<int64_t> buckets =
@@ -99,61 +103,59 @@ RelativeBiasScheme ReadRelativeBias(const Node& top, const std::string& model_ty
   scheme.encoder_layers = OptionalInt(top, "num_layers", 1, kMaxLayers).value_or(6);
   scheme.decoder_layers =
       OptionalInt(top, "num_decoder_layers", 1, kMaxLayers).value_or(scheme.encoder_layers);
-  scheme.bias_in_every_layer = model_type == "umt5";
+  scheme.bias_in_every_layer = family.bias_in_every_layer;
   return scheme;
 }
 
 }  // namespace
 
 PositionScheme ReadPositionScheme(const Node& top, const std::string& model_type) {
-  if (model_type == "bloom") {
-    return AlibiScheme{.model_type = model_type,
-                       .num_heads = RequiredInt(top, FirstKey(top, {"n_head", "num_attention_heads"}),
-                                                1, kMaxHeads),
-                       .notes = {}};
-  }
-  if (model_type == "mpt") return ReadMptAlibi(top);
-  if (model_type == "falcon" && top.Value("alibi") != nullptr) {
-    const Json* alibi = top.Value("alibi");
-    if (!alibi->is_boolean()) Fail(top.Key("alibi"), "be true or false", alibi);
-    if (alibi->get<bool>()) {
+  const Family& family = FamilyOf(model_type);
+  switch (family.position) {
+    case PositionKind::kAlibi:
       return AlibiScheme{
           .model_type = model_type,
-          .num_heads = RequiredInt(top, FirstKey(top, {"num_attention_heads", "n_head"}), 1,
+          .num_heads = RequiredInt(top, FirstKey(top, {"n_head", "num_attention_heads"}), 1,
                                    kMaxHeads),
           .notes = {}};
+    case PositionKind::kMptAlibi:
+      return ReadMptAlibi(top);
+    case PositionKind::kRopeOrAlibi:
+      if (const Json* alibi = top.Value("alibi")) {
+        if (!alibi->is_boolean()) Fail(top.Key("alibi"), "be true or false", alibi);
+        if (alibi->get<bool>()) {
+          return AlibiScheme{
+              .model_type = model_type,
+              .num_heads = RequiredInt(top, FirstKey(top, {"num_attention_heads", "n_head"}), 1,
+                                       kMaxHeads),
+              .notes = {}};
+        }
+      }
+      return ReadRope(top, model_type);
+    case PositionKind::kBaichuan: {
+      if (!BaichuanUsesRope(top)) {
+        return AlibiScheme{.model_type = model_type,
+                           .num_heads = RequiredInt(top, "num_attention_heads", 1, kMaxHeads),
+                           .notes = {"Baichuan 13B models add ALiBi biases (their remote code; "
+                                     "architectures is not BaiChuanForCausalLM and hidden_size is "
+                                     "not 4096)"}};
+      }
+      RopeScheme rope = ReadRope(top, model_type);
+      Note(rope, "Baichuan 7B models rotate (their remote code; architectures "
+                 "BaiChuanForCausalLM or hidden_size 4096)");
+      return rope;
     }
-  }
-  if (model_type == "baichuan") {
-    if (!BaichuanUsesRope(top)) {
-      return AlibiScheme{.model_type = model_type,
-                         .num_heads = RequiredInt(top, "num_attention_heads", 1, kMaxHeads),
-                         .notes = {"Baichuan 13B models add ALiBi biases (their remote code; "
-                                   "architectures is not BaiChuanForCausalLM and hidden_size is "
-                                   "not 4096)"}};
-    }
-    RopeScheme rope = ReadRope(top, model_type);
-    Note(rope, "Baichuan 7B models rotate (their remote code; architectures "
-               "BaiChuanForCausalLM or hidden_size 4096)");
-    return rope;
-  }
-  if (model_type == "gpt2" || model_type == "gpt_bigcode" || model_type == "gpt_neo" ||
-      model_type == "bert") {
-    return ReadLearned(top, model_type);
-  }
-  if (model_type == "opt") {
-    LearnedPositionScheme opt = ReadLearned(top, model_type);
-    opt.offset = 2;  // OPTLearnedPositionalEmbedding: "OPT is set up so that if padding_idx is
-                     // specified then offset the embedding ids by 2"
-    return opt;
-  }
-  if (model_type == "t5" || model_type == "mt5" || model_type == "umt5") {
-    return ReadRelativeBias(top, model_type);
-  }
-  if (In(model_type, kNoPositionModels)) return NoPositionScheme{model_type};
-  if (In(model_type, kLlamaFamily) || In(model_type, kPartialRotaryDefault) ||
-      In(model_type, kOtherRopeModels) || HasRopeKeys(top)) {
-    return ReadRope(top, model_type);
+    case PositionKind::kLearned:
+      return ReadLearned(top, model_type, family);
+    case PositionKind::kRelativeBias:
+      return ReadRelativeBias(top, model_type, family);
+    case PositionKind::kNoPositions:
+      return NoPositionScheme{model_type};
+    case PositionKind::kRope:
+      return ReadRope(top, model_type);
+    case PositionKind::kRopeIfRopeKeys:
+      if (HasRopeKeys(top)) return ReadRope(top, model_type);
+      break;
   }
   if (model_type.empty()) {
     Fail(top.Key("model_type"),

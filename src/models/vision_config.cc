@@ -76,15 +76,11 @@ std::optional<VisionRopeScheme> ReadVisionRope(const Json& root, std::vector<std
   VisionRopeScheme vision;
   vision.model_type = OptionalString(node, "model_type").value_or("");
   const std::string wrapper = OptionalString(Node{root, ""}, "model_type").value_or("");
-  std::optional<VisionRopeKind> kind;
-  for (const auto& [name, k] : kVisionModelTypes) {
-    if (name == vision.model_type) kind = k;
-  }
-  if (vision.model_type.empty()) {
-    for (const auto& [name, k] : kWrapperVisionKinds) {
-      if (name == wrapper) kind = k;
-    }
-  }
+  // vision_config.model_type names the tower; without it, the wrapper's config class builds its
+  // own vision config class.
+  const std::optional<VisionRopeKind> kind = vision.model_type.empty()
+                                                 ? FamilyOf(wrapper).vision
+                                                 : FamilyOf(vision.model_type).tower;
   if (!kind) {
     notes.push_back("vision_config (model_type \"" +
                     (vision.model_type.empty() ? "absent" : vision.model_type) +

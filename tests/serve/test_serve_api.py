@@ -190,12 +190,12 @@ BAD_LAYERS = {
         "q and k); RoPE layer types: chunked_attention, got full_attention",
     ),
     "an index without a layer count": (
-        "config=llama2-7b&layer=0",
+        "config=deepseek-v3&layer=0",
         "[serve] layer must be a layer type: this config gives no layer count "
         "(num_hidden_layers), so its layers have no index, got 0",
     ),
     "a type where every layer is alike": (
-        "rope_type=yarn&layer=sliding_attention",
+        "config=qwen2.5-7b-instruct-yarn&layer=sliding_attention",
         "[serve] layer must be left out: this config has one RoPE setting for every layer (no "
         "layer_types), got sliding_attention",
     ),
@@ -217,7 +217,7 @@ def test_no_answer_names_a_command_line_flag(server):
             if status != 200:
                 assert status == 400 and body["error"].startswith("[serve] layer must"), body
                 assert not re.search(r"--[a-z]", body["error"]), body
-    body = (ROOT / "tests/configs/llama3.1-8b.json").read_bytes()
+    body = (ROOT / "tests/configs/qwen2.5-7b-instruct-yarn.json").read_bytes()
     status, answer = get(server, "api/stretch?layer=7", body)
     assert status == 400 and answer["error"].startswith("[serve] layer must be a layer type")
 
