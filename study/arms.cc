@@ -103,6 +103,8 @@ std::vector<Arm> Arms() {
       {"RoPE + YaRN x4, fine-tuned at 4x", "rope-yarn-ft", M::kRope, S::kYarn, "rope-yarn-ft"},
       {"RoPE + Self-Extend (zero-shot)", "rope-self-extend", M::kRope, S::kNone, "rope", false,
        Reading::kSelfExtend},
+      {"RoPE + dual chunk attention (zero-shot)", "rope-dual-chunk", M::kRope, S::kNone, "rope",
+       false, Reading::kDualChunk},
       {"RoPE + sinks, cache positions (zero-shot)", "rope-sinks", M::kRope, S::kNone, "rope", false,
        Reading::kSinksCache},
       {"RoPE + sinks, text positions (zero-shot)", "rope-sinks-text", M::kRope, S::kNone, "rope",
@@ -126,6 +128,10 @@ SelfExtend SelfExtendFor(const Settings& s, int64_t length) {
   return se;
 }
 
+DualChunk DualChunkFor(const Settings& s) {
+  return {.chunk_size = 3 * s.train_length / 4, .local_size = s.train_length / 16};
+}
+
 LongContext LongContextFor(const Settings& s, Reading reading, int64_t length) {
   LongContext c;
   switch (reading) {
@@ -134,6 +140,10 @@ LongContext LongContextFor(const Settings& s, Reading reading, int64_t length) {
     case Reading::kSelfExtend:
       c.kind = LongContext::Kind::kSelfExtend;
       c.self_extend = SelfExtendFor(s, length);
+      break;
+    case Reading::kDualChunk:
+      c.kind = LongContext::Kind::kDualChunk;
+      c.dual_chunk = DualChunkFor(s);
       break;
     case Reading::kSinksCache:
     case Reading::kSinksText:

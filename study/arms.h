@@ -69,10 +69,7 @@ struct Run {
 };
 
 // How an arm's attention reads a window (long_context.h): all of it, or through a cache.
-// Dual chunk attention (An et al. 2024), Self-Extend's peer, belongs here as a further zero-shot
-// reading of the RoPE runs once posenc's library computes it: a Reading, its LongContext kind
-// and an arm beside "rope-self-extend".
-enum class Reading { kFull, kSelfExtend, kSinksCache, kSinksText };
+enum class Reading { kFull, kSelfExtend, kDualChunk, kSinksCache, kSinksText };
 
 // A row of the results table: a run read with a stretch (zero-shot variants reuse base runs).
 struct Arm {
@@ -96,6 +93,14 @@ YarnScaling YarnScalingFor(const Settings& settings);
 // extended window, (L0 - W) G + W, holds `length` (the rule of the authors' README, L0 the
 // training length); G = 1 (plain RoPE) up to L0.
 SelfExtend SelfExtendFor(const Settings& settings, int64_t length);
+// Dual chunk attention for the study's training length L0, by the authors' own rule (ChunkLlama's
+// replace_with_chunkllama, as Self-Extend's W and G follow its authors' README): chunk_size =
+// 3 L0 / 4 and local_size = L0 / 16, so chunks hold chunk_size - local_size positions and the
+// largest distance any query scores, chunk_size, stays inside what the model trained on (below
+// L0). No length scaling (original_max_position_embeddings 0), as in the paper; Qwen2.5-1M's
+// config (chunk_size = M, local_size = M / 32) adds vLLM's and scores up to M itself. The same
+// at every evaluation length: unlike Self-Extend's G, nothing in it depends on the input length.
+DualChunk DualChunkFor(const Settings& settings);
 // The attention an arm reads a window of `length` characters with.
 LongContext LongContextFor(const Settings& settings, Reading reading, int64_t length);
 

@@ -20,10 +20,11 @@ Heads<T> BatchHeads(const torch::Tensor& x, int64_t b) {
           x.stride(2)};
 }
 
-}  // namespace
-
-torch::Tensor SelfExtendRead(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const Rope& rope, const SelfExtend& se) {
+// Reads each batch element of a window with `attend` (posenc's SelfExtendAttention or
+// DualChunkAttention: the same arguments after their own settings), at positions 0 .. tokens - 1.
+template <typename Attend>
+torch::Tensor ReadEachBatch(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const Rope& rope, const Attend& attend) {
   const int64_t batch = q.size(0), n = q.size(1);
   std::vector<int64_t> positions(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) positions[static_cast<size_t>(t)] = t;
@@ -32,11 +33,30 @@ torch::Tensor SelfExtendRead(const torch::Tensor& q, const torch::Tensor& k, con
   options.rope = rope;
   torch::Tensor out = torch::empty({batch, n, q.size(2), v.size(3)}, torch::kFloat32);
   for (int64_t b = 0; b < batch; ++b) {
-    SelfExtendAttention(options, se, BatchHeads<const float>(q, b), BatchHeads<const float>(k, b),
-                        BatchHeads<const float>(v, b), positions, positions,
-                        BatchHeads<float>(out, b));
+    attend(options, BatchHeads<const float>(q, b), BatchHeads<const float>(k, b),
+           BatchHeads<const float>(v, b), std::span<const int64_t>(positions),
+           BatchHeads<float>(out, b));
   }
   return out;
+}
+
+}  // namespace
+
+torch::Tensor SelfExtendRead(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const Rope& rope, const SelfExtend& se) {
+  return ReadEachBatch(q, k, v, rope, [&](const AttentionOptions& options, auto qb, auto kb,
+                                          auto vb, std::span<const int64_t> pos, auto out) {
+    SelfExtendAttention(options, se, qb, kb, vb, pos, pos, out);
+  });
+}
+
+// Fused: posenc's tiled kernel once per part, merged by log-sum-exp (no window x window buffer).
+torch::Tensor DualChunkRead(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const Rope& rope, const DualChunk& dca) {
+  return ReadEachBatch(q, k, v, rope, [&](const AttentionOptions& options, auto qb, auto kb,
+                                          auto vb, std::span<const int64_t> pos, auto out) {
+    DualChunkAttention(options, dca, qb, kb, vb, pos, pos, out);
+  });
 }
 
 torch::Tensor SinkRead(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

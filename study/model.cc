@@ -105,6 +105,8 @@ torch::Tensor CharModelImpl::Attention(Block& block, const torch::Tensor& x,
     const torch::Tensor mixed =
         reading.kind == LongContext::Kind::kSelfExtend
             ? SelfExtendRead(q, k, v, rope, reading.self_extend)
+        : reading.kind == LongContext::Kind::kDualChunk
+            ? DualChunkRead(q, k, v, rope, reading.dual_chunk)
             : SinkRead(q, k, v, rope, reading.sinks, reading.cache, reading.positions);
     return block.proj(mixed.reshape({batch, n, shape_.d_model}));
   }
@@ -138,7 +140,8 @@ torch::Tensor CharModelImpl::forward(const torch::Tensor& ids, const Rope& rope,
                                      const LongContext& reading, const torch::Tensor& positions) {
   if (reading.kind != LongContext::Kind::kFull) {
     TORCH_CHECK(method_ == PositionMethod::kRope && !torch::GradMode::is_enabled(),
-                "[study] Self-Extend and attention sinks read a RoPE model, without gradient");
+                "[study] Self-Extend, dual chunk attention and attention sinks read a RoPE model, "
+                "without gradient");
   }
   const int64_t batch = ids.size(0), n = ids.size(1);
   TORCH_CHECK(positions.defined() == (method_ == PositionMethod::kRandomized),

@@ -67,8 +67,8 @@ class CharModelImpl : public torch::nn::Module {
   // 0 .. tokens - 1, or for the randomized method `positions`, int64 [batch, tokens] (increasing
   // along each row; random_positions.h), which it requires. `rope` is the rotation for this call
   // (scaled variants swap it at evaluation); it is ignored by the methods without RoPE.
-  // `reading` changes how a RoPE model's attention reads the window (Self-Extend, attention
-  // sinks: long_context.h; evaluation only, no gradient).
+  // `reading` changes how a RoPE model's attention reads the window (Self-Extend, dual chunk
+  // attention, attention sinks: long_context.h; evaluation only, no gradient).
   torch::Tensor forward(const torch::Tensor& ids, const Rope& rope,
                         const LongContext& reading = {},
                         const torch::Tensor& positions = torch::Tensor());

@@ -195,6 +195,28 @@ std::string ClaimsTable(const Table& t, const Settings& s, const FineTuneCurves&
           Format(" (sliding x%.2f); plain RoPE x%.2f", ratio("rope-self-extend", w, top),
                  ratio("rope", n, top)),
       ratio("rope-self-extend", n, top) < 1.10 && ratio("rope-self-extend", w, top) < 1.10);
+  // An et al. 2024, Table 1 (Llama 2 7B, PG-19, 4k training): DCA 7.87, 7.67, 7.64, 7.89 and
+  // 15.87 at 4k to 64k, where PI (dynamic) reaches 15.11 and NTK 26.12 at 16k; Table 2 (70B):
+  // 5.24 at 4k, 5.80 at 96k, 7.05 at 192k. "Flat" as for Self-Extend, at 8x: the longest length
+  // where the 7B model is flat (at 16x it doubles; the 70B's x1.07).
+  const int64_t eight = std::min<int64_t>(8, top);
+  const std::string eight_x = std::to_string(eight) + "x";
+  add("Dual chunk attention keeps the loss flat to 8x the training length, with no training (An "
+      "et al. 2024)",
+      "Llama-2-7B (4k), PG-19: 7.87 at 4k, 7.64 at 16k, 7.89 at 32k (x1.00 at 8x), 15.87 at 64k "
+      "(x2.02); Llama-2-70B: 5.24 at 4k, 5.80 at 96k (x1.11 at 24x)",
+      Format("x%.2f at ", ratio("rope-dual-chunk", n, eight)) + eight_x +
+          Format(" (sliding x%.2f), x%.2f at ", ratio("rope-dual-chunk", w, eight),
+                 ratio("rope-dual-chunk", n, top)) +
+          top_x + Format("; plain RoPE x%.2f at ", ratio("rope", n, eight)) + eight_x,
+      ratio("rope-dual-chunk", n, eight) < 1.10 && ratio("rope-dual-chunk", w, eight) < 1.10);
+  const Cell dca_f = get("rope-dual-chunk", n, f);
+  add("Zero-shot, dual chunk attention beats PI and NTK-aware at " + fx + " (An et al. 2024)",
+      "Llama-2-7B at 16k (4x): DCA 7.64, NTK-aware 26.12, PI 15.11 (both dynamic: s = 4 there, "
+      "as here)",
+      "at " + fx + Format(": DCA %.3f vs NTK-aware %.3f, PI %.3f nats", dca_f.mean, ntk.mean,
+                          pi_zero.mean),
+      dca_f.mean < ntk.mean && dca_f.mean < pi_zero.mean);
   const double sinks_n = ratio("rope-sinks", n, top), sinks_w = ratio("rope-sinks", w, top);
   add("Attention sinks (positions in the cache) keep the loss flat at any length, and no lower: "
       "text beyond the window is forgotten",
@@ -290,7 +312,8 @@ std::string YarnTable(const Settings& s) {
   return md.str();
 }
 
-// How the zero-shot cache readings are set up per length, and what they show.
+// How the zero-shot cache readings are set up (per length where they change), and what they
+// show.
 std::string CacheReadingSection(const Table& t, const Settings& s) {
   const int64_t L = s.train_length, W = s.self_extend_window;
   std::ostringstream md;
@@ -309,6 +332,27 @@ std::string CacheReadingSection(const Table& t, const Settings& s) {
   const auto c = [&](const char* key, Protocol p, int64_t m) { return t.Get(key, p, m).mean; };
   const int64_t top = s.multiples.back();
   const Protocol w = Protocol::kSliding;
+  const DualChunk dca = DualChunkFor(s);
+  const int64_t chunk = dca.ChunkLength();
+  md << "\nDual chunk attention cuts the window into chunks of chunk_size - local_size = " << chunk
+     << " characters and rotates every key at its position mod " << chunk << "; a query at "
+     << "position i is rotated at i mod " << chunk << " against its own chunk (exact distances), "
+     << "at min(i mod " << chunk << " + " << chunk << ", " << dca.chunk_size << ") against the "
+     << "chunk before (exact for the first local_size + 1 = " << dca.local_size + 1
+     << " positions of each chunk) and at "
+     << dca.QueryPosition(DualChunkPart::kInter, 0) << " against earlier chunks "
+     << "(docs/DUAL_CHUNK.md). chunk_size = " << dca.chunk_size << " and local_size = "
+     << dca.local_size << " are the authors' rule for L0 = " << L << " (3 L0 / 4 and L0 / 16, "
+     << "ChunkLlama's `replace_with_chunkllama`; the paper's Llama 2 runs: 3072 of 4096), so the "
+     << "largest distance scored at any length is " << dca.chunk_size << ", inside the " << L
+     << " the model trained on. (Qwen2.5-1M's config takes chunk_size = M, the trained length, "
+     << "and local_size = M / 32, with vLLM's length scaling: the largest distance is then M "
+     << "itself, one past the trained ones; the paper's method has no length scaling, nor does "
+     << "this arm.) Unlike Self-Extend's G, nothing changes with the length: at " << top
+     << "x (sliding window) "
+     << Format("%.3f nats, against %.3f for Self-Extend", c("rope-dual-chunk", w, top),
+               c("rope-self-extend", w, top))
+     << ".\n";
   md << "\nAttention sinks keep the first " << s.sink_tokens << " characters and a rolling "
      << "window, " << L << " in all. With positions in the cache (StreamingLLM) every distance "
      << "the model sees is one it trained on, so it reads any length as it reads " << L
@@ -318,8 +362,11 @@ std::string CacheReadingSection(const Table& t, const Settings& s) {
      << ". With positions as in the text the window keeps its true distances but the sinks "
      << "drift beyond anything trained: "
      << Format("%.3f nats at %.0fx", c("rope-sinks-text", w, top), static_cast<double>(top))
-     << ". Neither can use text that left the window; Self-Extend keeps all of it "
-     << Format("(%.3f nats at ", c("rope-self-extend", w, top)) << top << "x).\n";
+     << ". Neither can use text that left the window; Self-Extend and dual chunk attention keep "
+     << "all of it "
+     << Format("(%.3f and %.3f nats at ", c("rope-self-extend", w, top),
+               c("rope-dual-chunk", w, top))
+     << top << "x).\n";
   return md.str();
 }
 
@@ -351,7 +398,7 @@ void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                           "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
                           "#000000", "#006400", "#ff1493", "#00008b", "#b8860b",
-                          "#4b0082", "#ff4500", "#2f4f4f", "#9acd32"};
+                          "#4b0082", "#ff4500", "#2f4f4f", "#9acd32", "#dc143c"};
   constexpr size_t kColors = sizeof colors / sizeof colors[0];
   std::ostringstream plot;
   plot << "set multiplot layout 2,2 title 'Held-out loss against evaluation length ("
@@ -487,6 +534,7 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
   TrainingChart(runs, runs_dir, chart_dir, true);
 
   const int64_t L = s.train_length;
+  const DualChunk dca = DualChunkFor(s);
   const double unigram = UnigramNats(corpus, s.shape.vocab);
   const Cell nope1 = table.Get("nope", Protocol::kNonOverlapping, 1);
   const Cell rope1 = table.Get("rope", Protocol::kNonOverlapping, 1);
@@ -533,8 +581,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "mask only). Attention itself is posenc's kernel in training and evaluation, forward and "
      << "backward (`AttentionForward` / `AttentionBackward`, FlashAttention-2 style: causal, "
      << "with RoPE or ALiBi as its options, no window x window score matrix in either pass); "
-     << "only FIRE and the Self-Extend and sinks readings below attend their own way. The "
-     << "stretched RoPE "
+     << "only FIRE and the Self-Extend, dual chunk and sinks readings below attend their own "
+     << "way. The stretched RoPE "
      << "variants get their frequencies from `ComputeRopeFrequencies` in exact (double) mode: "
      << "PI = linear s = " << s.finetune_factor
      << "; NTK-aware = base x s^(d/(d-2)); dynamic NTK = Hugging Face's "
@@ -568,14 +616,17 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "- **Read through a cache** (zero-shot, the base RoPE runs with their own frequencies; "
      << "only attention changes): Self-Extend (`SelfExtendAttention`, Jin et al. 2024) with "
      << "neighbour window W = " << s.self_extend_window << " and the group size G per length "
-     << "(below); attention sinks (StreamingLLM, Xiao et al. 2023): the cache holds "
+     << "(below); dual chunk attention (`DualChunkAttention`, An et al. 2024; fused: posenc's "
+     << "tiled kernel once per part, merged by log-sum-exp) with chunk_size " << dca.chunk_size
+     << " and local_size " << dca.local_size << " at every length, the authors' rule for a "
+     << "training length L0 (3 L0 / 4 and L0 / 16, ChunkLlama's `replace_with_chunkllama`; "
+     << "below), no length scaling; attention sinks (StreamingLLM, Xiao et al. 2023): the cache "
+     << "holds "
      << s.sink_tokens << " sinks and the latest " << L - s.sink_tokens << " characters, " << L
      << " in all (the training length), with positions as slots in the cache "
      << "(StreamingLLM's choice, `SinkPositions::kCache`) or as in the text (`kText`). Each "
      << "window is read at once with the masks and positions a token-by-token decode through "
-     << "`KvCache` and `RollSinkWindow` would give (the study's tests check the two agree). "
-     << "Dual chunk attention (An et al. 2024), Self-Extend's peer, joins these readings once "
-     << "posenc's library computes it.\n\n";
+     << "`KvCache` and `RollSinkWindow` would give (the study's tests check the two agree).\n\n";
 
   md << "## Protocols\n\n"
      << "- **Non-overlapping**: the scored text is cut into windows of the evaluation length and "
@@ -597,7 +648,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
 
   md << "## Beside the published shapes\n\n"
      << "Press et al. 2022 (WikiText-103, trained at 512 tokens), Chen et al. 2023 (PI, "
-     << "LLaMA-7B), Peng et al. 2023 (YaRN), Jin et al. 2024 (Self-Extend) and Xiao et al. 2023 "
+     << "LLaMA-7B), Peng et al. 2023 (YaRN), Jin et al. 2024 (Self-Extend), An et al. 2024 (dual "
+     << "chunk attention, PG-19 perplexities of Llama 2 trained at 4k tokens) and Xiao et al. 2023 "
      << "(StreamingLLM); for the research schemes Kazemnejad et al. 2023 (T5's bias, NoPE), Sun "
      << "et al. 2023 (xPos), Chi et al. 2022 (KERPLE), Li et al. 2023 (FIRE) and Ruoss et al. "
      << "2023 (randomized positions), whose claims are quoted in words (their settings differ "
@@ -625,7 +677,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << " keeps its meaning (a pair that never completed one turn is interpolated).\n\n"
      << YarnTable(s) << "\n";
 
-  md << "## Self-Extend and attention sinks\n\n" << CacheReadingSection(table, s) << "\n";
+  md << "## Self-Extend, dual chunk attention and attention sinks\n\n"
+     << CacheReadingSection(table, s) << "\n";
 
   md << "## NoPE\n\n"
      << "A model with no position signal can still tell positions apart through the causal mask "

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -475,6 +476,75 @@ TEST(StudyLongContext, SelfExtendEqualsItsFormula) {
                     v.to(torch::kFloat64).transpose(1, 2))
           .transpose(1, 2);
   EXPECT_GT((got.to(torch::kFloat64) - plain).abs().max().item<double>(), 1e-3);
+}
+
+// Dual chunk attention in the model equals its rule written in torch (docs/DUAL_CHUNK.md): keys
+// rotated at j mod L, queries at i mod L (key in the query's chunk), min(i mod L + L, chunk_size)
+// (the chunk before) or min(2 L - 1, chunk_size) (earlier chunks), one causal softmax.
+TEST(StudyLongContext, DualChunkEqualsItsFormula) {
+  torch::manual_seed(5);
+  const int64_t n = 50, heads = 2, dim = 16, chunk_size = 12, local_size = 4, L = 8;
+  const Rope rope = Rope::Default(dim);
+  const DualChunk dca{.chunk_size = chunk_size, .local_size = local_size};
+  const torch::Tensor q = torch::randn({2, n, heads, dim}), k = torch::randn({2, n, heads, dim}),
+                      v = torch::randn({2, n, heads, dim});
+  const torch::Tensor pos = torch::arange(n, torch::kInt64);
+  const auto rotated = [&](const torch::Tensor& x, const torch::Tensor& p) {
+    return RotateHalfReference(x.to(torch::kFloat64), p, rope).transpose(1, 2);  // [b, h, t, d]
+  };
+  const torch::Tensor k_rot = rotated(k, pos.remainder(L)).transpose(2, 3);
+  const auto scores = [&](const torch::Tensor& qp) {
+    return torch::matmul(rotated(q, qp), k_rot) / std::sqrt(16.0);
+  };
+  const torch::Tensor intra = scores(pos.remainder(L));
+  const torch::Tensor successive = scores((pos.remainder(L) + L).clamp_max(chunk_size));
+  const torch::Tensor inter = scores(torch::full({n}, std::min(2 * L - 1, chunk_size)));
+  const torch::Tensor chunks_apart =
+      pos.div(L, "floor").unsqueeze(1) - pos.div(L, "floor").unsqueeze(0);
+  torch::Tensor s = torch::where(chunks_apart == 0, intra,
+                                 torch::where(chunks_apart == 1, successive, inter));
+  const torch::Tensor distance = pos.unsqueeze(1) - pos.unsqueeze(0);
+  s = s.masked_fill(distance < 0, -std::numeric_limits<double>::infinity());
+  const torch::Tensor expected =
+      torch::matmul(torch::softmax(s, -1), v.to(torch::kFloat64).transpose(1, 2)).transpose(1, 2);
+  const torch::Tensor got = DualChunkRead(q, k, v, rope, dca);
+  EXPECT_LT((got.to(torch::kFloat64) - expected).abs().max().item<double>(), 2e-5);
+  // And it is not plain attention: keys outside the query's chunk moved.
+  const torch::Tensor plain_scores =
+      torch::matmul(rotated(q, pos), rotated(k, pos).transpose(2, 3)) / std::sqrt(16.0);
+  const torch::Tensor plain =
+      torch::matmul(torch::softmax(plain_scores.masked_fill(distance < 0, -INFINITY), -1),
+                    v.to(torch::kFloat64).transpose(1, 2))
+          .transpose(1, 2);
+  EXPECT_GT((got.to(torch::kFloat64) - plain).abs().max().item<double>(), 1e-3);
+}
+
+// The authors' rule (ChunkLlama: chunk_size 3 L0 / 4, local_size L0 / 16) at the study's training
+// lengths, the same at every evaluation length, and every distance scored in a 16x window below
+// the training length.
+TEST(StudyArms, DualChunkFollowsTheAuthorsRuleAndStaysInsideTheTrainedDistances) {
+  for (const Settings& s : {Settings::Full(), Settings::Quick()}) {
+    const DualChunk dca = DualChunkFor(s);
+    EXPECT_EQ(dca.chunk_size, s.quick ? 24 : 96);
+    EXPECT_EQ(dca.local_size, s.quick ? 2 : 8);
+    EXPECT_EQ(dca.original_max_position_embeddings, 0);
+    EXPECT_NO_THROW(dca.Validate());
+    int64_t largest = 0;
+    const int64_t n = s.train_length * s.multiples.back();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j <= i; ++j) {
+        largest = std::max(largest, dca.QueryPosition(dca.PartOf(i, j), i) - dca.KeyPosition(j));
+      }
+    }
+    EXPECT_EQ(largest, dca.chunk_size);
+    EXPECT_LT(largest, s.train_length);
+    for (int64_t m : s.multiples) {
+      const LongContext c = LongContextFor(s, Reading::kDualChunk, m * s.train_length);
+      EXPECT_EQ(c.kind, LongContext::Kind::kDualChunk);
+      EXPECT_EQ(c.dual_chunk.chunk_size, dca.chunk_size);
+      EXPECT_EQ(c.dual_chunk.local_size, dca.local_size);
+    }
+  }
 }
 
 TEST(StudyArms, SelfExtendGroupIsTheSmallestThatHoldsTheWindow) {

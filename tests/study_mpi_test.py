@@ -110,7 +110,7 @@ def main():
         fail(f"the study did not run over two ranks:\n{log}")
 
     a, b = results(alone), results(ranks)
-    if len(a) != 38 or sorted(a) != sorted(b):  # the quick study's 19 arms x 2 seeds
+    if len(a) != 40 or sorted(a) != sorted(b):  # the quick study's 20 arms x 2 seeds
         fail(f"result files differ: {sorted(a)} against {sorted(b)}")
     for name in a:
         if a[name] != b[name]:
