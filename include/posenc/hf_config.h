@@ -77,11 +77,16 @@ std::string_view VisionRopeKindName(VisionRopeKind kind);
 // it leaves out (noted in RopeScheme::notes). head_dim is the tower's width over its heads:
 //
 //   kind        head_dim                              theta                   also read
-//   qwen2_vl    embed_dim // num_heads                10000 (no key)          patch_size,
-//   qwen2_5_vl  hidden_size // num_heads              10000 (no key)          spatial_merge_size,
-//   qwen3_vl    hidden_size // num_heads              10000 (no key)          temporal_patch_size
+//   qwen2_vl    embed_dim // num_heads                rope_theta (10000) *    patch_size,
+//   qwen2_5_vl  hidden_size // num_heads              rope_theta (10000) *    spatial_merge_size,
+//   qwen3_vl    hidden_size // num_heads              rope_theta (10000) *    temporal_patch_size
 //   pixtral     hidden_size // num_attention_heads    rope_theta (10000)      image_size,
 //   llama4      hidden_size // num_attention_heads    rope_theta (10000)      patch_size
+//
+// rope_theta: rope_parameters.rope_theta (transformers 5), else rope_theta, else 10000. * As
+// transformers 5 reads the Qwen towers (rope_type "axial"); 4.x took 10000 whatever the config
+// said, and no published Qwen config writes a vision theta. model_type: 4.x's name or
+// transformers 5's "<model>_vision" (qwen2_vl_vision, qwen2_5_vl_vision, qwen3_vl_vision).
 //
 // Qwen2.5-VL also has window_size, fullatt_block_indexes and tokens_per_second. Qwen2-VL's vision
 // hidden_size is the language model's width (the merger's output); its tower is embed_dim wide.

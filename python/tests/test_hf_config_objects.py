@@ -1,5 +1,6 @@
 """The config readers take a transformers PretrainedConfig as they take its dict: the
-frequencies equal those transformers 5.23.0's own rotary modules compute from the same object."""
+frequencies equal those transformers 5.23.0's own rotary modules compute from the same object
+(the language model's and, for Qwen2-VL and Qwen2.5-VL, the vision tower's)."""
 
 import json
 import pathlib
@@ -8,7 +9,13 @@ import pytest
 import torch
 import transformers
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
+from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLVisionRotaryEmbedding
+from transformers.models.qwen2_vl.modeling_qwen2_vl import (
+    Qwen2VLRotaryEmbedding,
+    Qwen2VLVisionRotaryEmbedding,
+    apply_rotary_pos_emb_vision,
+)
+from transformers.vision_utils import get_vision_position_ids
 
 import posenc
 import posenc.torch as pt
@@ -70,3 +77,58 @@ def test_a_length_rule_module_keeps_a_config_objects_text():
     assert from_object.rope_at(torch.arange(16)).inv_freq != from_object.rope_at(
         torch.arange(100)
     ).inv_freq
+
+
+# Vision towers of Qwen2-VL and Qwen2.5-VL as transformers 5.23.0 builds them from the published
+# configs (tests/configs/real/), shrunk to two heads of 16: the vision_config is a nested config
+# object (model_type "qwen2_vl_vision" / "qwen2_5_vl_vision", rope_parameters {"rope_type":
+# "axial", "rope_theta": ...}). "theta 5000": the same with a base of its own in rope_parameters,
+# which transformers 5's module reads.
+VISION_TOWERS = {
+    "qwen2-vl": ("real/qwen2_vl-qwen2-vl-7b-instruct.json", Qwen2VLVisionRotaryEmbedding,
+                 dict(embed_dim=32, num_heads=2, hidden_size=64), None),
+    "qwen2-vl theta 5000": ("real/qwen2_vl-qwen2-vl-7b-instruct.json",
+                            Qwen2VLVisionRotaryEmbedding,
+                            dict(embed_dim=32, num_heads=2, hidden_size=64), 5000.0),
+    "qwen2.5-vl": ("real/qwen2_5_vl-qwen2.5-vl-7b-instruct.json", Qwen2_5_VLVisionRotaryEmbedding,
+                   dict(hidden_size=32, num_heads=2, out_hidden_size=64), None),
+    "qwen2.5-vl theta 5000": ("real/qwen2_5_vl-qwen2.5-vl-7b-instruct.json",
+                              Qwen2_5_VLVisionRotaryEmbedding,
+                              dict(hidden_size=32, num_heads=2, out_hidden_size=64), 5000.0),
+}
+
+
+@pytest.mark.parametrize("name", VISION_TOWERS)
+def test_vision_rope_reader_takes_a_transformers_5_qwen_vl_config(name):
+    file, module_class, shrunk, theta = VISION_TOWERS[name]
+    data = json.loads((CONFIGS / file).read_text())
+    data["vision_config"] = dict(data["vision_config"], **shrunk)
+    if theta is not None:
+        data["vision_config"]["rope_parameters"] = {"rope_type": "axial", "rope_theta": theta}
+    config = transformers.AutoConfig.for_model(**data)
+    vision = config.vision_config
+    assert isinstance(vision, transformers.PretrainedConfig)
+    assert vision.model_type.endswith("_vision") and vision.rope_parameters["rope_type"] == "axial"
+    # The object, its dict and the vision config's own dict give one MRope.
+    mrope = posenc.vision_rope_from_hf_config(config)
+    assert posenc.vision_rope_from_hf_config(config.to_dict()) == mrope
+    rot = pt.VisionRotaryEmbedding.from_hf_config(config)
+    assert rot.mrope == mrope and rot.spatial_merge_size == vision.spatial_merge_size
+    # transformers 5.23.0's rotary module of the tower, built from the same vision config.
+    module = module_class(vision)
+    quarter = mrope.head_dim // 4
+    assert mrope.head_dim == 16 and mrope.pair_stream == [0] * quarter + [1] * quarter
+    inv_freq = torch.tensor(mrope.rope.inv_freq, dtype=torch.float64)
+    torch.testing.assert_close(inv_freq[:quarter], inv_freq[quarter:], rtol=0, atol=0)
+    torch.testing.assert_close(inv_freq[:quarter].float(), module.inv_freq, rtol=1e-7, atol=0)
+    # Its cos and sin at the tower's own positions (two images, merge-block order) rotate q
+    # [tokens, heads, head_dim] as the tower's attention does; posenc's rotation at the same
+    # positions gives the same q.
+    grids = torch.tensor([[1, 4, 6], [2, 2, 4]])
+    position_ids = get_vision_position_ids(grids, vision.spatial_merge_size)  # [tokens, 2]
+    torch.testing.assert_close(rot.positions(grids), position_ids.T, rtol=0, atol=0)
+    q = torch.randn(len(position_ids), 2, 16, generator=torch.Generator().manual_seed(7))
+    cos, sin = module(q, position_ids)
+    want, _ = apply_rotary_pos_emb_vision(q, q, cos, sin)
+    got = rot(q, positions=position_ids.T)
+    torch.testing.assert_close(got, want, rtol=0, atol=2e-6)

@@ -161,9 +161,19 @@ constexpr Family kFamilies[] = {
     {.model_type = "jamba", .position = kNoPositions, .pattern = kAttentionPeriod,
      .pattern_period = 8, .pattern_offset = 4},
 
-    // Vision towers and wrappers that posenc knows only by their tower.
+    // Vision towers and wrappers that posenc knows only by their tower. Transformers 5 names
+    // the Qwen towers' config classes "<model>_vision" (its to_dict() and saved files say so; it
+    // renames the 4.x name of a dict it is given).
     {.model_type = "qwen3_vl_moe", .position = kRopeIfRopeKeys,
      .tower = VisionRopeKind::kQwen3Vl, .vision = VisionRopeKind::kQwen3Vl},
+    {.model_type = "qwen2_vl_vision", .position = kRopeIfRopeKeys,
+     .tower = VisionRopeKind::kQwen2Vl},
+    {.model_type = "qwen2_5_vl_vision", .position = kRopeIfRopeKeys,
+     .tower = VisionRopeKind::kQwen25Vl},
+    {.model_type = "qwen3_vl_vision", .position = kRopeIfRopeKeys,
+     .tower = VisionRopeKind::kQwen3Vl},
+    {.model_type = "qwen3_vl_moe_vision", .position = kRopeIfRopeKeys,
+     .tower = VisionRopeKind::kQwen3Vl},
     {.model_type = "pixtral", .position = kRopeIfRopeKeys, .tower = VisionRopeKind::kPixtral},
     {.model_type = "llama4_vision_model", .position = kRopeIfRopeKeys,
      .tower = VisionRopeKind::kLlama4},

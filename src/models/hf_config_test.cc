@@ -787,6 +787,53 @@ TEST(HfConfigVision, RealConfigsReadTheirTowers) {
   EXPECT_EQ(VisionNotes(scout), std::vector<std::string>{});
 }
 
+TEST(HfConfigVision, TransformersFiveQwenTowers) {
+  // Qwen2-VL's vision_config as transformers 5.23.0's to_dict() writes it: model_type
+  // "qwen2_vl_vision" and rope_parameters with rope_type "axial"; the base is read from there.
+  auto qwen2_vl = [](Json rope_parameters) {
+    return Json{{"model_type", "qwen2_vl"},
+                {"text_config",
+                 {{"model_type", "qwen2_vl_text"}, {"num_attention_heads", 4},
+                  {"hidden_size", 64}, {"rope_parameters", {{"rope_type", "default"}}}}},
+                {"vision_config",
+                 {{"model_type", "qwen2_vl_vision"}, {"embed_dim", 32}, {"num_heads", 2},
+                  {"hidden_size", 64}, {"patch_size", 14}, {"spatial_merge_size", 2},
+                  {"temporal_patch_size", 2}, {"rope_parameters", std::move(rope_parameters)}}}};
+  };
+  const RopeScheme qwen2 = ParseRope(qwen2_vl({{"rope_type", "axial"}, {"rope_theta", 5000.0}}));
+  ASSERT_TRUE(qwen2.vision.has_value());
+  EXPECT_EQ(qwen2.vision->kind, VisionRopeKind::kQwen2Vl);
+  EXPECT_EQ(qwen2.vision->model_type, "qwen2_vl_vision");
+  EXPECT_EQ(qwen2.vision->head_dim, 16);
+  EXPECT_EQ(qwen2.vision->theta, 5000.0);
+  EXPECT_EQ(VisionNotes(qwen2), std::vector<std::string>{});
+  // The quarter's frequencies 5000^(-2j / 8), j = 0 .. 3, in each half.
+  const MRope mrope = MakeVisionRope(*qwen2.vision);
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_DOUBLE_EQ(mrope.rope.inv_freq[j], std::pow(5000.0, -2.0 * j / 8.0)) << j;
+  }
+  // The config class turns "default" into "axial"; its module refuses any other type.
+  EXPECT_EQ(ParseRope(qwen2_vl({{"rope_type", "default"}})).vision->theta, 10000.0);
+  ExpectError(qwen2_vl({{"rope_type", "linear"}, {"factor", 2.0}}).dump(),
+              "[hf_config] vision_config.rope_parameters.rope_type must be \"axial\" or "
+              "\"default\" (the vision tower's 2-D RoPE has no scaling rule), got \"linear\"");
+
+  for (const auto& [model_type, kind] : {std::pair{"qwen2_5_vl", VisionRopeKind::kQwen25Vl},
+                                         std::pair{"qwen3_vl", VisionRopeKind::kQwen3Vl}}) {
+    const Json config = {{"model_type", model_type},
+                         {"num_attention_heads", 4},
+                         {"hidden_size", 64},
+                         {"vision_config",
+                          {{"model_type", std::string(model_type) + "_vision"},
+                           {"hidden_size", 32},
+                           {"num_heads", 2}}}};
+    const RopeScheme scheme = ParseRope(config);
+    ASSERT_TRUE(scheme.vision.has_value()) << model_type;
+    EXPECT_EQ(scheme.vision->kind, kind) << model_type;
+    EXPECT_EQ(scheme.vision->head_dim, 16) << model_type;
+  }
+}
+
 TEST(HfConfigVision, MissingKeysTakeTheConfigClassDefaults) {
   // Pixtral-12B's vision_config as transformers' test_pixtral_reload quotes it: no hidden_size
   // and no heads, so PixtralVisionConfig's 1024 and 16 give head_dim 64.

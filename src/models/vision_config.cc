@@ -46,23 +46,31 @@ int64_t IntOrDefault(const Node& node, std::string_view key, int64_t fallback, i
   return fallback;
 }
 
-// Pixtral's and Llama 4's base: rope_parameters.rope_theta (v5), else rope_theta, else 10000.
-double ReadVisionTheta(const Node& node, std::string_view config_class,
+// A tower's base: rope_parameters.rope_theta (v5), else rope_theta, else 10000 (noted, except
+// for the Qwen towers: see ReadVisionRope). rope_type, when written: "default", or for the Qwen
+// towers also "axial" (transformers 5's name for theirs: its config class turns "default" into
+// it and its rotary module refuses any other).
+double ReadVisionTheta(const Node& node, std::string_view config_class, bool qwen,
                        std::vector<std::string>& notes) {
   const Json* params = node.Value("rope_parameters");
   if (params != nullptr && !params->is_object()) {
     Fail(node.Key("rope_parameters"), "be an object", params);
   }
   const Node dict{params != nullptr ? *params : EmptyObject(), node.Key("rope_parameters.")};
-  if (const auto type = OptionalString(dict, "rope_type"); type && *type != "default") {
-    Fail(dict.Key("rope_type"), "be \"default\" (the vision tower's 2-D RoPE has no scaling rule)",
+  if (const auto type = OptionalString(dict, "rope_type");
+      type && *type != "default" && !(qwen && *type == "axial")) {
+    Fail(dict.Key("rope_type"),
+         std::string(qwen ? "be \"axial\" or \"default\"" : "be \"default\"") +
+             " (the vision tower's 2-D RoPE has no scaling rule)",
          dict.Find("rope_type"));
   }
   const std::string rule = "be a number > 0";
   if (const auto theta = OptionalNumber(dict, "rope_theta", rule, kPositive)) return *theta;
   if (const auto theta = OptionalNumber(node, "rope_theta", rule, kPositive)) return *theta;
-  notes.push_back(node.Key("rope_theta") + " absent: 10000 (" + std::string(config_class) +
-                  "'s default)");
+  if (!qwen) {
+    notes.push_back(node.Key("rope_theta") + " absent: 10000 (" + std::string(config_class) +
+                    "'s default)");
+  }
   return 10000.0;
 }
 
@@ -108,7 +116,10 @@ std::optional<VisionRopeScheme> ReadVisionRope(const Json& root, std::vector<std
     case VisionRopeKind::kQwen2Vl:
     case VisionRopeKind::kQwen25Vl:
     case VisionRopeKind::kQwen3Vl:
-      // VisionRotaryEmbedding(dim, theta=10000.0): the towers never pass a theta.
+      // Transformers 5 reads the base from rope_parameters.rope_theta (a rope_theta key becomes
+      // it; the class's default 10000). 4.x's VisionRotaryEmbedding(dim) always took 10000, and
+      // no published Qwen config writes either key: the default is not noted.
+      vision.theta = ReadVisionTheta(node, keys.config_class, true, notes);
       vision.spatial_merge_size =
           IntOrDefault(node, "spatial_merge_size", 2, 1, kMaxImageSide, keys.config_class, notes);
       vision.temporal_patch_size =
@@ -116,7 +127,7 @@ std::optional<VisionRopeScheme> ReadVisionRope(const Json& root, std::vector<std
       break;
     case VisionRopeKind::kPixtral:
     case VisionRopeKind::kLlama4: {
-      vision.theta = ReadVisionTheta(node, keys.config_class, notes);
+      vision.theta = ReadVisionTheta(node, keys.config_class, false, notes);
       vision.image_size = IntOrDefault(node, "image_size", keys.image_size, 1, kMaxImageSide,
                                        keys.config_class, notes);
       if (vision.image_size < vision.patch_size) {
