@@ -201,15 +201,29 @@ def test_padding_mask_of_intervals_and_packed_sequences_run_the_kernel(calls):
 
 
 def test_other_calls_keep_the_pytorch_definition(calls):
-    # float64 (gradcheck's dtype), float16, and a mask whose kept keys are not one interval.
+    # float64 (gradcheck's dtype) and float16.
     for dtype in (torch.float64, torch.float16):
         q, k, v = leaves((), 5, 5, dtype)
         pt.attention(q, k, v, causal=True, qkv_format="bshd").float().sum().backward()
-    q, k, v = leaves((1,), 5, 5, torch.float32)
-    pt.attention(q, k, v, attention_mask=torch.tensor([[1, 0, 1, 1, 1]]),
-        qkv_format="bshd").sum().backward()
+        assert q.grad is not None
     assert calls.forward == 0 and calls.backward == 0
-    assert q.grad is not None
+
+
+def test_padding_mask_of_scattered_keys_runs_the_kernel_on_the_kept_keys(calls):
+    """Kept keys that are not one interval: the kernel on those keys at their own positions
+    (the masked attention exactly), against float64 through the PyTorch definition."""
+    q, k, v = leaves((2,), 5, 5, torch.float32)
+    mask = torch.tensor([[1, 0, 1, 1, 0], [0, 1, 1, 0, 1]])
+    options = dict(causal=True, rope=ROPE_HALF, qkv_format="bshd")
+    out = pt.attention(q, k, v, attention_mask=mask, **options)
+    d_out = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), d_out)
+    assert calls.forward == 2 and calls.backward == 2
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    want_out = pt.attention(qd, kd, vd, attention_mask=mask, **options)
+    want = torch.autograd.grad(want_out, (qd, kd, vd), d_out.double())
+    check_close([out], [want_out], torch.float32)
+    check_close(got, want, torch.float32)
 
 
 def test_no_grad_calls_do_not_save_anything(calls):

@@ -43,7 +43,7 @@ import torch
 import torch.fx
 
 # posenc.torch is tested on the pinned torch 2 of python/requirements.txt; 2.4 is the oldest
-# release with the torch.library custom-op API that torch.compile needs.
+# release with the torch.library custom-op API (posenc.torch._ops) that torch.compile needs.
 _REQUIRED_TORCH = (2, 4)
 if tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) < _REQUIRED_TORCH:
     raise ImportError(

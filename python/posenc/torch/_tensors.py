@@ -121,9 +121,15 @@ def _check_positions(function, positions, name="positions"):
     message before any work, on every path: the kernels' bindings check it
     the same way. positions is an int64 tensor or numpy array. A tensor on
     another device is tested where it lies and copied only to name a bad
-    entry; meta and fake tensors hold no values to check."""
+    entry; meta and fake tensors hold no values to check, nor do tensors
+    while torch.compile or torch.export traces (the ops' kernels check them
+    when they run)."""
     if isinstance(positions, torch.Tensor):
-        if type(positions) not in _PLAIN_TENSORS or positions.device.type == "meta":
+        if (
+            torch.compiler.is_compiling()
+            or type(positions) not in _PLAIN_TENSORS
+            or positions.device.type == "meta"
+        ):
             return
         if not positions.is_cpu:
             if not bool(((positions < 0) | (positions > _core.MAX_POSITION)).any()):
@@ -136,8 +142,9 @@ def _check_positions(function, positions, name="positions"):
 def _position_range(function, count, name="positions"):
     """Positions 0 .. count - 1 as an int64 tensor (a default for count
     tokens), refused before allocation when they break the position rule or
-    the size cap (a meta tensor may claim any number of tokens)."""
-    if count > 0:
+    the size cap (a meta tensor may claim any number of tokens). While
+    torch.compile traces, the kernels check the positions when they run."""
+    if count > 0 and not torch.compiler.is_compiling():
         _core.validate_positions(function, count - 1, f"{name}[{count - 1}]")
     _require_size(function, (count,), torch.int64, f"{name}.shape")
     return torch.arange(count, dtype=torch.int64)
@@ -203,14 +210,28 @@ def _numpy(tensor):
     return tensor.numpy()
 
 
-# Tensors the C++ kernels can read in place: plain tensors with CPU storage.
-# Subclasses (FakeTensor and the like), meta tensors and other devices run the
-# pure-PyTorch definitions of posenc._torch_reference instead.
+# Tensors the bindings can read in place: plain tensors with CPU storage.
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _FORMATS = ("bshd", "bhsd")
 
 
 def _on_kernel(*tensors):
+    """Whether posenc's kernels take these tensors: all on the CPU. Plain ones
+    (_plain) reach the kernels straight from the bindings, others (FakeTensor,
+    and every tensor while torch.compile or torch.export traces) through
+    posenc's torch ops (posenc.torch._ops); meta tensors and other devices run
+    the pure-PyTorch definitions of posenc._torch_reference instead."""
+    for t in tensors:
+        if t is not None and t.device.type != "cpu":
+            return False
+    return True
+
+
+def _plain(*tensors):
+    """Whether the bindings can read these tensors' memory now: plain CPU
+    tensors, outside torch.compile and torch.export tracing."""
+    if torch.compiler.is_compiling():
+        return False
     for t in tensors:
         if t is not None and (type(t) not in _PLAIN_TENSORS or not t.is_cpu):
             return False

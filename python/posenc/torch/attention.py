@@ -1,17 +1,15 @@
-"""Attention on torch tensors: attention (posenc's fused kernel with its backward pass as an
-autograd Function, or the PyTorch definition), self_extend_attention and dual_chunk_attention;
+"""Attention on torch tensors: attention (posenc's fused kernel with its backward pass, through
+posenc's ops, or the PyTorch definition), self_extend_attention and dual_chunk_attention;
 posenc.Rope and posenc.Alibi as torch.fx graph arguments."""
 
 import math
 
-import numpy as np
 import torch
 import torch.fx
 
 from posenc import _core
 from posenc import _torch_reference as _reference
-from posenc.torch import _masks
-from posenc.torch._masks import batch_element
+from posenc.torch import _masks, _ops
 from posenc.torch._tensors import (
     _FORMATS,
     _LAYOUTS,
@@ -19,12 +17,11 @@ from posenc.torch._tensors import (
     _check_int,
     _check_tensor,
     _dtype_name,
-    _empty,
     _error,
     _float_dtype,
-    _head_view,
     _numpy,
     _on_kernel,
+    _plain,
     _position_range,
     _position_tensor,
     _qkv_format,
@@ -184,7 +181,7 @@ def _plain_attention_call(q, k, v, qpos, kpos, out, causal, alibi, rope, scale, 
     (shapes, grouping, positions, window) itself; this test keeps a decode
     step's call within microseconds of the kernel."""
     return (
-        _on_kernel(q, k, v, qpos, kpos, out)
+        _plain(q, k, v, qpos, kpos, out)
         and type(qpos) in _PLAIN_TENSORS
         and type(kpos) in _PLAIN_TENSORS
         and qpos.dtype is torch.int64
@@ -200,31 +197,6 @@ def _plain_attention_call(q, k, v, qpos, kpos, out, causal, alibi, rope, scale, 
         and (scale is None or (type(scale) is float and 0.0 < scale < math.inf))
         and not _records(q, k, v)
     )
-
-
-def _kernel_attention(q, k, v, qpos, kpos, out, options, pieces):
-    """The C++ kernel into the float32 view out: one call, or with a mask one per piece
-    (_masks.kernel_pieces: a batch element's queries against their interval of keys); queries
-    in no piece see no key and get zeros."""
-    bfloat16 = q.dtype == torch.bfloat16
-    if pieces is None:
-        _core.attention(
-            _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
-            out=_numpy(out), bfloat16=bfloat16, **options,
-        )
-        return
-    out.zero_()
-    for index, qa, qb, ka, kb, piece_options in pieces:
-        _core.attention(
-            _numpy(q[index][qa:qb]),
-            _numpy(k[index][ka:kb]),
-            _numpy(v[index][ka:kb]),
-            batch_element(qpos, index)[qa:qb].numpy(),
-            batch_element(kpos, index)[ka:kb].numpy(),
-            out=_numpy(out[index][qa:qb]),
-            bfloat16=bfloat16,
-            **dict(options, **piece_options),
-        )
 
 
 def _varlen_bounds(function, cu_seqlens, name, total):
@@ -317,109 +289,25 @@ def _attention_positions(
     )
 
 
-class _Attention(torch.autograd.Function):
-    """posenc's kernel with its backward pass (posenc/attention_backward.h).
-    q, k, v: tokens-first CPU views [..., tokens, heads, dim], float32 or
-    bfloat16; out is float32. The forward pass keeps each row's log-sum-exp,
-    from which the backward pass recomputes the scores tile by tile (no
-    T x T buffer in either). q and k are saved un-rotated: RoPE is applied
-    inside both passes and the kernel returns the gradients of the
-    un-rotated q and k. The backward pass is itself not differentiable: a
-    second derivative needs the PyTorch definition (float64 tensors run
-    it)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, qpos, kpos, sinks, options):
-        options = _kernel_options(dict(options, sinks=sinks))
-        out, lse = _core.attention_forward(
-            _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
-            bfloat16=q.dtype is torch.bfloat16, **options,
-        )
-        out, lse = torch.from_numpy(out), torch.from_numpy(lse)
-        # The float32 out, not its bfloat16 rounding: the backward pass's
-        # d_out . out term then matches the forward pass exactly.
-        ctx.save_for_backward(q, k, v, qpos, kpos, out, lse)
-        ctx.options = options
-        ctx.sinks_dtype = None if sinks is None else sinks.dtype
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, d_out):
-        q, k, v, qpos, kpos, out, lse = ctx.saved_tensors
-        # autograd may hand over an expanded gradient (of a sum, say).
-        d_out = _head_view(d_out.to(torch.float32))
-        dq, dk, dv, *d_sinks = _core.attention_backward(
-            _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
-            out=out.numpy(), lse=lse.numpy(), d_out=d_out.numpy(),
-            bfloat16=q.dtype is torch.bfloat16, **ctx.options,
-        )
-        # The kernel's gradients are float32; a bfloat16 input gets bfloat16.
-        grads = (
-            torch.from_numpy(g).to(t.dtype) for g, t in ((dq, q), (dk, k), (dv, v))
-        )
-        # With sinks, their gradient [heads] (summed over the batch) in the sinks' dtype.
-        d_sinks = torch.from_numpy(d_sinks[0]).to(ctx.sinks_dtype) if d_sinks else None
-        return (*grads, None, None, d_sinks, None)
-
-
-def _trained_attention(qs, ks, vs, qp, kp, options, pieces):
-    """The kernel through _Attention (float32 out), or None when the call is
-    one the Function does not cover (a masked batch without elements). With
-    a mask, one Function per piece (_masks.kernel_pieces); queries in no
-    piece get zeros, as in the kernel's inference path."""
-    sinks = options.get("sinks")
-    options = {name: value for name, value in options.items() if name != "sinks"}
-    if pieces is None:
-        return _Attention.apply(qs, ks, vs, qp, kp, sinks, options)
-    batch = qs.shape[:-3]
-    if not math.prod(batch):
-        return None
-    q_tokens = qs.shape[-3]
-    by_element = {}
-    for index, qa, qb, ka, kb, piece_options in pieces:
-        by_element.setdefault(index, []).append((qa, qb, ka, kb, piece_options))
-    rows = []
-    for index in np.ndindex(*batch):
-        q_row, parts, done = qs[index], [], 0
-        zeros = lambda n: q_row.new_zeros((n,) + q_row.shape[1:-1] + vs.shape[-1:],  # noqa: E731
-                                          dtype=torch.float32)
-        for qa, qb, ka, kb, piece_options in by_element.get(index, []):
-            if qa > done:
-                parts.append(zeros(qa - done))
-            parts.append(_Attention.apply(
-                q_row[qa:qb], ks[index][ka:kb], vs[index][ka:kb], batch_element(qp, index)[qa:qb],
-                batch_element(kp, index)[ka:kb], sinks, dict(options, **piece_options),
-            ))
-            done = qb
-        if done < q_tokens:
-            parts.append(zeros(q_tokens - done))
-        rows.append(torch.cat(parts))
-    return torch.stack(rows).reshape(qs.shape[:-1] + vs.shape[-1:])
-
-
 def _attend(qs, ks, vs, qp, kp, key_mask, target, kernel, options, records=False):
-    """One attention over posenc-layout views: the kernel -> float32 (into
-    target, a float32 view, when given; through its autograd Function when
-    autograd records, never into target then), else the PyTorch definition
-    -> its compute type. key_mask (bool [..., 1 or q_tokens, kv_tokens]):
-    when each row's keys are one interval the kernel runs on the intervals
-    (_masks.kernel_pieces); any other runs the definition."""
-    pieces = None
-    if kernel and key_mask is not None:
-        pieces = _masks.kernel_pieces(key_mask, qp, kp, options["window"])
-        kernel = pieces is not None
-    if kernel and records:
-        result = _trained_attention(qs, ks, vs, qp, kp, options, pieces)
-        if result is not None:
-            return result
-        kernel = False
+    """One attention over posenc-layout views: the kernel -> float32, else the PyTorch
+    definition -> its compute type. The kernel runs straight from the binding for plain tensors
+    that autograd does not record (into target, a float32 view, when given), else through
+    posenc's ops (posenc.torch._ops): posenc::attention_forward, whose backward pass is
+    posenc::attention_backward, when autograd records, posenc::attention otherwise. key_mask
+    (bool [..., 1 or q_tokens, kv_tokens]): the kernel per piece of each batch element
+    (_ops._pieces)."""
     if kernel:
-        result = target
-        if result is None:
-            result = _empty("attention", qs.shape[:-1] + vs.shape[-1:], torch.float32)
-        _kernel_attention(qs, ks, vs, qp, kp, result, _kernel_options(options), pieces)
-        return result
+        fields = _ops.attention_options(
+            options["causal"], options["alibi"], options["rope"], options["scale"],
+            options["window"], options["softcap"],
+        )
+        args = (qs, ks, vs, qp, kp, key_mask, options["sinks"], *fields)
+        if records:
+            return _ops.trained_attention(*args)
+        if _plain(qs, ks, vs, qp, kp, key_mask, options["sinks"]):
+            return _ops.attention_into(target, *args)
+        return _ops.attention(*args)
     device = qs.device
     return _reference.attention(
         qs, ks, vs, qp.to(device), kp.to(device),
@@ -499,19 +387,22 @@ def attention(
     unless out_dtype says otherwise; out= takes a float32 tensor of the
     output's shape to write.
 
-    Where it runs: plain CPU float32 and bfloat16 tensors run posenc's fused
+    Where it runs: CPU float32 and bfloat16 tensors run posenc's fused
     kernel (no T x T buffer; see posenc.attention for its bfloat16
-    arithmetic). When autograd records (a tensor requires grad), the kernel
-    runs as an autograd Function with the kernel's backward pass
+    arithmetic), as posenc's torch ops (posenc::attention, and in training
+    posenc::attention_forward and posenc::attention_backward), which
+    torch.compile and torch.export see as one node each; plain tensors in
+    eager code reach the kernel without the dispatcher. When autograd
+    records (a tensor requires grad), the kernel's backward pass runs
     (FlashAttention-2 style: scores recomputed from a saved log-sum-exp, no
     T x T buffer; deterministic for any thread count); gradients of
     bfloat16 inputs come back in bfloat16, computed in float32. The kernel's
     backward is not differentiable again (a second derivative raises
-    RuntimeError). Everything else runs the same definition in PyTorch
-    operations, differentiable to any order: CUDA and other devices, meta
-    and fake tensors, float16 and float64 (which ``torch.autograd.gradcheck``
-    needs), and an attention_mask whose kept keys are not one interval per
-    row.
+    RuntimeError). A padding mask whose kept keys are not one interval runs
+    the kernel on those keys at their own positions. Everything else runs
+    the same definition in PyTorch operations, differentiable to any order:
+    CUDA and other devices, meta tensors, float16 and float64 (which
+    ``torch.autograd.gradcheck`` needs).
     """
     views = _plain_views(q, k, v, qkv_format, out) if (
         attention_mask is None and cu_seqlens_q is None and cu_seqlens_k is None
@@ -602,7 +493,7 @@ def attention(
         # checks the whole batch (positions, shapes, aliasing) before it writes. A key mask runs
         # one call per row: its result is formed apart and copied into out only once complete.
         target = None
-        if out is not None and out.dtype == torch.float32 and _on_kernel(out) and mask is None:
+        if out is not None and out.dtype == torch.float32 and _plain(out) and mask is None:
             view = _tokens_first("attention", "out", out, qkv_format)
             if view.shape == q_view.shape[:-1] + v_view.shape[-1:] and view.stride(-1) == 1:
                 target = view
@@ -694,7 +585,7 @@ def self_extend_attention(
     )
     if not isinstance(rope, _core.Rope):
         rope = rope.rope_at(qpos, kpos)
-    if q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos) and not _records(q, k, v):
+    if q.dtype in _ATTENTION_DTYPES and _plain(q, k, v, qpos, kpos) and not _records(q, k, v):
         result = torch.from_numpy(
             _core.self_extend_attention(
                 _numpy(q_view), _numpy(k_view), _numpy(v_view), qpos.numpy(), kpos.numpy(),
@@ -776,7 +667,7 @@ def dual_chunk_attention(
         rope = rope.rope_at(qpos, kpos)
     options = dict(chunk_size=chunk_size, local_size=local_size,
                    original_max_position_embeddings=original_max_position_embeddings)
-    if q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos) and not _records(q, k, v):
+    if q.dtype in _ATTENTION_DTYPES and _plain(q, k, v, qpos, kpos) and not _records(q, k, v):
         result = torch.from_numpy(
             _core.dual_chunk_attention(
                 _numpy(q_view), _numpy(k_view), _numpy(v_view), qpos.numpy(), kpos.numpy(),

@@ -1,6 +1,6 @@
 """RoPE on torch tensors: apply_rope, apply_rope_, rope_cos_sin and the RotaryEmbedding
-module, with the kernel's rotation as an autograd Function (the inverse rotation is its
-backward pass)."""
+module, rotating through the kernels (posenc's ops posenc::rope and posenc::rope_, whose
+backward pass is the inverse rotation) or the PyTorch definition."""
 
 import json
 import os
@@ -11,8 +11,8 @@ import torch.fx
 from posenc import _core
 from posenc import _torch_reference as _reference
 from posenc import _pretrained_config_dict, rope_from_hf_config
+from posenc.torch import _ops
 from posenc.torch._tensors import (
-    _PLAIN_TENSORS,
     _ROPE_DTYPES,
     _check_instance,
     _check_int,
@@ -20,106 +20,33 @@ from posenc.torch._tensors import (
     _check_pair,
     _check_positions_device,
     _check_tensor,
-    _empty,
     _error,
     _float_dtype,
-    _head_view,
     _layout,
-    _numpy,
     _on_kernel,
+    _plain,
     _position_range,
     _position_tensor,
     _qkv_format,
     _records,
     _same_view,
-    _tensor_of,
     _tokens_first,
     _traced,
 )
 
 
-def _kernel_rotate(rotation, positions, q, k, direction):
-    """Rotated copies of q (and k), allocated like them (strides preserved):
-    q_out, or (q_out, k_out). rotation is a posenc.Rope (positions [...,
-    tokens]) or a posenc.MRope (position streams [streams, ..., tokens]);
-    positions is an int64 numpy array."""
-    multi = type(rotation) is _core.MRope
-    function = "mrope" if multi else "rope"
-    bfloat16 = q.dtype is torch.bfloat16
-    if q.is_contiguous() and (k is None or k.is_contiguous()):
-        # The binding allocates contiguous results itself (within its cap), one conversion
-        # fewer per tensor than handing it tensors to write into.
-        if k is None:
-            apply_one = _core.apply_mrope if multi else _core.apply_rope
-            out = apply_one(rotation, positions, _numpy(q), direction=direction, bfloat16=bfloat16)
-            return _tensor_of(out, bfloat16)
-        apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
-        q_out, k_out = apply_qk(
-            rotation, positions, _numpy(q), _numpy(k), direction=direction, bfloat16=bfloat16
-        )
-        return _tensor_of(q_out, bfloat16), _tensor_of(k_out, bfloat16)
-    q_out = _empty(function, q.shape, q.dtype, like=q)
-    if k is None:
-        apply_one = _core.apply_mrope if multi else _core.apply_rope
-        apply_one(
-            rotation, positions, _numpy(q), direction=direction, out=_numpy(q_out),
-            bfloat16=bfloat16,
-        )
-        return q_out
-    k_out = _empty(function, k.shape, k.dtype, like=k)
-    apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
-    apply_qk(
-        rotation, positions, _numpy(q), _numpy(k), direction=direction,
-        q_out=_numpy(q_out), k_out=_numpy(k_out), bfloat16=bfloat16,
-    )
-    return q_out, k_out
-
-
-_OPPOSITE = {
-    _core.RopeDirection.FORWARD: _core.RopeDirection.INVERSE,
-    _core.RopeDirection.INVERSE: _core.RopeDirection.FORWARD,
-}
-
-
-class _ApplyRope(torch.autograd.Function):
-    """FORWARD is y = a R(phi) x on q (and k); INVERSE is its transpose
-    a R(-phi). Each is the other's backward pass, and the backward is itself
-    this Function, so it is differentiable again (gradgradcheck). The rotation
-    is a posenc.Rope or a posenc.MRope (each pair's angle from its own
-    position stream; the transpose is the same). k may be None."""
-
-    @staticmethod
-    def forward(ctx, q, k, positions, rotation, direction):
-        ctx.rotation, ctx.positions, ctx.direction = rotation, positions, direction
-        return _kernel_rotate(rotation, positions, q, k, direction)
-
-    @staticmethod
-    def backward(ctx, grad_q, grad_k=None):
-        grads = _ApplyRope.apply(
-            _head_view(grad_q),
-            None if grad_k is None else _head_view(grad_k),
-            ctx.positions,
-            ctx.rotation,
-            _OPPOSITE[ctx.direction],
-        )
-        if grad_k is None:
-            return grads, None, None, None, None
-        return grads[0], grads[1], None, None, None
-
-
 def _rotate_views(function, rotation, positions, views):
     """Rotates posenc-layout views by a posenc.Rope or posenc.MRope at int64
-    positions: the kernel on plain CPU tensors (through the autograd Function
-    only when autograd records), else the pure-PyTorch definition."""
-    if _on_kernel(*views, positions):
-        array = positions.numpy() if isinstance(positions, torch.Tensor) else positions
-        forward = _core.RopeDirection.FORWARD
+    positions: the kernel on CPU tensors (straight from the binding for plain
+    tensors that autograd does not record, else differentiably through
+    _ops.rotate: posenc's ops, whose backward pass is the inverse rotation),
+    else the pure-PyTorch definition."""
+    if _plain(*views, positions) and not _records(*views):
         q, k = views if len(views) == 2 else (views[0], None)
-        if _records(*views):
-            outs = _ApplyRope.apply(q, k, array, rotation, forward)
-        else:
-            outs = _kernel_rotate(rotation, array, q, k, forward)
+        outs = _ops.kernel_rotate(rotation, positions.numpy(), q, k, _core.RopeDirection.FORWARD)
         return (outs,) if k is None else outs
+    if _on_kernel(*views, positions):
+        return tuple(_ops.rotate(rotation, positions, v) for v in views)
     positions = positions.to(views[0].device)
     return tuple(_reference.rotate(rotation, positions, v) for v in views)
 
@@ -164,13 +91,12 @@ def _rope_call(function, rope, positions, q, k, qkv_format, inplace):
             "has no backward; use apply_rope)",
             "a tensor that requires grad",
         )
-    if _on_kernel(*views, positions):
-        bfloat16 = q.dtype == torch.bfloat16
-        arrays = [_numpy(v) for v in views]
-        if k is None:
-            _core.apply_rope_inplace(rotation, positions.numpy(), *arrays, bfloat16=bfloat16)
-        else:
-            _core.apply_rope_qk_inplace(rotation, positions.numpy(), *arrays, bfloat16=bfloat16)
+    if _plain(*views, positions):
+        _ops.rotate_inplace(rotation, positions, *views, *(None,) * (2 - len(views)))
+    elif _on_kernel(*views, positions):
+        # One op call for q and k: the kernel refuses them sharing memory.
+        ints, floats = _ops.rope_fields(rotation)
+        _ops.rope_(*views, *(None,) * (2 - len(views)), positions, ints, floats)
     else:
         # The kernel checks overlap element by element; off the CPU, q and k
         # as one view (rotated twice in place) are refused with its message.
@@ -204,7 +130,7 @@ def apply_rope(rope, positions, q, k=None, *, qkv_format=None):
     (CUDA, meta, FakeTensor) run the same definition in PyTorch operations.
     """
     if _plain_rope_call(rope, positions, q, k, qkv_format):
-        return _kernel_rotate(rope, positions.numpy(), q, k, _core.RopeDirection.FORWARD)
+        return _ops.kernel_rotate(rope, positions.numpy(), q, k, _core.RopeDirection.FORWARD)
     if _traced(q, k, positions):
         q_rot = _apply_rope_one(rope, positions, q, qkv_format)
         return q_rot if k is None else (q_rot, _apply_rope_one(rope, positions, k, qkv_format))
@@ -219,8 +145,7 @@ def _plain_rope_call(rope, positions, q, k, qkv_format):
     return (
         type(rope) is _core.Rope
         and qkv_format == "bshd"
-        and _on_kernel(q, k, positions)
-        and type(positions) in _PLAIN_TENSORS
+        and _plain(q, k, positions)
         and positions.dtype is torch.int64
         and q.dtype in _ROPE_DTYPES
         and (k is None or k.dtype is q.dtype)
@@ -247,9 +172,7 @@ def apply_rope_(rope, positions, q, k=None, *, qkv_format=None):
     grad while autograd records raises posenc.Error. Nothing is written
     unless every argument is valid."""
     if _plain_rope_call(rope, positions, q, k, qkv_format):
-        arrays = [_numpy(q)] if k is None else [_numpy(q), _numpy(k)]
-        inplace = _core.apply_rope_inplace if k is None else _core.apply_rope_qk_inplace
-        inplace(rope, positions.numpy(), *arrays, bfloat16=q.dtype is torch.bfloat16)
+        _ops.rotate_inplace(rope, positions, q, k)
         return q if k is None else (q, k)
     return _rope_call("rope", rope, positions, q, k, qkv_format, True)
 
