@@ -17,7 +17,7 @@ VENV ?= .venv
 BUILD_PYTHON ?=
 
 .PHONY: all setup setup-demo venv configure build demo study test test-sanitizers test-fuzz \
-  install package clean
+  format install package clean
 
 all: build
 
@@ -31,6 +31,11 @@ setup-demo:
 # python/constraints.txt change.
 venv: setup
 	@bash scripts/venv.sh $(VENV)
+
+# Formats every C++ and Python file with the environment's pinned clang-format and ruff;
+# `make test` checks the same (the ctest `format`).
+format: venv
+	@bash scripts/format.sh $(abspath $(VENV))/bin/python
 
 configure: setup
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPOSENC_BUILD_TESTS=ON \
