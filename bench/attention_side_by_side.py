@@ -8,15 +8,16 @@ tile loop). Same inputs; the outputs are compared (max abs difference) before an
 Useful work counts only the causal lower triangle: 4 T(T+1)/2 head_dim heads flops for prefill,
 4 keys head_dim query_heads for decode.
 
-usage: PYTHONPATH=build/python /usr/bin/python3 bench/attention_side_by_side.py [--threads 2] [--repeats 10]
+usage: PYTHONPATH=build/python /usr/bin/python3 bench/attention_side_by_side.py \
+  [--threads 2] [--repeats 10]
 """
+
 import argparse
 import time
 
 import numpy as np
-import torch
-
 import posenc
+import torch
 
 
 def best_seconds(fn, repeats):
@@ -46,8 +47,10 @@ def torch_attention(q, k, v, bias, mask, scale):
 def case(name, tq, tk, heads, kv_heads, d, alibi, repeats, useful_flops, dtype=torch.float32):
     """dtype float32, or bfloat16: posenc on the bits (bfloat16=True), PyTorch in bfloat16."""
     rng = np.random.default_rng(0)
-    q, k, v = (torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to(dtype)
-               for shape in ((tq, heads, d), (tk, kv_heads, d), (tk, kv_heads, d)))
+    q, k, v = (
+        torch.from_numpy(rng.standard_normal(shape, dtype=np.float32)).to(dtype)
+        for shape in ((tq, heads, d), (tk, kv_heads, d), (tk, kv_heads, d))
+    )
     qpos = np.arange(tk - tq, tk, dtype=np.int64)
     kpos = np.arange(tk, dtype=np.int64)
     scale = 1.0 / np.sqrt(d)
@@ -64,8 +67,9 @@ def case(name, tq, tk, heads, kv_heads, d, alibi, repeats, useful_flops, dtype=t
     bf16 = dtype == torch.bfloat16
     arrays = [(x.view(torch.int16) if bf16 else x).numpy() for x in (q, k, v)]
     out = np.empty((tq, heads, d), dtype=np.float32)
-    run_posenc = lambda: posenc.attention(*arrays, qpos, kpos, causal=True, alibi=spec, out=out,
-                                          bfloat16=bf16)
+    run_posenc = lambda: posenc.attention(
+        *arrays, qpos, kpos, causal=True, alibi=spec, out=out, bfloat16=bf16
+    )
     with torch.no_grad():
         run_torch = lambda: torch_attention(qt, kt, vt, bias, mask, scale)
         reference = run_torch().permute(1, 0, 2).float().numpy()
@@ -74,8 +78,10 @@ def case(name, tq, tk, heads, kv_heads, d, alibi, repeats, useful_flops, dtype=t
         t_posenc = best_seconds(run_posenc, repeats)
         t_torch = best_seconds(run_torch, repeats)
     gp, gt = useful_flops / t_posenc / 1e9, useful_flops / t_torch / 1e9
-    print(f"| {name} | {t_posenc * 1e3:.2f} ms, {gp:.0f} GFLOP/s | {t_torch * 1e3:.2f} ms, "
-          f"{gt:.0f} GFLOP/s | {t_torch / t_posenc:.1f}x | {diff:.1e} |")
+    print(
+        f"| {name} | {t_posenc * 1e3:.2f} ms, {gp:.0f} GFLOP/s | {t_torch * 1e3:.2f} ms, "
+        f"{gt:.0f} GFLOP/s | {t_torch / t_posenc:.1f}x | {diff:.1e} |"
+    )
 
 
 def main():
@@ -91,15 +97,54 @@ def main():
     prefill = 4 * t * (t + 1) / 2 * d * h
     case("prefill T=2048, 8 heads, 128, causal", t, t, h, h, d, False, args.repeats, prefill)
     case("prefill T=2048, 8 heads, 128, causal, ALiBi", t, t, h, h, d, True, args.repeats, prefill)
-    case("prefill bfloat16, causal (PyTorch in bfloat16)", t, t, h, h, d, False, args.repeats,
-         prefill, torch.bfloat16)
-    case("prefill bfloat16, causal, ALiBi (PyTorch in bfloat16)", t, t, h, h, d, True,
-         args.repeats, prefill, torch.bfloat16)
+    case(
+        "prefill bfloat16, causal (PyTorch in bfloat16)",
+        t,
+        t,
+        h,
+        h,
+        d,
+        False,
+        args.repeats,
+        prefill,
+        torch.bfloat16,
+    )
+    case(
+        "prefill bfloat16, causal, ALiBi (PyTorch in bfloat16)",
+        t,
+        t,
+        h,
+        h,
+        d,
+        True,
+        args.repeats,
+        prefill,
+        torch.bfloat16,
+    )
     keys, qh, kvh = 8192, 32, 8
-    case("decode 1 x 8192 keys, 32 over 8 heads", 1, keys, qh, kvh, d, False, args.repeats * 5,
-         4 * keys * d * qh)
-    case("decode bfloat16 (PyTorch in bfloat16)", 1, keys, qh, kvh, d, False, args.repeats * 5,
-         4 * keys * d * qh, torch.bfloat16)
+    case(
+        "decode 1 x 8192 keys, 32 over 8 heads",
+        1,
+        keys,
+        qh,
+        kvh,
+        d,
+        False,
+        args.repeats * 5,
+        4 * keys * d * qh,
+    )
+    case(
+        "decode bfloat16 (PyTorch in bfloat16)",
+        1,
+        keys,
+        qh,
+        kvh,
+        d,
+        False,
+        args.repeats * 5,
+        4 * keys * d * qh,
+        torch.bfloat16,
+    )
 
 
 if __name__ == "__main__":

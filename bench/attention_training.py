@@ -17,13 +17,13 @@ the best is the least disturbed run.
 usage: PYTHONPATH=build/python /usr/bin/python3 bench/attention_training.py [--threads 2]
        [--repeats 5] [--tokens 512 1024 2048]
 """
+
 import argparse
 import time
 
-import torch
-
 import posenc
 import posenc.torch as pt
+import torch
 
 
 def cpu_model():
@@ -62,9 +62,7 @@ def torch_attention(q, k, v, bias, mask, scale):
 
 def case(tokens, heads, head_dim, repeats):
     generator = torch.Generator().manual_seed(0)
-    q, k, v, d_out = (
-        torch.randn(tokens, heads, head_dim, generator=generator) for _ in range(4)
-    )
+    q, k, v, d_out = (torch.randn(tokens, heads, head_dim, generator=generator) for _ in range(4))
     alibi = posenc.Alibi(heads)
     positions = torch.arange(tokens)
     scale = head_dim**-0.5
@@ -73,8 +71,9 @@ def case(tokens, heads, head_dim, repeats):
     pq, pk, pv = (x.clone().requires_grad_() for x in (q, k, v))
 
     def posenc_forward():
-        return pt.attention(pq, pk, pv, positions, positions, causal=True, alibi=alibi,
-            qkv_format="bshd")
+        return pt.attention(
+            pq, pk, pv, positions, positions, causal=True, alibi=alibi, qkv_format="bshd"
+        )
 
     def posenc_step():
         posenc_forward().backward(d_out)
@@ -130,19 +129,26 @@ def main():
     )
     print()
     header = (
-        "T", "posenc fwd", "posenc fwd+bwd", "PyTorch fwd", "PyTorch fwd+bwd",
-        "speed-up (fwd+bwd)", "max abs grad diff",
+        "T",
+        "posenc fwd",
+        "posenc fwd+bwd",
+        "PyTorch fwd",
+        "PyTorch fwd+bwd",
+        "speed-up (fwd+bwd)",
+        "max abs grad diff",
     )
     rows = []
     for tokens in args.tokens:
         times, diff = case(tokens, args.heads, args.head_dim, args.repeats)
         _, posenc_step, _, torch_step = times
-        rows.append((
-            str(tokens),
-            *(f"{t * 1e3:.1f} ms" for t in times),
-            f"{torch_step / posenc_step:.2f}x",
-            f"{diff:.1e}",
-        ))
+        rows.append(
+            (
+                str(tokens),
+                *(f"{t * 1e3:.1f} ms" for t in times),
+                f"{torch_step / posenc_step:.2f}x",
+                f"{diff:.1e}",
+            )
+        )
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     print(" | ".join(h.rjust(w) for h, w in zip(header, widths)))
     print("-+-".join("-" * w for w in widths))

@@ -18,6 +18,7 @@ usage: PYTHONPATH=build/python /usr/bin/python3 bench/context_parallel.py [--tok
        [--heads 8] [--head-dim 64] [--worlds 1 2 4] [--repeats 3] [--threads N]
 (--threads: kernel threads per rank; default the CPU count divided by the ranks, at least 1.)
 """
+
 import argparse
 import datetime
 import os
@@ -33,14 +34,16 @@ def free_port():
 
 
 def rank_main(rank, world, port, args, threads, results):
+    import posenc.torch as pt
     import torch
     import torch.distributed as dist
 
-    import posenc.torch as pt
-
     torch.set_num_threads(threads)  # posenc's OpenMP regions follow torch's thread count
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
         timeout=datetime.timedelta(seconds=120),
     )
     cp = pt.distributed
@@ -54,8 +57,9 @@ def rank_main(rank, world, port, args, threads, results):
         fwd, bwd = {}, {}
         dist.barrier()
         start = time.perf_counter()
-        out = cp.context_parallel_attention(qs, ks, vs, pos, causal=True, stats=fwd,
-            qkv_format="bshd")
+        out = cp.context_parallel_attention(
+            qs, ks, vs, pos, causal=True, stats=fwd, qkv_format="bshd"
+        )
         middle = time.perf_counter()
         # The backward pass's stats land in the dict the forward call was given.
         before = dict(fwd)
@@ -64,12 +68,19 @@ def rank_main(rank, world, port, args, threads, results):
         for key in ("compute_s", "wait_s", "bytes_sent"):
             bwd[key] = fwd.get(key, 0) - before.get(key, 0)
         if repeat:
-            steps.append(dict(
-                step_s=end - start, fwd_s=middle - start, bwd_s=end - middle,
-                fwd_compute_s=before.get("compute_s", 0), fwd_wait_s=before.get("wait_s", 0),
-                fwd_bytes=before.get("bytes_sent", 0), bwd_compute_s=bwd["compute_s"],
-                bwd_wait_s=bwd["wait_s"], bwd_bytes=bwd["bytes_sent"],
-            ))
+            steps.append(
+                dict(
+                    step_s=end - start,
+                    fwd_s=middle - start,
+                    bwd_s=end - middle,
+                    fwd_compute_s=before.get("compute_s", 0),
+                    fwd_wait_s=before.get("wait_s", 0),
+                    fwd_bytes=before.get("bytes_sent", 0),
+                    bwd_compute_s=bwd["compute_s"],
+                    bwd_wait_s=bwd["wait_s"],
+                    bwd_bytes=bwd["bytes_sent"],
+                )
+            )
     dist.barrier()
     dist.destroy_process_group()
     # The median repeat of this rank.
@@ -120,20 +131,26 @@ def main():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    print(f"CPU: {cpu}, {os.cpu_count()} CPUs; T = {t}, {h} heads, head_dim {d}, causal, "
-          "float32, zigzag shards, gloo on 127.0.0.1")
-    print("Per rank, one step (median of the repeats; compute and wait: mean over ranks;"
-          " step: slowest rank)")
-    header = ("| ranks | threads/rank | step ms | fwd ms | bwd ms | fwd compute ms | fwd wait ms "
-              "| bwd compute ms | bwd wait ms | GFLOP/s/rank (compute) | fwd MB sent | fwd min MB "
-              "| bwd MB sent | bwd min MB |")
+    print(
+        f"CPU: {cpu}, {os.cpu_count()} CPUs; T = {t}, {h} heads, head_dim {d}, causal, "
+        "float32, zigzag shards, gloo on 127.0.0.1"
+    )
+    print(
+        "Per rank, one step (median of the repeats; compute and wait: mean over ranks;"
+        " step: slowest rank)"
+    )
+    header = (
+        "| ranks | threads/rank | step ms | fwd ms | bwd ms | fwd compute ms | fwd wait ms "
+        "| bwd compute ms | bwd wait ms | GFLOP/s/rank (compute) | fwd MB sent | fwd min MB "
+        "| bwd MB sent | bwd min MB |"
+    )
     print(header)
     print("|" + "---:|" * (header.count("|") - 1))
     for world in args.worlds:
         threads, reports = run_world(world, args)
         rows = list(reports.values())
 
-        def mean(key):
+        def mean(key, rows=rows):
             return statistics.mean(r[key] for r in rows)
 
         compute = mean("fwd_compute_s") + mean("bwd_compute_s")
@@ -150,8 +167,10 @@ def main():
             f"| {2 * (world - 1) * shard / 1e6:.2f} |",
             flush=True,
         )
-    print("fwd min: (world - 1) / world of K and V; bwd min: K and V again plus the dk, dv "
-          "reduce-scatter, each (world - 1) / world of K and V.")
+    print(
+        "fwd min: (world - 1) / world of K and V; bwd min: K and V again plus the dk, dv "
+        "reduce-scatter, each (world - 1) / world of K and V."
+    )
 
 
 if __name__ == "__main__":

@@ -13,10 +13,9 @@ import argparse
 import timeit
 
 import numpy as np
-import torch
-
 import posenc
 import posenc.torch as pt
+import torch
 from posenc import _core
 
 
@@ -51,14 +50,16 @@ def cases(kv_tokens):
     )
     yield (
         f"decode attention ({kv_tokens} keys), new output",
-        lambda: pt.attention(q, keys, values, positions, key_positions, causal=True,
-            qkv_format="bshd"),
+        lambda: pt.attention(
+            q, keys, values, positions, key_positions, causal=True, qkv_format="bshd"
+        ),
         lambda: _core.attention(arrays[0], arrays[4], arrays[5], pos, kpos, causal=True),
     )
     yield (
         f"decode attention ({kv_tokens} keys, 32 / 8 heads, 128), out=",
-        lambda: pt.attention(q, keys, values, positions, key_positions, causal=True, out=out,
-            qkv_format="bshd"),
+        lambda: pt.attention(
+            q, keys, values, positions, key_positions, causal=True, out=out, qkv_format="bshd"
+        ),
         lambda: _core.attention(
             arrays[0], arrays[4], arrays[5], pos, kpos, causal=True, out=arrays[6]
         ),
@@ -80,8 +81,9 @@ def model_decode_cases(kv_tokens):
 
     yield (
         f"decode 8 x 64, {kv_tokens} keys, bshd, positions",
-        lambda: pt.attention(q, keys, values, positions, key_positions, causal=True,
-                             qkv_format="bshd"),
+        lambda: pt.attention(
+            q, keys, values, positions, key_positions, causal=True, qkv_format="bshd"
+        ),
         bare,
     )
     yield (

@@ -36,8 +36,8 @@ BENCHMARK(BM_StreamReadModifyWrite)->UseRealTime()->Unit(benchmark::kMillisecond
 // state.range(0): 0 half-split, 1 interleaved; range(1): 1 in place, 0 out of place.
 template <typename T>
 void BM_Rope(benchmark::State& state) {
-  const Rope rope = Rope::Default(kHeadDim, 10000.0,
-                                  state.range(0) ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit);
+  const Rope rope = Rope::Default(
+      kHeadDim, 10000.0, state.range(0) ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit);
   const std::vector<int64_t> positions = PositionRange(0, kTokens);
   std::vector<T> q(kTokens * kHeads * kHeadDim, FromFloat<T>(0.5f));
   std::vector<T> k(kTokens * kKvHeads * kHeadDim, FromFloat<T>(0.25f));
@@ -55,12 +55,18 @@ void BM_Rope(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 2 * kElements * int64_t{sizeof(T)});
 }
-BENCHMARK(BM_Rope<float>)->ArgsProduct({{0, 1}, {1, 0}})->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Rope<BFloat16>)->ArgsProduct({{0, 1}, {1, 0}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Rope<float>)
+    ->ArgsProduct({{0, 1}, {1, 0}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Rope<BFloat16>)
+    ->ArgsProduct({{0, 1}, {1, 0}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 void BM_RopeReference(benchmark::State& state) {
-  const Rope rope = Rope::Default(kHeadDim, 10000.0,
-                                  state.range(0) ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit);
+  const Rope rope = Rope::Default(
+      kHeadDim, 10000.0, state.range(0) ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit);
   const std::vector<int64_t> positions = PositionRange(0, kTokens);
   std::vector<float> q(kTokens * kHeads * kHeadDim, 0.5f), k(kTokens * kKvHeads * kHeadDim, 0.25f);
   auto qv = Heads<float>::Dense(q.data(), kTokens, kHeads, kHeadDim);

@@ -6,6 +6,7 @@ baseline drifted more than 1.25x between rounds, or the machine was busy before 
 The CPU is named by the posenc CLI (CPUID: microarchitecture and extensions) where it is found,
 else from /proc/cpuinfo.
 """
+
 import json
 import os
 import subprocess
@@ -45,7 +46,7 @@ def _own_runnable_threads():
         except OSError:
             continue
         paren = stat.rfind(")")
-        runnable += stat[paren + 2:paren + 3] == "R"
+        runnable += stat[paren + 2 : paren + 3] == "R"
     return max(runnable, 1)
 
 
@@ -94,29 +95,39 @@ class MachineWatch:
         self.after = sample_load()
 
     def describe(self):
-        text = (f"load average {self.before[0]:.2f} before, {self.after[0]:.2f} after, on "
-                f"{self.cores} cores; other runnable tasks {self.before[1]} before, "
-                f"{self.after[1]} after")
-        return text + (f"; during the run other processes took {100 * self.others_share:.0f}% "
-                       f"of the CPU time, the hypervisor stole {100 * self.steal_share:.0f}%")
+        text = (
+            f"load average {self.before[0]:.2f} before, {self.after[0]:.2f} after, on "
+            f"{self.cores} cores; other runnable tasks {self.before[1]} before, "
+            f"{self.after[1]} after"
+        )
+        return text + (
+            f"; during the run other processes took {100 * self.others_share:.0f}% "
+            f"of the CPU time, the hypervisor stole {100 * self.steal_share:.0f}%"
+        )
 
     def warnings(self, baselines):
         """Sentences saying why the figures may not be believed; baselines: {name: seconds per
         round}. The load after the run is reported, not judged: the run itself raised it."""
-        out = [f"the {name} baseline moved {drift(s):.2f}x between rounds (limit "
-               f"{MAX_BASELINE_DRIFT:.2f}x)" for name, s in baselines.items()
-               if drift(s) > MAX_BASELINE_DRIFT]
+        out = [
+            f"the {name} baseline moved {drift(s):.2f}x between rounds (limit "
+            f"{MAX_BASELINE_DRIFT:.2f}x)"
+            for name, s in baselines.items()
+            if drift(s) > MAX_BASELINE_DRIFT
+        ]
         if self.before[0] > BUSY_LOAD_PER_CORE * self.cores:
             out.append(f"load average {self.before[0]:.2f} on {self.cores} cores before the run")
         for when, (_, others) in (("before", self.before), ("after", self.after)):
             if others:
                 out.append(f"{others} other runnable task{'s' * (others != 1)} {when} the run")
         if self.others_share > BUSY_CPU_SHARE:
-            out.append(f"other processes took {100 * self.others_share:.0f}% of the CPU time "
-                       "during the run")
+            out.append(
+                f"other processes took {100 * self.others_share:.0f}% of the CPU time "
+                "during the run"
+            )
         if self.steal_share > BUSY_CPU_SHARE:
-            out.append(f"the hypervisor stole {100 * self.steal_share:.0f}% of the CPU time "
-                       "during the run")
+            out.append(
+                f"the hypervisor stole {100 * self.steal_share:.0f}% of the CPU time during the run"
+            )
         return out
 
 
@@ -128,6 +139,7 @@ def _posenc_cli(explicit):
     if os.environ.get("POSENC_CLI"):
         return os.environ["POSENC_CLI"]
     import posenc
+
     build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(posenc.__file__))))
     candidate = os.path.join(build, "tools", "posenc")
     return candidate if os.access(candidate, os.X_OK) else None
@@ -141,15 +153,22 @@ def cpu_name(posenc_cli=None):
     cli = _posenc_cli(posenc_cli)
     if cli:
         try:
-            report = subprocess.run([cli, "bench", "--quick", "--repeats", "1", "--json"],
-                                    check=True, capture_output=True, text=True, timeout=120)
+            report = subprocess.run(
+                [cli, "bench", "--quick", "--repeats", "1", "--json"],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             c = json.loads(report.stdout)["cpu"]
             yes = lambda flag: "yes" if c[flag] else "no"
-            return (f"{c['model_name']}: {c['microarchitecture']} ({c['vendor']} family "
-                    f"{c['family']} model {c['model']:#x} stepping {c['stepping']})"
-                    f"{', under a hypervisor' if c['hypervisor'] else ''}, AVX-512 "
-                    f"{yes('avx512f')}, AVX512-BF16 {yes('avx512_bf16')}, AMX-BF16 "
-                    f"{yes('amx_bf16')}")
+            return (
+                f"{c['model_name']}: {c['microarchitecture']} ({c['vendor']} family "
+                f"{c['family']} model {c['model']:#x} stepping {c['stepping']})"
+                f"{', under a hypervisor' if c['hypervisor'] else ''}, AVX-512 "
+                f"{yes('avx512f')}, AVX512-BF16 {yes('avx512_bf16')}, AMX-BF16 "
+                f"{yes('amx_bf16')}"
+            )
         except (OSError, subprocess.SubprocessError, ValueError, KeyError):
             pass
     info = {}
@@ -160,7 +179,9 @@ def cpu_name(posenc_cli=None):
             break
     flags = info.get("flags", "").split()
     yes = lambda flag: "yes" if flag in flags else "no"
-    return (f"{info.get('model name', 'unknown CPU')} ({info.get('vendor_id', '?')} family "
-            f"{info.get('cpu family', '?')} model {int(info.get('model', '0')):#x} stepping "
-            f"{info.get('stepping', '?')}; microarchitecture not named: no posenc CLI), AVX-512 "
-            f"{yes('avx512f')}, AVX512-BF16 {yes('avx512_bf16')}, AMX-BF16 {yes('amx_bf16')}")
+    return (
+        f"{info.get('model name', 'unknown CPU')} ({info.get('vendor_id', '?')} family "
+        f"{info.get('cpu family', '?')} model {int(info.get('model', '0')):#x} stepping "
+        f"{info.get('stepping', '?')}; microarchitecture not named: no posenc CLI), AVX-512 "
+        f"{yes('avx512f')}, AVX512-BF16 {yes('avx512_bf16')}, AMX-BF16 {yes('amx_bf16')}"
+    )

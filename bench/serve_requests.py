@@ -31,8 +31,9 @@ def main():
     parser.add_argument("--posenc", default="build/tools/posenc")
     parser.add_argument("--rounds", type=int, default=50)
     args = parser.parse_args()
-    server = subprocess.Popen([args.posenc, "serve", "--port", "0"], stdout=subprocess.PIPE,
-                              text=True)
+    server = subprocess.Popen(
+        [args.posenc, "serve", "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
     try:
         ready, _, _ = select.select([server.stdout], [], [], 30)
         url = re.search(r"http://\S+/", server.stdout.readline()).group(0) if ready else None
@@ -48,7 +49,8 @@ def main():
         print(f"{'endpoint':<12} {'best':>9} {'median':>9}   ({args.rounds} rounds, round-robin)")
         for name, samples in times.items():
             samples = samples[1:]
-            print(f"{name:<12} {min(samples) * 1e3:6.2f} ms {statistics.median(samples) * 1e3:6.2f} ms")
+            fastest, median = min(samples) * 1e3, statistics.median(samples) * 1e3
+            print(f"{name:<12} {fastest:6.2f} ms {median:6.2f} ms")
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=20)

@@ -42,6 +42,7 @@ usage: PYTHONPATH=build/python python bench/torch_sdpa.py [--threads 2] [--round
        [--tiny]         (tiny shapes, one round: a smoke test of the checks, not a measurement)
 (python: one with torch >= 2, e.g. the project's virtual environment.)
 """
+
 import argparse
 import copy
 import ctypes
@@ -52,13 +53,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch
-import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
-
 import posenc
 import posenc.torch as pt
 import round_stats
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 # A whole model in bfloat16 rounds every matmul and norm, on both sides alike: the 4-layer Llama
@@ -71,8 +71,9 @@ DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 def alibi_slopes(heads):
     """ALiBi's slopes as the paper defines them for a power-of-two head count: 2^(-8 h / heads),
     h = 1 .. heads (the reference's own, not posenc's)."""
-    return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)],
-                        dtype=torch.float64)
+    return torch.tensor(
+        [2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)], dtype=torch.float64
+    )
 
 
 def additive_bias(heads, tq, tk, alibi):
@@ -122,9 +123,13 @@ def sdpa_kernel_name(call):
     or 'math' where SDPA composed it of matmuls and a softmax."""
     with _AtenOps() as ops:
         call()
-    fused = sorted(n.removeprefix("aten::_scaled_dot_product_").removesuffix("_for_cpu")
-                   .removesuffix("_attention") for n in ops.names
-                   if n.startswith("aten::_scaled_dot_product_") and "backward" not in n)
+    fused = sorted(
+        n.removeprefix("aten::_scaled_dot_product_")
+        .removesuffix("_for_cpu")
+        .removesuffix("_attention")
+        for n in ops.names
+        if n.startswith("aten::_scaled_dot_product_") and "backward" not in n
+    )
     return "+".join(fused) or "math"
 
 
@@ -161,13 +166,17 @@ class Comparison:
     def check(self):
         """Both sides against the reference; returns failures (empty: all within tolerance)."""
         self.kernel = sdpa_kernel_name(self.sides[1].run)
-        self.errors = [max(relative_error(g, w) for g, w in zip(self.results(side),
-                                                                 self.expected))
-                       for side in (0, 1)]
+        self.errors = [
+            max(relative_error(g, w) for g, w in zip(self.results(side), self.expected))
+            for side in (0, 1)
+        ]
         self.seconds = ([], [])  # posenc, SDPA: one sample per round
-        return [f"{self.name}: {who} differs from the float64 reference by {e:.2e} of its "
-                f"largest magnitude (tolerance {self.tolerance:.0e})"
-                for who, e in zip(("posenc", "SDPA"), self.errors) if not e <= self.tolerance]
+        return [
+            f"{self.name}: {who} differs from the float64 reference by {e:.2e} of its "
+            f"largest magnitude (tolerance {self.tolerance:.0e})"
+            for who, e in zip(("posenc", "SDPA"), self.errors)
+            if not e <= self.tolerance
+        ]
 
     def warm_up(self, sample_seconds):
         """One call of each side (page faults, thread start), then the calls per sample."""
@@ -175,16 +184,18 @@ class Comparison:
         self.calls = max(1, math.ceil(sample_seconds / max(fastest, 1e-6)))
 
     def time_round(self, r):
-        for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+        for side in (0, 1) if r % 2 == 0 else (1, 0):
             self.seconds[side].append(self.sides[side].seconds(self.calls))
 
     def row(self):
         ratios = [s / p for p, s in zip(*self.seconds)]
         median, lo, hi = round_stats.summarize(ratios)
         tp, ts = (round_stats.summarize(s)[0] * 1e3 for s in self.seconds)
-        return (f"| {self.name} | {tp:.3f} | {ts:.3f} | **{median:.2f}x** ({lo:.2f}-{hi:.2f}) | "
-                f"{round_stats.drift(self.seconds[1]):.2f}x | {self.kernel} | "
-                f"{self.errors[0]:.1e} / {self.errors[1]:.1e} |")
+        return (
+            f"| {self.name} | {tp:.3f} | {ts:.3f} | **{median:.2f}x** ({lo:.2f}-{hi:.2f}) | "
+            f"{round_stats.drift(self.seconds[1]):.2f}x | {self.kernel} | "
+            f"{self.errors[0]:.1e} / {self.errors[1]:.1e} |"
+        )
 
 
 class AttentionCase(Comparison):
@@ -194,8 +205,10 @@ class AttentionCase(Comparison):
         self.name = name
         g = torch.Generator().manual_seed(seed)
         # The same values on both sides: drawn in float32, rounded once to the dtype.
-        q, k, v = (torch.randn(t, h, d, generator=g).to(dtype)
-                   for t, h in ((tq, heads), (tk, kv_heads), (tk, kv_heads)))
+        q, k, v = (
+            torch.randn(t, h, d, generator=g).to(dtype)
+            for t, h in ((tq, heads), (tk, kv_heads), (tk, kv_heads))
+        )
         d_out = torch.randn(tq, heads, d, generator=g).to(dtype) if backward else None
         bias = additive_bias(heads, tq, tk, alibi)
         self.expected = reference(q, k, v, bias, d_out)
@@ -204,26 +217,31 @@ class AttentionCase(Comparison):
         qpos, kpos = torch.arange(tk - tq, tk), torch.arange(tk)
         spec = posenc.Alibi(heads) if alibi else None
         posenc_leaves = [x.clone().requires_grad_(backward) for x in (q, k, v)]
-        sdpa_leaves = [x.permute(1, 0, 2).unsqueeze(0).contiguous().requires_grad_(backward)
-                       for x in (q, k, v)]
+        sdpa_leaves = [
+            x.permute(1, 0, 2).unsqueeze(0).contiguous().requires_grad_(backward) for x in (q, k, v)
+        ]
         # SDPA's mask: None for causal (is_causal) or decode; ALiBi as a 4-D additive mask in the
         # inputs' dtype ([1, heads, T, T] keeps SDPA on its flash kernel; a 3-D one does not).
         mask = bias.to(dtype).unsqueeze(0) if alibi else None
         causal = tq > 1 and not alibi
 
         def run_posenc():
-            return pt.attention(*posenc_leaves, qpos, kpos, causal=True, alibi=spec,
-                qkv_format="bshd")
+            return pt.attention(
+                *posenc_leaves, qpos, kpos, causal=True, alibi=spec, qkv_format="bshd"
+            )
 
         def run_sdpa():
-            out = F.scaled_dot_product_attention(*sdpa_leaves, attn_mask=mask,
-                                                 is_causal=causal, enable_gqa=True)
+            out = F.scaled_dot_product_attention(
+                *sdpa_leaves, attn_mask=mask, is_causal=causal, enable_gqa=True
+            )
             return out[0].permute(1, 0, 2)  # a view: the same [T, heads, d] as posenc's
 
         self.leaves, self.d_out = (posenc_leaves, sdpa_leaves), d_out
         if backward:
-            self.sides = [Side(lambda f=f: f().backward(d_out), lambda l=l: self._clear(l), True)
-                          for f, l in ((run_posenc, posenc_leaves), (run_sdpa, sdpa_leaves))]
+            self.sides = [
+                Side(lambda f=f: f().backward(d_out), lambda ls=ls: self._clear(ls), True)
+                for f, ls in ((run_posenc, posenc_leaves), (run_sdpa, sdpa_leaves))
+            ]
             self.forwards = (run_posenc, run_sdpa)
         else:
             self.sides = [Side(run_posenc), Side(run_sdpa)]
@@ -241,8 +259,9 @@ class AttentionCase(Comparison):
         with torch.enable_grad():
             out = self.forwards[side]()
             out.backward(self.d_out)
-        grads = [x.grad[0].permute(1, 0, 2) if x.grad.dim() == 4 else x.grad
-                 for x in self.leaves[side]]
+        grads = [
+            x.grad[0].permute(1, 0, 2) if x.grad.dim() == 4 else x.grad for x in self.leaves[side]
+        ]
         return [out.detach(), *grads]
 
 
@@ -251,16 +270,39 @@ def llama_config(tiny):
     scaling), shrunk: 8 query heads over 2 KV heads, 4 layers, hidden 1024, MLP 3584 (8B's
     ratio 3.5), vocabulary 32000."""
     from transformers import LlamaConfig
-    big = dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=4,
-               num_attention_heads=8, num_key_value_heads=2, head_dim=128, vocab_size=32000)
-    small = dict(hidden_size=64, intermediate_size=224, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256)
-    return LlamaConfig(**(small if tiny else big), max_position_embeddings=131072,
-                       rms_norm_eps=1e-5, tie_word_embeddings=False,
-                       rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
-                                        "factor": 8.0, "low_freq_factor": 1.0,
-                                        "high_freq_factor": 4.0,
-                                        "original_max_position_embeddings": 8192})
+
+    big = dict(
+        hidden_size=1024,
+        intermediate_size=3584,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=128,
+        vocab_size=32000,
+    )
+    small = dict(
+        hidden_size=64,
+        intermediate_size=224,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=256,
+    )
+    return LlamaConfig(
+        **(small if tiny else big),
+        max_position_embeddings=131072,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    )
 
 
 class ModelCase(Comparison):
@@ -272,6 +314,7 @@ class ModelCase(Comparison):
 
     def __init__(self, name, models, reference_model, tokens, decode, seed):
         from transformers import DynamicCache
+
         self.name = name
         self.tolerance = MODEL_TOLERANCE[models[0].dtype]
         g = torch.Generator().manual_seed(seed)
@@ -281,8 +324,11 @@ class ModelCase(Comparison):
         def prepared(model):
             """(the timed call, its reset, the checked call) for one model."""
             if not decode:
-                return (lambda: model(prompt, use_cache=False, logits_to_keep=1).logits,
-                        lambda: None, lambda: model(prompt, use_cache=False).logits)
+                return (
+                    lambda: model(prompt, use_cache=False, logits_to_keep=1).logits,
+                    lambda: None,
+                    lambda: model(prompt, use_cache=False).logits,
+                )
             cache = DynamicCache(config=model.config)
             model(prompt, past_key_values=cache, use_cache=True)
             call = lambda: model(step, past_key_values=cache, use_cache=True).logits
@@ -290,6 +336,7 @@ class ModelCase(Comparison):
             def reset():  # crop(-n) removes the last n tokens
                 if cache.get_seq_length() > tokens:
                     cache.crop(tokens - cache.get_seq_length())
+
             return call, reset, call
 
         with torch.no_grad():
@@ -307,6 +354,7 @@ class ModelCase(Comparison):
 def model_cases(tiny, only):
     import transformers
     from transformers import LlamaForCausalLM
+
     try:
         import posenc.transformers
     except ImportError as e:
@@ -321,21 +369,27 @@ def model_cases(tiny, only):
     cases = []
     for dtype in (torch.float32, torch.bfloat16):
         kind = DTYPE_NAMES[dtype]
-        specs = [(f"Llama prefill {prompt} tokens {kind}", prompt, 0),
-                 (f"Llama decode 1 token, {cached} cached, {kind}", cached, 1)]
+        specs = [
+            (f"Llama prefill {prompt} tokens {kind}", prompt, 0),
+            (f"Llama decode 1 token, {cached} cached, {kind}", cached, 1),
+        ]
         specs = [spec for spec in specs if only in spec[0]]
         if not specs:
             continue
         models = [copy.deepcopy(base).to(dtype) for _ in range(2)]
         for model, implementation in zip(models, ("posenc", "sdpa")):
             model.set_attn_implementation(implementation)
-        cases += [ModelCase(name, models, reference_model, tokens, decode, 100 + decode)
-                  for name, tokens, decode in specs]
-    shape = (f"model: LlamaForCausalLM of transformers {transformers.__version__}, "
-             f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, MLP "
-             f"{config.intermediate_size}, {config.num_attention_heads} query heads over "
-             f"{config.num_key_value_heads} KV heads of {config.head_dim}, llama3 RoPE, "
-             f"vocabulary {config.vocab_size}, random weights")
+        cases += [
+            ModelCase(name, models, reference_model, tokens, decode, 100 + decode)
+            for name, tokens, decode in specs
+        ]
+    shape = (
+        f"model: LlamaForCausalLM of transformers {transformers.__version__}, "
+        f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, MLP "
+        f"{config.intermediate_size}, {config.num_attention_heads} query heads over "
+        f"{config.num_key_value_heads} KV heads of {config.head_dim}, llama3 RoPE, "
+        f"vocabulary {config.vocab_size}, random weights"
+    )
     return cases, shape
 
 
@@ -350,18 +404,34 @@ def attention_cases(tiny, only):
         for t in lengths:
             for dtype in (torch.float32, torch.bfloat16):
                 for alibi in (False, True):
-                    name = (f"prefill {'fwd+bwd' if backward else 'fwd'} T={t} "
-                            f"{DTYPE_NAMES[dtype]} causal{' ALiBi' if alibi else ''}")
+                    name = (
+                        f"prefill {'fwd+bwd' if backward else 'fwd'} T={t} "
+                        f"{DTYPE_NAMES[dtype]} causal{' ALiBi' if alibi else ''}"
+                    )
                     specs.append((name, t, t, heads, kv_heads, dtype, alibi, backward))
     for keys in cache_lengths:
         for dtype in (torch.float32, torch.bfloat16):
-            specs.append((f"decode {keys} keys {DTYPE_NAMES[dtype]}", 1, keys, dec_heads, dec_kv,
-                          dtype, False, False))
-    cases = [AttentionCase(name, tq, tk, h, kvh, d, dtype, alibi, backward, seed)
-             for seed, (name, tq, tk, h, kvh, dtype, alibi, backward) in enumerate(specs)
-             if only in name]
-    shapes = (f"prefill {heads} query heads over {kv_heads} KV heads, head_dim {d}; decode "
-              f"{dec_heads} over {dec_kv}, head_dim {d}")
+            specs.append(
+                (
+                    f"decode {keys} keys {DTYPE_NAMES[dtype]}",
+                    1,
+                    keys,
+                    dec_heads,
+                    dec_kv,
+                    dtype,
+                    False,
+                    False,
+                )
+            )
+    cases = [
+        AttentionCase(name, tq, tk, h, kvh, d, dtype, alibi, backward, seed)
+        for seed, (name, tq, tk, h, kvh, dtype, alibi, backward) in enumerate(specs)
+        if only in name
+    ]
+    shapes = (
+        f"prefill {heads} query heads over {kv_heads} KV heads, head_dim {d}; decode "
+        f"{dec_heads} over {dec_kv}, head_dim {d}"
+    )
     return cases, shapes
 
 
@@ -377,17 +447,28 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--model", action="store_true",
-                        help="also a transformers model, attn_implementation posenc vs sdpa")
-    parser.add_argument("--tiny", action="store_true",
-                        help="tiny shapes, one round: a smoke test, not a measurement")
+    parser.add_argument(
+        "--model",
+        action="store_true",
+        help="also a transformers model, attn_implementation posenc vs sdpa",
+    )
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="tiny shapes, one round: a smoke test, not a measurement",
+    )
     parser.add_argument("--posenc-cli", help="the posenc CLI, to name the CPU by CPUID")
-    parser.add_argument("--cases", default="",
-                        help="only the cases whose name contains this text (e.g. 'fwd T=2048')")
+    parser.add_argument(
+        "--cases",
+        default="",
+        help="only the cases whose name contains this text (e.g. 'fwd T=2048')",
+    )
     args = parser.parse_args()
     if torch.__version__ < "2.5":  # torch.__version__ compares as a version
-        sys.exit(f"bench/torch_sdpa.py needs torch >= 2.5 (scaled_dot_product_attention with "
-                 f"enable_gqa); this is torch {torch.__version__}")
+        sys.exit(
+            f"bench/torch_sdpa.py needs torch >= 2.5 (scaled_dot_product_attention with "
+            f"enable_gqa); this is torch {torch.__version__}"
+        )
     torch.set_num_threads(args.threads)
     rounds = 1 if args.tiny else args.rounds
     sample = 0.0 if args.tiny else SAMPLE_SECONDS
@@ -416,17 +497,23 @@ def main():
     header = [f"WARNING: {w}" for w in warnings]
     print("\n".join(header))
     print(f"cpu: {cpu}")
-    print(f"torch {torch.__version__}, posenc {posenc.__version__}; threads: "
-          f"torch.get_num_threads() {torch.get_num_threads()}, OpenMP {omp_threads()}")
+    print(
+        f"torch {torch.__version__}, posenc {posenc.__version__}; threads: "
+        f"torch.get_num_threads() {torch.get_num_threads()}, OpenMP {omp_threads()}"
+    )
     print(f"machine: {watch.describe()}")
     print(f"{rounds} round(s); {shapes}")
     if args.model:
         print(model_shapes)
-    print("all outputs, gradients and logits within tolerance of the float64 reference, of its "
-          "largest magnitude: float32 1e-4; bfloat16 2e-2 (attention), 2e-1 (a whole model)")
+    print(
+        "all outputs, gradients and logits within tolerance of the float64 reference, of its "
+        "largest magnitude: float32 1e-4; bfloat16 2e-2 (attention), 2e-1 (a whole model)"
+    )
     print()
-    print("| case | posenc ms | SDPA ms | posenc speed-up (SDPA time / posenc time), median "
-          "(min-max) | SDPA drift | SDPA kernel | error vs float64: posenc / SDPA |")
+    print(
+        "| case | posenc ms | SDPA ms | posenc speed-up (SDPA time / posenc time), median "
+        "(min-max) | SDPA drift | SDPA kernel | error vs float64: posenc / SDPA |"
+    )
     print("|---|---:|---:|---:|---:|---|---:|")
     for case in cases:
         print(case.row())

@@ -18,9 +18,8 @@ side (python/tests/test_example_llama_block.py checks them).
 
 import math
 
-import torch
-
 import posenc.torch as pt
+import torch
 
 CONFIG = {
     "model_type": "llama",

@@ -57,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     // A loaded scheme must also compute: both precisions, construction time and long inputs.
     for (const posenc::RopeLayerScheme& layer : rope->layers) {
-      for (const auto precision : {posenc::RopePrecision::kReference, posenc::RopePrecision::kExact}) {
+      for (const auto precision :
+           {posenc::RopePrecision::kReference, posenc::RopePrecision::kExact}) {
         for (const std::optional<int64_t> seq_len :
              {std::optional<int64_t>{}, std::optional<int64_t>{1},
               std::optional<int64_t>{int64_t{1} << 40}}) {

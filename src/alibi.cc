@@ -20,10 +20,10 @@ void Alibi::Validate() const {
   Require(head_offset >= 0 && head_offset < num_heads, "alibi", "head_offset",
           "be >= 0 and < num_heads (" + std::to_string(num_heads) + ")", head_offset);
   // Written as a difference so that huge values cannot overflow.
-  Require(shard_heads >= 0 && shard_heads <= num_heads - head_offset, "alibi", "shard_heads",
-          "be >= 0 and <= num_heads - head_offset (" + std::to_string(num_heads - head_offset) +
-              ")",
-          shard_heads);
+  Require(
+      shard_heads >= 0 && shard_heads <= num_heads - head_offset, "alibi", "shard_heads",
+      "be >= 0 and <= num_heads - head_offset (" + std::to_string(num_heads - head_offset) + ")",
+      shard_heads);
 }
 
 std::vector<double> AlibiSlopes(const Alibi& alibi) {

@@ -35,8 +35,8 @@ Alibi Make(int64_t num_heads, double max_bias = 8.0, int64_t head_offset = 0,
 
 TEST(AlibiSlopes, EightHeadsArePaperSlopesExactly) {
   // Press et al.: 1/2, 1/4, ..., 1/256.
-  const std::vector<double> want{0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125,
-                                 0.00390625};
+  const std::vector<double> want{0.5,     0.25,     0.125,     0.0625,
+                                 0.03125, 0.015625, 0.0078125, 0.00390625};
   EXPECT_EQ(AlibiSlopes(Make(8)), want);
 }
 
@@ -135,16 +135,25 @@ TEST(AlibiValidate, AcceptsValidShards) {
 TEST(AlibiValidate, RejectsBadFields) {
   ExpectError([] { Make(0).Validate(); }, "[alibi] num_heads must be positive, got 0");
   ExpectError([] { AlibiSlopes(Make(-3)); }, "[alibi] num_heads must be positive, got -3");
-  ExpectError([] { Make(8, 0.0).Validate(); }, "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got 0");
+  ExpectError([] { Make(8, 0.0).Validate(); },
+              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a "
+              "normal float32), got 0");
   ExpectError([] { Make(8, -8.0).Validate(); },
-              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got -8");
+              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a "
+              "normal float32), got -8");
   ExpectError([] { Make(8, std::numeric_limits<double>::quiet_NaN()).Validate(); },
-              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got nan");
+              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a "
+              "normal float32), got nan");
   ExpectError([] { Make(8, std::numeric_limits<double>::infinity()).Validate(); },
-              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got inf");
+              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a "
+              "normal float32), got inf");
   // Past 126 the last slope is no normal float32; 1e308 made it 0, ALiBi silently off.
-  ExpectError([] { Make(8, 127.0).Validate(); }, "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got 127");
-  ExpectError([] { Make(8, 1e308).Validate(); }, "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a normal float32), got 1e+308");
+  ExpectError([] { Make(8, 127.0).Validate(); },
+              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a "
+              "normal float32), got 127");
+  ExpectError([] { Make(8, 1e308).Validate(); },
+              "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a "
+              "normal float32), got 1e+308");
   EXPECT_NO_THROW(Make(8, 126.0).Validate());
   ExpectError([] { Make(8, 8.0, -1).Validate(); },
               "[alibi] head_offset must be >= 0 and < num_heads (8), got -1");
@@ -159,7 +168,6 @@ TEST(AlibiValidate, RejectsBadFields) {
               "9223372036854775807");
 }
 
-
 TEST(AlibiBias, PositionsFollowTheRuleOfEveryApi) {
   // Positions in [0, 2^32], as RoPE and attention take them: 2^62 and -2^62 once overflowed
   // int64 in the distance and gave a bias of the wrong sign.
@@ -168,9 +176,8 @@ TEST(AlibiBias, PositionsFollowTheRuleOfEveryApi) {
                                "where float32 RoPE stops being accurate), got 4611686018427387904");
   testing_support::ExpectError([] { AlibiBias(0.5, 3, -1); },
                                "[alibi_bias] key_pos must be >= 0, got -1");
-  testing_support::ExpectError(
-      [] { AlibiBias(std::numeric_limits<double>::infinity(), 3, 1); },
-      "[alibi_bias] slope must be finite, got inf");
+  testing_support::ExpectError([] { AlibiBias(std::numeric_limits<double>::infinity(), 3, 1); },
+                               "[alibi_bias] slope must be finite, got inf");
 }
 
 }  // namespace

@@ -36,9 +36,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <class DD, class VD = hn::Vec<DD>>
 HWY_INLINE VD ReduceTwoPi(DD dd, VD x) {
   constexpr double kInvTwoPi = 0.15915494309189535;
-  constexpr double kC1 = 6.283185362815857;        // 2 pi to 26 bits
-  constexpr double kC2 = -5.563627070159782e-08;   // the next 26 bits
-  constexpr double kC3 = 2.4492935982947064e-16;   // the rest
+  constexpr double kC1 = 6.283185362815857;       // 2 pi to 26 bits
+  constexpr double kC2 = -5.563627070159782e-08;  // the next 26 bits
+  constexpr double kC3 = 2.4492935982947064e-16;  // the rest
   const VD k = hn::Round(hn::Mul(x, hn::Set(dd, kInvTwoPi)));
   VD r = hn::NegMulAdd(k, hn::Set(dd, kC1), x);
   r = hn::NegMulAdd(k, hn::Set(dd, kC2), r);

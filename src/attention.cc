@@ -22,15 +22,14 @@ double ScoreScale(const AttentionOptions& options, int64_t head_dim) {
   return internal::ResolvedScale(options.scale, head_dim);
 }
 
-using internal::Rotates;
 using internal::RotatedCopy;
+using internal::Rotates;
 
 }  // namespace
 
-void AttentionReference(const AttentionOptions& options, Heads<const float> q,
-                        Heads<const float> k, Heads<const float> v,
-                        std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
-                        Heads<float> out) {
+void AttentionReference(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
+                        Heads<const float> v, std::span<const int64_t> query_pos,
+                        std::span<const int64_t> key_pos, Heads<float> out) {
   // Assumes validated input (see Attention): shapes agree, positions are >= 0, out is disjoint.
 
   // (1) RoPE: rotate q and k at their own positions, into dense float copies. The rest of the
@@ -44,8 +43,8 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q,
   }
 
   const double scale = ScoreScale(options, q.head_dim);
-  const std::vector<double> slopes = options.alibi ? AlibiSlopes(*options.alibi)
-                                                   : std::vector<double>();
+  const std::vector<double> slopes =
+      options.alibi ? AlibiSlopes(*options.alibi) : std::vector<double>();
   const int64_t group = q.num_heads / k.num_heads;  // query heads per key/value head
   constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -90,17 +89,15 @@ void Attention(const AttentionOptions& options, Heads<const float> q, Heads<cons
   ValidatedAttention(options, q, k, v, query_pos, key_pos, out);
 }
 
-void Attention(const AttentionOptions& options, Heads<const BFloat16> q,
-               Heads<const BFloat16> k, Heads<const BFloat16> v,
-               std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
-               Heads<float> out) {
+void Attention(const AttentionOptions& options, Heads<const BFloat16> q, Heads<const BFloat16> k,
+               Heads<const BFloat16> v, std::span<const int64_t> query_pos,
+               std::span<const int64_t> key_pos, Heads<float> out) {
   ValidatedAttention(options, q, k, v, query_pos, key_pos, out);
 }
 
-void ValidateAttention(const AttentionOptions& options, Heads<const float> q,
-                       Heads<const float> k, Heads<const float> v,
-                       std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
-                       Heads<float> out) {
+void ValidateAttention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
+                       Heads<const float> v, std::span<const int64_t> query_pos,
+                       std::span<const int64_t> key_pos, Heads<float> out) {
   internal::CheckAttention(options, q, k, v, query_pos, key_pos, out);
 }
 

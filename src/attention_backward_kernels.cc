@@ -7,6 +7,8 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include "hwy/highway.h"
+
+// After highway.h: the kernels are written against its per-target namespace.
 #include "attention_backward_kernels-inl.h"
 
 #if HWY_ONCE

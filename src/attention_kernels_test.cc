@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "attention_bf16.h"
+#include "bf16_arithmetics_for_test.h"
 #include "posenc/attention.h"
 #include "posenc/error.h"
 #include "posenc/heads.h"
 #include "posenc/positions.h"
 #include "posenc/storage.h"
-#include "bf16_arithmetics_for_test.h"
 #include "simd_targets_for_test.h"
 
 namespace posenc {

@@ -57,7 +57,8 @@ Sequence TextImageText() {
 TEST(AttentionMRope, EqualsRotatingQAndKFirstOnEveryTarget) {
   const Sequence s = TextImageText();
   const int64_t T = s.tokens;
-  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 1), k = RandomNormal(T * kKvHeads * kDim, 2),
+  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 1),
+                           k = RandomNormal(T * kKvHeads * kDim, 2),
                            v = RandomNormal(T * kKvHeads * kDim, 3);
   AttentionOptions options;
   options.causal = true;
@@ -95,7 +96,8 @@ TEST(AttentionMRope, EqualsRotatingQAndKFirstOnEveryTarget) {
 TEST(AttentionMRope, CausalMaskFollowsTokenOrderNotStreams) {
   const Sequence s = TextImageText();
   const int64_t T = s.tokens;
-  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 4), k = RandomNormal(T * kKvHeads * kDim, 5);
+  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 4),
+                           k = RandomNormal(T * kKvHeads * kDim, 5);
   std::vector<float> v(T * kKvHeads * kDim, 0.0f);
   for (int64_t j = 0; j < T; ++j) {
     for (int64_t g = 0; g < kKvHeads; ++g) v[(j * kKvHeads + g) * kDim] = j >= 4 ? 1.0f : 0.0f;
@@ -132,7 +134,8 @@ TEST(AttentionMRope, DecodeAfterAnImageContinuesFromTheDelta) {
   std::vector<int64_t> order = s.order;
   order.push_back(T);
   const int64_t N = T + 1;
-  const std::vector<float> q = RandomNormal(N * kHeads * kDim, 7), k = RandomNormal(N * kKvHeads * kDim, 8),
+  const std::vector<float> q = RandomNormal(N * kHeads * kDim, 7),
+                           k = RandomNormal(N * kKvHeads * kDim, 8),
                            v = RandomNormal(N * kKvHeads * kDim, 9);
   AttentionOptions options;
   options.causal = true;
@@ -160,7 +163,8 @@ TEST(AttentionMRope, DecodeAfterAnImageContinuesFromTheDelta) {
 TEST(AttentionMRope, BadOptionsAreRefusedBeforeWriting) {
   const Sequence s = TextImageText();
   const int64_t T = s.tokens;
-  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 1), k = RandomNormal(T * kKvHeads * kDim, 2);
+  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 1),
+                           k = RandomNormal(T * kKvHeads * kDim, 2);
   std::vector<float> out(T * kHeads * kDim, 5.0f);
   auto run = [&](const AttentionOptions& options) {
     Attention(options, Heads<const float>::Dense(q.data(), T, kHeads, kDim),

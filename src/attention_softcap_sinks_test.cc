@@ -22,6 +22,7 @@
 
 #include "attention_bf16.h"
 #include "attention_reference_row.h"
+#include "bf16_arithmetics_for_test.h"
 #include "posenc/alibi.h"
 #include "posenc/attention.h"
 #include "posenc/attention_backward.h"
@@ -31,7 +32,6 @@
 #include "posenc/rope.h"
 #include "posenc/self_extend.h"
 #include "posenc/storage.h"
-#include "bf16_arithmetics_for_test.h"
 #include "simd_targets_for_test.h"
 #include "test_support.h"
 

@@ -46,8 +46,9 @@ Tensor RandomTensor(int64_t tokens, int64_t heads, int64_t dim, uint32_t seed) {
 }
 
 // Runs the public Attention into a fresh dense out [q.tokens, q.heads, v.dim].
-Tensor RunAttention(const AttentionOptions& options, const Tensor& q, const Tensor& k, const Tensor& v,
-           const std::vector<int64_t>& query_pos, const std::vector<int64_t>& key_pos) {
+Tensor RunAttention(const AttentionOptions& options, const Tensor& q, const Tensor& k,
+                    const Tensor& v, const std::vector<int64_t>& query_pos,
+                    const std::vector<int64_t>& key_pos) {
   Tensor out(q.tokens, q.heads, v.dim, std::numeric_limits<float>::quiet_NaN());
   Attention(options, q.view(), k.view(), v.view(), query_pos, key_pos, out.view());
   return out;
@@ -191,8 +192,8 @@ TEST(Attention, PermutationEquivariantWithoutMaskOrPositions) {
     const Tensor q = RandomTensor(5, 2, 4, 3 * seed), k = RandomTensor(5, 2, 4, 3 * seed + 1),
                  v = RandomTensor(5, 2, 4, 3 * seed + 2);
     const Tensor shuffled_out =
-        RunAttention({}, SelectTokens(q, kShuffle), SelectTokens(k, kShuffle), SelectTokens(v, kShuffle),
-            positions, positions);
+        RunAttention({}, SelectTokens(q, kShuffle), SelectTokens(k, kShuffle),
+                     SelectTokens(v, kShuffle), positions, positions);
     const Tensor out = RunAttention({}, q, k, v, positions, positions);
     EXPECT_LT(MaxAbsDiff(shuffled_out, SelectTokens(out, kShuffle)), 1e-6f);
   }
@@ -214,7 +215,7 @@ TEST(Attention, NotPermutationEquivariantWithCausalMaskAlibiOrRope) {
     for (const AttentionOptions* options : {&causal, &alibi, &rope}) {
       const Tensor shuffled_out =
           RunAttention(*options, SelectTokens(q, kShuffle), SelectTokens(k, kShuffle),
-              SelectTokens(v, kShuffle), positions, positions);
+                       SelectTokens(v, kShuffle), positions, positions);
       const Tensor out = RunAttention(*options, q, k, v, positions, positions);
       EXPECT_GT(MaxAbsDiff(shuffled_out, SelectTokens(out, kShuffle)), 1e-3f);
     }
@@ -239,11 +240,13 @@ TEST(Attention, RopeScoresDependOnlyOnRelativePosition) {
     // Sanity: RoPE does change the result, and so does moving the keys alone.
     AttentionOptions no_rope = options;
     no_rope.rope.reset();
-    EXPECT_GT(MaxAbsDiff(RunAttention(no_rope, q, k, v, PositionRange(0, 6), PositionRange(0, 6)), out),
-              1e-3f);
+    EXPECT_GT(
+        MaxAbsDiff(RunAttention(no_rope, q, k, v, PositionRange(0, 6), PositionRange(0, 6)), out),
+        1e-3f);
     if (!causal) {
-      EXPECT_GT(MaxAbsDiff(RunAttention(options, q, k, v, PositionRange(0, 6), PositionRange(3, 6)), out),
-                1e-3f);
+      EXPECT_GT(
+          MaxAbsDiff(RunAttention(options, q, k, v, PositionRange(0, 6), PositionRange(3, 6)), out),
+          1e-3f);
     }
   }
 }
@@ -265,8 +268,9 @@ TEST(Attention, AlibiIsShiftInvariant) {
     }
     AttentionOptions no_alibi = options;
     no_alibi.alibi.reset();
-    EXPECT_GT(MaxAbsDiff(RunAttention(no_alibi, q, k, v, PositionRange(0, 6), PositionRange(0, 6)), out),
-              1e-3f);
+    EXPECT_GT(
+        MaxAbsDiff(RunAttention(no_alibi, q, k, v, PositionRange(0, 6), PositionRange(0, 6)), out),
+        1e-3f);
   }
 }
 
@@ -366,8 +370,8 @@ TEST(Attention, AlibiWeightsDecayWithDistanceAtEachHeadsSlope) {
   // Without the mask, a key ahead of the query gets -slope * (0 - 2) = +1 at slope 1/2:
   // p = 1 / (1 + e), e / (1 + e) for keys at 0 and 2 seen from query 0.
   options.causal = false;
-  const Tensor ahead = RunAttention(options, q, SelectTokens(k, {0, 1}), SelectTokens(v, {0, 1}), {0},
-                           {0, 2});
+  const Tensor ahead =
+      RunAttention(options, q, SelectTokens(k, {0, 1}), SelectTokens(v, {0, 1}), {0}, {0, 2});
   EXPECT_NEAR(ahead.at(0, 0, 0), 1.0 / (1.0 + std::exp(1.0)), 1e-6);
   EXPECT_NEAR(ahead.at(0, 0, 1), std::exp(1.0) / (1.0 + std::exp(1.0)), 1e-6);
 }
@@ -421,7 +425,7 @@ TEST(Attention, DecodeStepAgainstKvCacheEqualsLastRowOfFullAttention) {
   // Prefix: the first 3 tokens alone give the first 3 rows (causal: later keys are invisible).
   const std::vector<int64_t> first{0, 1, 2};
   const Tensor prefix = RunAttention(options, SelectTokens(q, first), SelectTokens(k, first),
-                            SelectTokens(v, first), first, first);
+                                     SelectTokens(v, first), first, first);
   EXPECT_LT(MaxAbsDiff(prefix, SelectTokens(full, first)), 1e-6f);
 
   // Chunked prefill: queries 3 .. T - 1 against every key give the remaining rows.
@@ -530,8 +534,7 @@ TEST(Attention, WindowCoveringEveryKeyEqualsNoWindow) {
       windowed.window = window;
       EXPECT_EQ(MaxAbsDiff(RunAttention(windowed, q, k, v, positions, positions), want_kernel),
                 0.0f);
-      EXPECT_EQ(MaxAbsDiff(RunReference(windowed, q, k, v, positions, positions),
-                           want_reference),
+      EXPECT_EQ(MaxAbsDiff(RunReference(windowed, q, k, v, positions, positions), want_reference),
                 0.0f);
     }
   }
@@ -699,8 +702,8 @@ TEST(Attention, RelativeBiasWithOneNonzeroBucketWorkedByHand) {
   decoder_table[1 * 2 + 0] = std::log(3.0f);
   AttentionOptions decoder = options;
   decoder.causal = true;
-  decoder.relative_bias = RelativeBias{.buckets = {.bidirectional = false}, .num_heads = 2,
-                                       .table = decoder_table};
+  decoder.relative_bias =
+      RelativeBias{.buckets = {.bidirectional = false}, .num_heads = 2, .table = decoder_table};
   for (const auto& run : {RunAttention, RunReference}) {
     const Tensor out = run(options, q, k, v, {1}, {0, 1, 2});
     EXPECT_FLOAT_EQ(out.at(0, 0, 0), 11.0f);
@@ -920,7 +923,8 @@ TEST(AttentionErrors, Scale) {
     call.options.scale = 1e300;
     ExpectError(call,
                 "[attention] scale must be 0 (meaning 1 / sqrt(head_dim)) or a positive normal "
-                "float32, in [1.1754943508222875e-38, 3.4028234663852886e+38], got 1.0000000000000001e+300");
+                "float32, in [1.1754943508222875e-38, 3.4028234663852886e+38], got "
+                "1.0000000000000001e+300");
     EXPECT_TRUE(call.OutUntouched());
   }
   for (double bad : {std::numeric_limits<double>::quiet_NaN(),
@@ -981,8 +985,8 @@ TEST(AttentionErrors, ChunkQueryScaleAndRelativeBias) {
   {
     Call call;
     call.options.alibi.reset();
-    call.options.relative_bias = RelativeBias{.buckets = {}, .num_heads = 4,
-                                              .table = std::span(table).first(128)};
+    call.options.relative_bias =
+        RelativeBias{.buckets = {}, .num_heads = 4, .table = std::span(table).first(128)};
     ExpectError(call, "[attention] relative_bias.num_heads must equal q.num_heads (8), got 4");
   }
   {
@@ -1037,8 +1041,8 @@ TEST(AttentionErrors, OutMayShareAFusedBufferWithoutSharingARow) {
   const int64_t tokens = 4, heads = 2, dim = 8;
   Tensor fused = RandomTensor(tokens, 3 * heads, dim, 5);
   const auto slot = [&](int64_t s) {
-    return Heads<float>{fused.data.data() + s * heads * dim, tokens, heads, dim, 3 * heads * dim,
-                        dim};
+    return Heads<float>{
+        fused.data.data() + s * heads * dim, tokens, heads, dim, 3 * heads * dim, dim};
   };
   ASSERT_TRUE(Overlaps(slot(2), slot(0)));  // the byte ranges meet: a hull test would refuse
   Tensor q(tokens, heads, dim), k(tokens, heads, dim);

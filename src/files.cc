@@ -64,12 +64,13 @@ InputFile::InputFile(std::string_view function, const std::string& path)
     throw Error(ErrorMessage(function, "path", "name a readable file (" + Reason(error) + ")",
                              Quoted(path)));
   }
-  struct stat info {};
+  struct stat info{};
   const bool sized = ::fstat(fd_, &info) == 0;
-  const char* wrong = !sized                   ? "be a file whose size can be read"
-                      : S_ISDIR(info.st_mode)  ? "name a file, not a directory"
-                      : !S_ISREG(info.st_mode) ? "name a regular file (not a device, pipe or socket)"
-                                               : nullptr;
+  const char* wrong = !sized                  ? "be a file whose size can be read"
+                      : S_ISDIR(info.st_mode) ? "name a file, not a directory"
+                      : !S_ISREG(info.st_mode)
+                          ? "name a regular file (not a device, pipe or socket)"
+                          : nullptr;
   if (wrong != nullptr) {
     ::close(fd_);
     throw Error(ErrorMessage(function, "path", wrong, Quoted(path)));
@@ -86,8 +87,8 @@ size_t InputFile::ReadAt(uint64_t offset, char* out, size_t n) const {
     if (got < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       const int error = errno;
-      throw Error(ErrorMessage(function_, "path",
-                               "be readable to the end (" + Reason(error) + ")", Quoted(path_)));
+      throw Error(ErrorMessage(function_, "path", "be readable to the end (" + Reason(error) + ")",
+                               Quoted(path_)));
     }
     if (got == 0) break;
     filled += static_cast<size_t>(got);
@@ -95,8 +96,7 @@ size_t InputFile::ReadAt(uint64_t offset, char* out, size_t n) const {
   return filled;
 }
 
-std::string ReadFileCapped(std::string_view function, const std::string& path,
-                           uint64_t max_bytes) {
+std::string ReadFileCapped(std::string_view function, const std::string& path, uint64_t max_bytes) {
   const InputFile file(function, path);
   const std::string cap = "name a file of at most " + std::to_string(max_bytes) + " bytes";
   Require(file.size() <= max_bytes, function, "path", cap,
@@ -119,12 +119,11 @@ void WriteFileAtomically(std::string_view function, const std::string& path,
                                  (kept ? "; nothing was changed" : ""),
                              Quoted(path)));
   };
-  struct stat info {};
+  struct stat info{};
   const bool exists = ::stat(path.c_str(), &info) == 0;
   if (exists && !S_ISREG(info.st_mode)) {
     // A device such as /dev/stdout or /dev/full: there is nothing to rename over.
-    Require(!S_ISDIR(info.st_mode), function, "path", "name a file, not a directory",
-            Quoted(path));
+    Require(!S_ISDIR(info.st_mode), function, "path", "name a file, not a directory", Quoted(path));
     FileDescriptor fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
     if (fd.get() < 0) fail(errno, "open");
     if (const int error = WriteAll(fd.get(), bytes)) fail(error, "write", false);

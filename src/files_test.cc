@@ -72,7 +72,7 @@ TEST(WriteFileAtomically, ReplacesTheFileKeepingItsPermissions) {
   ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
   WriteFileAtomically("test", path, "new contents");
   EXPECT_EQ(Contents(path), "new contents");
-  struct stat info {};
+  struct stat info{};
   ASSERT_EQ(::stat(path.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 07777, 0640u);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
@@ -97,11 +97,12 @@ TEST(WriteFileAtomically, AFailedWriteLeavesTheOldFileAndNoTemporary) {
     std::signal(SIGXFSZ, SIG_IGN);
     const rlimit limit{4096, 4096};
     setrlimit(RLIMIT_FSIZE, &limit);
-    const std::string message = ErrorOf([&] {
-      WriteFileAtomically("test", path, std::string(8192, 'x'));
-    });
-    _exit(message == "[test] path must be written completely (write: File too large); nothing "
-                     "was changed, got '" + path + "'"
+    const std::string message =
+        ErrorOf([&] { WriteFileAtomically("test", path, std::string(8192, 'x')); });
+    _exit(message ==
+                  "[test] path must be written completely (write: File too large); nothing "
+                  "was changed, got '" +
+                      path + "'"
               ? 0
               : 1);
   }

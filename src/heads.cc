@@ -11,7 +11,10 @@ void Heads<T>::Validate(std::string_view function, std::string_view name) const 
   // Either axis may be the outer one ([tokens, heads] or [heads, tokens], as in Hugging Face's
   // [batch, heads, seq, dim]): order the two axes by stride; the inner one must step at least a
   // row, the outer one at least its whole span.
-  struct Axis { const char* name; int64_t count, stride; };
+  struct Axis {
+    const char* name;
+    int64_t count, stride;
+  };
   Axis inner{".head_stride", num_heads, head_stride}, outer{".token_stride", tokens, token_stride};
   if (inner.count == 1 || (outer.count > 1 && outer.stride < inner.stride)) std::swap(inner, outer);
   const int64_t span = (inner.count - 1) * inner.stride + head_dim;

@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -63,10 +63,10 @@ void MakeSparseFile(const std::string& path, const std::string& bytes, uint64_t 
 
 // Size and modification time: what a reader must leave alone.
 std::function<bool()> FileUnchanged(const std::string& path) {
-  struct stat before {};
+  struct stat before{};
   ::stat(path.c_str(), &before);
   return [path, before] {
-    struct stat after {};
+    struct stat after{};
     return ::stat(path.c_str(), &after) == 0 && after.st_size == before.st_size &&
            after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
            after.st_mtim.tv_nsec == before.st_mtim.tv_nsec;
@@ -113,8 +113,8 @@ TEST(HostileInput, FilesAreSizedBeforeTheyAreRead) {
   const std::string sparse_config_path = sparse_config.path();
   const std::vector<HostileCase> cases = {
       {"2 GiB sparse config", [&] { LoadHfConfig(sparse_config_path); },
-       "[hf_config] path must name a file of at most 67108864 bytes, got '" +
-           sparse_config_path + "' of 2147483648 bytes",
+       "[hf_config] path must name a file of at most 67108864 bytes, got '" + sparse_config_path +
+           "' of 2147483648 bytes",
        FileUnchanged(sparse_config_path)},
       {"/dev/zero as a config", [] { LoadHfConfig("/dev/zero"); },
        "[hf_config] path must name a regular file (not a device, pipe or socket), got "
@@ -124,7 +124,8 @@ TEST(HostileInput, FilesAreSizedBeforeTheyAreRead) {
        "[hf_config] path must name a file, not a directory, got '" + dir + "'",
        [&] { return std::filesystem::is_empty(dir); }},
       {"/dev/zero as an .npy", [] { ReadNpy("/dev/zero"); },
-       "[npy.read] path must name a regular file (not a device, pipe or socket), got '/dev/zero'", [] { return true; }},
+       "[npy.read] path must name a regular file (not a device, pipe or socket), got '/dev/zero'",
+       [] { return true; }},
       {"a directory as an .npy", [&] { ReadNpy(dir); },
        "[npy.read] path must name a file, not a directory, got '" + dir + "'",
        [&] { return std::filesystem::is_empty(dir); }},
@@ -153,7 +154,6 @@ TEST(HostileInput, FilesAreSizedBeforeTheyAreRead) {
   RunCases(cases);
   std::filesystem::remove(dir);
 }
-
 
 // Buffers a row may read or write, with a copy to compare against after the call.
 struct Buffer {
@@ -198,13 +198,10 @@ TEST(HostileInput, ArraysPositionsAndFactorsAreRefusedBeforeMemoryIsTouched) {
        "[rope] positions[1]" + position_rule + "4294967297", all_unchanged},
       {"RoPE float32 at 2^60", [&] { ApplyRope(rope, huge, x_view); },
        "[rope] positions[0]" + position_rule + "1152921504606846976", all_unchanged},
-      {"attention key at 2^60", [&] {
-         Attention({}, q_view, k_view, v_view, ok, huge, out_view);
-       },
+      {"attention key at 2^60", [&] { Attention({}, q_view, k_view, v_view, ok, huge, out_view); },
        "[attention] key_pos[0]" + position_rule + "1152921504606846976", all_unchanged},
-      {"negative query position", [&] {
-         Attention({}, q_view, k_view, v_view, negative, ok, out_view);
-       },
+      {"negative query position",
+       [&] { Attention({}, q_view, k_view, v_view, negative, ok, out_view); },
        "[attention] query_pos[1] must be >= 0, got -1", all_unchanged},
       {"ALiBi distance 2^62 - (-2^62)",
        [] { AlibiBias(0.5, int64_t{1} << 62, -(int64_t{1} << 62)); },
@@ -213,17 +210,15 @@ TEST(HostileInput, ArraysPositionsAndFactorsAreRefusedBeforeMemoryIsTouched) {
        "[alibi_bias] key_pos must be >= 0, got -1", all_unchanged},
       {"sinusoidal at 2^62", [] { SinusoidalValue({.dim = 8}, int64_t{1} << 62, 0); },
        "[sinusoidal] pos" + position_rule + "4611686018427387904", all_unchanged},
-      {"attention scale 1e300 (inf in float32)", [&] {
-         Attention(huge_scale, q_view, k_view, v_view, ok, ok, out_view);
-       },
+      {"attention scale 1e300 (inf in float32)",
+       [&] { Attention(huge_scale, q_view, k_view, v_view, ok, ok, out_view); },
        "[attention] scale must be 0 (meaning 1 / sqrt(head_dim)) or " + float32_rule +
            "1.0000000000000001e+300",
        all_unchanged},
       {"RoPE attention_factor 1e308", [&] { ApplyRope(huge_factor, ok, x_view); },
        "[rope] attention_factor must be " + float32_rule + "1e+308", all_unchanged},
-      {"ALiBi max_bias 1e308 (slopes 0)", [&] {
-         Attention(huge_bias, q_view, k_view, v_view, ok, ok, out_view);
-       },
+      {"ALiBi max_bias 1e308 (slopes 0)",
+       [&] { Attention(huge_bias, q_view, k_view, v_view, ok, ok, out_view); },
        "[alibi] max_bias must be > 0 and <= 126 (the smallest slope, 2^-max_bias, must be a "
        "normal float32), got 1e+308",
        all_unchanged},

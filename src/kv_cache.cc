@@ -97,9 +97,9 @@ KvCache<T>::KvCache(KvCacheOptions options) : options_(std::move(options)) {
             Equal("head_dim", o.head_dim), o.mrope->rope.head_dim);
     streams_.resize(static_cast<size_t>(o.mrope->num_streams * o.capacity));
   }
-  Require(o.crossing == LongRopeCrossing::kRecompute ||
-              o.crossing == LongRopeCrossing::kKeepRotation,
-          kFn, "crossing", "be kRecompute or kKeepRotation", static_cast<int>(o.crossing));
+  Require(
+      o.crossing == LongRopeCrossing::kRecompute || o.crossing == LongRopeCrossing::kKeepRotation,
+      kFn, "crossing", "be kRecompute or kKeepRotation", static_cast<int>(o.crossing));
   if (o.long_rope) {
     Require(o.rope.has_value(), kFn, "long_rope",
             "come with rope (LongRoPE's short factors; not with mrope)", "no rope");
@@ -108,8 +108,10 @@ KvCache<T>::KvCache(KvCacheOptions options) : options_(std::move(options)) {
     const Rope& l = *o.long_rope;
     Require(l.head_dim == r.head_dim && l.rotary_dim == r.rotary_dim && l.layout == r.layout &&
                 l.rotary_offset == r.rotary_offset,
-            kFn, "long_rope", "rotate the same features as rope (head_dim, rotary_dim, layout, "
-            "rotary_offset)", "different");
+            kFn, "long_rope",
+            "rotate the same features as rope (head_dim, rotary_dim, layout, "
+            "rotary_offset)",
+            "different");
     Require(o.long_rope_threshold >= 1, kFn, "long_rope_threshold",
             "be >= 1 (original_max_position_embeddings)", o.long_rope_threshold);
   }
@@ -163,9 +165,8 @@ void KvCache<T>::Append(std::span<const int64_t> positions, Heads<const T> k, He
 }
 
 template <typename T>
-void KvCache<T>::ValidateAppend(std::span<const int64_t> positions,
-                                const PositionStreams& streams, Heads<const T> k,
-                                Heads<const T> v) const {
+void KvCache<T>::ValidateAppend(std::span<const int64_t> positions, const PositionStreams& streams,
+                                Heads<const T> k, Heads<const T> v) const {
   const KvCacheOptions& o = options_;
   k.Validate(kFn, "k");
   v.Validate(kFn, "v");
@@ -189,11 +190,14 @@ void KvCache<T>::ValidateAppend(std::span<const int64_t> positions,
       size_ <= o.long_rope_threshold && n > o.long_rope_threshold - size_) {
     const std::string l0 = std::to_string(o.long_rope_threshold);
     Require(false, kFn, "k.tokens",
-            "keep a LongRoPE cache of size " + std::to_string(size_) + " within "
-            "original_max_position_embeddings (" + l0 + "): there Phi-3's generate() drops its "
-            "cache and recomputes the whole sequence with the long factors; Clear() and append "
-            "every token's recomputed k and v (crossing kKeepRotation keeps the cached keys as "
-            "a plain forward does)",
+            "keep a LongRoPE cache of size " + std::to_string(size_) +
+                " within "
+                "original_max_position_embeddings (" +
+                l0 +
+                "): there Phi-3's generate() drops its "
+                "cache and recomputes the whole sequence with the long factors; Clear() and append "
+                "every token's recomputed k and v (crossing kKeepRotation keeps the cached keys as "
+                "a plain forward does)",
             n);
   }
   if (o.mrope) streams.Validate(kFn, "streams", o.mrope->num_streams, n);
@@ -437,8 +441,7 @@ std::vector<Run> RowRuns(int64_t batch, int64_t tokens, std::span<const int64_t>
       if (row[t] != 0) {
         Require(false, kBatchFn, "mask[" + std::to_string(b) + "]",
                 "hold one run of real tokens (left or right padding, no holes)",
-                "a real token at " + std::to_string(t) + " after a pad at " +
-                    std::to_string(end));
+                "a real token at " + std::to_string(t) + " after a pad at " + std::to_string(end));
       }
     }
     runs[b] = {first, end - first};
@@ -455,8 +458,7 @@ Heads<T> RowTokens(Heads<T> x, int64_t n, int64_t b, const Run& run) {
 
 std::span<const int64_t> RowPositions(std::span<const int64_t> positions, int64_t n, int64_t b,
                                       const Run& run) {
-  return positions.subspan(static_cast<size_t>(b * n + run.first),
-                           static_cast<size_t>(run.count));
+  return positions.subspan(static_cast<size_t>(b * n + run.first), static_cast<size_t>(run.count));
 }
 
 // Runs f for row b, naming the row in the error it throws.
@@ -519,8 +521,7 @@ void KvCacheBatch<T>::Attend(const AttentionOptions& options, Heads<const T> q,
                              Heads<float> out) const {
   q.Validate(kBatchFn, "q");
   out.Validate(kBatchFn, "out");
-  Require(out.tokens == q.tokens, kBatchFn, "out.tokens", Equal("q.tokens", q.tokens),
-          out.tokens);
+  Require(out.tokens == q.tokens, kBatchFn, "out.tokens", Equal("q.tokens", q.tokens), out.tokens);
   const std::vector<Run> runs = RowRuns(batch(), q.tokens, query_pos, mask, "q.tokens");
   const int64_t n = q.tokens / batch();
   // Every row-specific check before the first row writes out: the rows share q's shape and the

@@ -22,8 +22,8 @@ using testing_support::RandomNormal;
 constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 32;
 
 KvCacheOptions Options() {
-  return {.capacity = 16, .kv_heads = kKvHeads, .head_dim = kDim,
-          .rope = Rope::Default(kDim, 10000.0)};
+  return {
+      .capacity = 16, .kv_heads = kKvHeads, .head_dim = kDim, .rope = Rope::Default(kDim, 10000.0)};
 }
 
 // One step of a batch: [batch * n] tokens, row b's real tokens the last lengths[b] of its n (left
@@ -39,7 +39,11 @@ struct Step {
 Step MakeStep(const std::vector<int64_t>& lengths, const std::vector<int64_t>& start, int64_t n,
               uint64_t seed) {
   const auto batch = static_cast<int64_t>(lengths.size());
-  Step s{batch, n, {}, {}, RandomNormal(batch * n * kHeads * kDim, seed),
+  Step s{batch,
+         n,
+         {},
+         {},
+         RandomNormal(batch * n * kHeads * kDim, seed),
          RandomNormal(batch * n * kKvHeads * kDim, seed + 1),
          RandomNormal(batch * n * kKvHeads * kDim, seed + 2)};
   for (int64_t b = 0; b < batch; ++b) {
@@ -87,9 +91,9 @@ void ExpectBatchEqualsRows(KvCacheBatch<float>& batch, std::vector<KvCache<float
       }
     }
     ASSERT_EQ(batch.Row(b).size(), alone[b].size());
-    ASSERT_EQ(std::vector<int64_t>(batch.Row(b).Positions().begin(),
-                                   batch.Row(b).Positions().end()),
-              std::vector<int64_t>(alone[b].Positions().begin(), alone[b].Positions().end()));
+    ASSERT_EQ(
+        std::vector<int64_t>(batch.Row(b).Positions().begin(), batch.Row(b).Positions().end()),
+        std::vector<int64_t>(alone[b].Positions().begin(), alone[b].Positions().end()));
   }
 }
 
@@ -143,9 +147,9 @@ TEST(KvCacheBatch, BadInputNamesTheRowAndChangesNoRow) {
   EXPECT_EQ(batch.Row(0).size(), 3);
   // Tokens not a multiple of the batch; a short mask; a bad batch; mrope.
   const Step odd = MakeStep({1}, {3}, 3, 4);
-  EXPECT_THROW(batch.Append(odd.positions, odd.mask, View(odd.k, 3, kKvHeads),
-                            View(odd.v, 3, kKvHeads)),
-               Error);
+  EXPECT_THROW(
+      batch.Append(odd.positions, odd.mask, View(odd.k, 3, kKvHeads), View(odd.v, 3, kKvHeads)),
+      Error);
   const Step one = MakeStep({1, 1}, {3, 14}, 1, 5);
   EXPECT_THROW(batch.Append(one.positions, std::span(one.mask).first(1), View(one.k, 2, kKvHeads),
                             View(one.v, 2, kKvHeads)),

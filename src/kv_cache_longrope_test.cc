@@ -102,8 +102,11 @@ TEST(KvCacheLongRope, GenerateRecomputesAtTheCrossingAsPhi3Does) {
       // Hugging Face recomputed here: appending the new token alone is refused, untouched.
       ASSERT_EQ(cache.size(), kL0);
       const int64_t last = s.n() - 1;
-      Step alone{{s.positions[last]}, {}, {s.k.begin() + last * kDim, s.k.end()},
-                 {s.v.begin() + last * kDim, s.v.end()}, {}};
+      Step alone{{s.positions[last]},
+                 {},
+                 {s.k.begin() + last * kDim, s.k.end()},
+                 {s.v.begin() + last * kDim, s.v.end()},
+                 {}};
       try {
         Append(cache, alone);
         ADD_FAILURE() << "the crossing was not refused";

@@ -46,7 +46,8 @@ KvCacheOptions RopeCache(int64_t capacity) {
 // same rotated values, so the same bits.
 TEST(KvCache, DecodeEqualsAttentionOverTheWholeRotatedSequenceOnEveryTarget) {
   const int64_t T = 37;
-  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 1), k = RandomNormal(T * kKvHeads * kDim, 2),
+  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 1),
+                           k = RandomNormal(T * kKvHeads * kDim, 2),
                            v = RandomNormal(T * kKvHeads * kDim, 3);
   const std::vector<int64_t> pos = PositionRange(1000, T);
   ForEachSimdTarget([&](int64_t) {
@@ -111,7 +112,8 @@ double WorstKeyError(const KvCache<float>& cache, const std::vector<float>& orig
 // drift like a random walk of float32 roundings: within 4 x 2^-24 x sqrt(shifts) of the pair.
 TEST(KvCache, ContextShiftEqualsRotatingTheOriginalKeysWithinRoundingPerShift) {
   const int64_t T = 40;
-  const std::vector<float> k = RandomNormal(T * kKvHeads * kDim, 4), v = RandomNormal(T * kKvHeads * kDim, 5);
+  const std::vector<float> k = RandomNormal(T * kKvHeads * kDim, 4),
+                           v = RandomNormal(T * kKvHeads * kDim, 5);
   KvCache<float> cache(RopeCache(T));
   std::vector<int64_t> pos = PositionRange(20000, T);
   cache.Append(pos, View(k, T, kKvHeads), View(v, T, kKvHeads));
@@ -139,7 +141,8 @@ TEST(KvCache, ContextShiftEqualsRotatingTheOriginalKeysWithinRoundingPerShift) {
 // 4 x 2^-24 x sqrt(shifts) of the pair against one rotation of the original keys.
 TEST(KvCache, RepeatedShiftsDriftNoFasterThanARandomWalk) {
   const int64_t T = 16;
-  const std::vector<float> k = RandomNormal(T * kKvHeads * kDim, 13), v = RandomNormal(T * kKvHeads * kDim, 14);
+  const std::vector<float> k = RandomNormal(T * kKvHeads * kDim, 13),
+                           v = RandomNormal(T * kKvHeads * kDim, 14);
   KvCache<float> cache(RopeCache(T));
   cache.Append(PositionRange(30000, T), View(k, T, kKvHeads), View(v, T, kKvHeads));
   std::vector<int64_t> index;
@@ -161,7 +164,8 @@ TEST(KvCache, ContextShiftKeepsScoresOfTheShiftedPositions) {
   // Scores of a query against the shifted cache equal those computed from scratch at the new
   // positions: attention outputs agree to float32 rounding.
   const int64_t T = 24;
-  const std::vector<float> q = RandomNormal(kHeads * kDim, 6), k = RandomNormal(T * kKvHeads * kDim, 7),
+  const std::vector<float> q = RandomNormal(kHeads * kDim, 6),
+                           k = RandomNormal(T * kKvHeads * kDim, 7),
                            v = RandomNormal(T * kKvHeads * kDim, 8);
   KvCache<float> cache(RopeCache(T));
   const std::vector<int64_t> pos = PositionRange(0, T);
@@ -244,7 +248,8 @@ TEST(KvCache, BFloat16DecodeEqualsAttentionOverTheWholeSequence) {
 // its streams; the result equals Attention with options.mrope over the whole sequence.
 TEST(KvCache, MRopeCacheDecodesFromStreams) {
   const int64_t T = 12;
-  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 18), k = RandomNormal(T * kKvHeads * kDim, 19),
+  const std::vector<float> q = RandomNormal(T * kHeads * kDim, 18),
+                           k = RandomNormal(T * kKvHeads * kDim, 19),
                            v = RandomNormal(T * kKvHeads * kDim, 20);
   // Text 0..2, a 2 x 3 image at (3, 3 + row, 3 + col), text 6, 7, 8.
   std::vector<int64_t> streams(3 * T);
@@ -280,7 +285,8 @@ TEST(KvCache, MRopeCacheDecodesFromStreams) {
 }
 
 TEST(KvCacheErrors, BadInputLeavesTheCacheUntouched) {
-  const std::vector<float> k = RandomNormal(8 * kKvHeads * kDim, 11), v = RandomNormal(8 * kKvHeads * kDim, 12);
+  const std::vector<float> k = RandomNormal(8 * kKvHeads * kDim, 11),
+                           v = RandomNormal(8 * kKvHeads * kDim, 12);
   KvCache<float> cache(RopeCache(6));
   cache.Append(PositionRange(0, 4), View(k, 4, kKvHeads), View(v, 4, kKvHeads));
   const std::vector<float> keys(cache.Keys().data, cache.Keys().data + 4 * kKvHeads * kDim);

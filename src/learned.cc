@@ -43,8 +43,7 @@ void CheckRows(std::string_view function, std::string_view name, size_t size, si
 }
 
 // The rows of a caller-owned [max_positions, d_model] table: d_model > 0 and divides its size.
-int64_t TableRows(std::string_view function, std::string_view name, size_t size,
-                  int64_t d_model) {
+int64_t TableRows(std::string_view function, std::string_view name, size_t size, int64_t d_model) {
   Require(d_model > 0, function, "d_model", "be > 0", d_model);
   Require(size > 0 && size % static_cast<size_t>(d_model) == 0, function, name,
           "be a positive multiple of d_model (" + std::to_string(d_model) + ")", size);

@@ -220,8 +220,8 @@ TEST(MRope, KernelMatchesTheReferenceWhenStreamsStepIndependently) {
   }
   ForEachSimdTarget([&](int64_t) {
     for (const MropeSections layout : {MropeSections::kBlocks, MropeSections::kInterleaved}) {
-      const MRope m = MRope::Sections(Rope::Default(40, 1e6), std::vector<int64_t>{8, 6, 6},
-                                      layout);
+      const MRope m =
+          MRope::Sections(Rope::Default(40, 1e6), std::vector<int64_t>{8, 6, 6}, layout);
       ExpectKernelMatchesReference<float>(40, m, s);
       ExpectKernelMatchesReference<BFloat16>(40, m, s);
     }

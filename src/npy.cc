@@ -275,8 +275,7 @@ NpyArray ReadNpy(const std::string& path, uint64_t max_bytes) {
 
   // The fixed prefix: magic, version, header length.
   char prefix[kMagic.size() + 2 + 4] = {};
-  const size_t prefix_read =
-      file.ReadAt(0, prefix, std::min<uint64_t>(sizeof prefix, file_size));
+  const size_t prefix_read = file.ReadAt(0, prefix, std::min<uint64_t>(sizeof prefix, file_size));
   const std::string_view start(prefix, prefix_read);
   if (start.size() < kMagic.size() + 2 || start.substr(0, kMagic.size()) != kMagic) {
     ReadError(path, "file", "start with the .npy magic string \"\\x93NUMPY\"",

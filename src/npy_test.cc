@@ -350,14 +350,13 @@ TEST(Npy, BadWritesThrowWithoutCreatingTheFile) {
   }
 }
 
-
 TEST(Npy, Float64ArraysLongerThanOneReadBlockConvert) {
   // The float64 reader converts a block of 8192 values at a time: 20000 values span three.
   const TempFile file("long_f8.npy");
   std::string data;
   for (int i = 0; i < 20000; ++i) data += Float64Bytes({0.25 * i - 1.0 / 3.0});
-  WriteBytes(file.path(), NpyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': (20000,), }\n",
-                                   data));
+  WriteBytes(file.path(),
+             NpyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': (20000,), }\n", data));
   const NpyArray array = ReadNpy(file.path());
   ASSERT_EQ(array.data.size(), 20000u);
   for (int i = 0; i < 20000; ++i) {
@@ -370,11 +369,10 @@ TEST(Npy, MaxBytesCapsTheFileAndDefaultsTo16GiB) {
   const TempFile file("capped.npy");
   WriteBytes(file.path(), Known2x3File());  // 152 bytes
   EXPECT_EQ(ReadNpy(file.path(), 152).data, Known2x3Values());
-  testing_support::ExpectError([&] { ReadNpy(file.path(), 151); },
-                               "[npy.read] " + file.path() +
-                                   ": file must be at most max_bytes = 151 bytes, got 152 bytes");
+  testing_support::ExpectError(
+      [&] { ReadNpy(file.path(), 151); },
+      "[npy.read] " + file.path() + ": file must be at most max_bytes = 151 bytes, got 152 bytes");
 }
-
 
 TEST(Npy, FuzzCorpusAndRegressionsReadOrFailCleanly) {
   // Every seed and regression of fuzz/npy_fuzzer.cc: an array of product(shape) floats or a

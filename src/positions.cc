@@ -19,8 +19,8 @@ std::vector<int64_t> PositionRange(int64_t start, int64_t count) {
 }
 
 std::vector<int64_t> PackedPositions(std::span<const int64_t> cu_seqlens) {
-  Require(!cu_seqlens.empty() && cu_seqlens[0] == 0, "packed_positions", "cu_seqlens[0]",
-          "be 0", cu_seqlens.empty() ? std::string("an empty list") : std::to_string(cu_seqlens[0]));
+  Require(!cu_seqlens.empty() && cu_seqlens[0] == 0, "packed_positions", "cu_seqlens[0]", "be 0",
+          cu_seqlens.empty() ? std::string("an empty list") : std::to_string(cu_seqlens[0]));
   std::vector<int64_t> positions;
   for (size_t s = 1; s < cu_seqlens.size(); ++s) {
     Require(cu_seqlens[s] >= cu_seqlens[s - 1], "packed_positions",

@@ -57,9 +57,7 @@ TEST(LogFloorQueryScaleErrors, EachFieldNamed) {
   ExpectError([] { LogFloorQueryScale{.beta = 0.1, .floor_scale = 0.5}.Validate(); },
               "[query_scale] floor_scale must be finite and >= 1, got 0.5");
   ExpectError(
-      [] {
-        LogFloorQueryScale{.floor_scale = std::numeric_limits<double>::infinity()}.Validate();
-      },
+      [] { LogFloorQueryScale{.floor_scale = std::numeric_limits<double>::infinity()}.Validate(); },
       "[query_scale] floor_scale must be finite and >= 1, got inf");
   ExpectError([] { LogFloorQueryScale{.offset = 2}.Validate(); },
               "[query_scale] offset must be 0 or 1, got 2");

@@ -24,8 +24,8 @@ void RelativeBuckets::Validate() const {
   Require(num_buckets > 0, "relative_buckets", "num_buckets", "be > 0", num_buckets);
   const int64_t max_exact = DirectionBuckets(*this) / 2;
   Require(max_exact >= 1, "relative_buckets", "num_buckets",
-          std::string("give max_exact = num_buckets / ") + (bidirectional ? "4" : "2") +
-              " >= 1 (" + (bidirectional ? "bidirectional" : "causal") + ")",
+          std::string("give max_exact = num_buckets / ") + (bidirectional ? "4" : "2") + " >= 1 (" +
+              (bidirectional ? "bidirectional" : "causal") + ")",
           num_buckets);
   Require(max_distance > max_exact, "relative_buckets", "max_distance",
           "be > max_exact (" + std::to_string(max_exact) + ")", max_distance);
@@ -40,8 +40,7 @@ namespace internal {
 //   x     = logf(ratio) / float32(log(max_distance / max_exact))   the log in double (math.log)
 //   x     = x * float32(buckets - max_exact)           tensor * int
 //   large = max_exact + trunc(x), then at most buckets - 1          .to(torch.long), torch.min
-int64_t RelativePositionBucketUnchecked(const RelativeBuckets& buckets,
-                                        int64_t relative_position) {
+int64_t RelativePositionBucketUnchecked(const RelativeBuckets& buckets, int64_t relative_position) {
   const int64_t direction_buckets = DirectionBuckets(buckets);
   int64_t bucket = 0;
   int64_t n = 0;  // the distance, >= 0
@@ -54,8 +53,8 @@ int64_t RelativePositionBucketUnchecked(const RelativeBuckets& buckets,
   const int64_t max_exact = direction_buckets / 2;
   if (n < max_exact) return bucket + n;
   const float ratio = static_cast<float>(n) / static_cast<float>(max_exact);
-  const auto log_range = static_cast<float>(std::log(static_cast<double>(buckets.max_distance) /
-                                                     static_cast<double>(max_exact)));
+  const auto log_range = static_cast<float>(
+      std::log(static_cast<double>(buckets.max_distance) / static_cast<double>(max_exact)));
   const float x = std::log(ratio) / log_range * static_cast<float>(direction_buckets - max_exact);
   // x >= 0 here (ratio >= 1). Past the last bucket the truncation cannot matter, and a float
   // beyond int64 must not be converted.
@@ -78,9 +77,9 @@ void RelativeBias::Validate() const {
   buckets.Validate();
   Require(num_heads > 0, "relative_bias", "num_heads", "be > 0", num_heads);
   // Compared by division, so that a huge num_buckets * num_heads cannot overflow.
-  const bool size_ok = table.size() % static_cast<size_t>(num_heads) == 0 &&
-                       table.size() / static_cast<size_t>(num_heads) ==
-                           static_cast<size_t>(buckets.num_buckets);
+  const bool size_ok =
+      table.size() % static_cast<size_t>(num_heads) == 0 &&
+      table.size() / static_cast<size_t>(num_heads) == static_cast<size_t>(buckets.num_buckets);
   Require(size_ok, "relative_bias", "table.size()",
           "equal num_buckets * num_heads (" + std::to_string(buckets.num_buckets) + " * " +
               std::to_string(num_heads) + ")",

@@ -31,9 +31,9 @@ TEST(RelativePositionBucket, T5DefaultsWorkedByHand) {
   const RelativeBuckets encoder = Make(32, 128, true);  // 16 buckets a side, max_exact 8
   EXPECT_EQ(RelativePositionBucket(encoder, 0), 0);
   EXPECT_EQ(RelativePositionBucket(encoder, -1), 1);
-  EXPECT_EQ(RelativePositionBucket(encoder, 1), 16 + 1);   // keys after: the upper half
-  EXPECT_EQ(RelativePositionBucket(encoder, -7), 7);       // the last exact bucket
-  EXPECT_EQ(RelativePositionBucket(encoder, -8), 8);       // log(8 / 8) = 0: 8 + 0
+  EXPECT_EQ(RelativePositionBucket(encoder, 1), 16 + 1);  // keys after: the upper half
+  EXPECT_EQ(RelativePositionBucket(encoder, -7), 7);      // the last exact bucket
+  EXPECT_EQ(RelativePositionBucket(encoder, -8), 8);      // log(8 / 8) = 0: 8 + 0
   // 8 + trunc(ln(12 / 8) / ln(128 / 8) * 8) = 8 + trunc(0.4055 / 2.7726 * 8 = 1.17) = 9.
   EXPECT_EQ(RelativePositionBucket(encoder, -12), 9);
   EXPECT_EQ(RelativePositionBucket(encoder, 12), 16 + 9);

@@ -29,8 +29,8 @@ void ValidateDims(int64_t head_dim, int64_t rotary_dim, int64_t rotary_offset) {
   Require(rotary_offset >= 0, kFn, "rotary_offset", "be >= 0", rotary_offset);
   Require(rotary_dim >= 2, kFn, "rotary_dim", "be >= 2", rotary_dim);
   if (rotary_dim % 2 != 0 || rotary_dim > head_dim) {  // the message only on failure
-    Require(false, kFn, "rotary_dim",
-            "be even and <= head_dim (" + std::to_string(head_dim) + ")", rotary_dim);
+    Require(false, kFn, "rotary_dim", "be even and <= head_dim (" + std::to_string(head_dim) + ")",
+            rotary_dim);
   }
   // Subtracted, not added: rotary_offset + rotary_dim could overflow.
   if (rotary_offset > head_dim - rotary_dim) {
@@ -405,8 +405,7 @@ void Rope::Validate() const {
   }
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     if (!(std::isfinite(inv_freq[i]) && inv_freq[i] >= 0)) {
-      Require(false, kFn, "inv_freq[" + std::to_string(i) + "]", "be finite and >= 0",
-              inv_freq[i]);
+      Require(false, kFn, "inv_freq[" + std::to_string(i) + "]", "be finite and >= 0", inv_freq[i]);
     }
   }
   // The kernels scale cos and sin by it in float32.
@@ -456,8 +455,8 @@ void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float
   RopeInPlace(rope, positions, x, direction);
 }
 
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
-               Heads<float> k, RopeDirection direction) {
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q, Heads<float> k,
+               RopeDirection direction) {
   RopeInPlace(rope, positions, q, k, direction);
 }
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> q,

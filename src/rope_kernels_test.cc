@@ -42,7 +42,7 @@ struct Tolerance {
 template <typename T>
 constexpr Tolerance kTolerance = {std::ldexp(1.0, -21), 0.0};  // float32: 4 ulps
 template <>
-constexpr Tolerance kTolerance<BFloat16> = {std::ldexp(1.0, -7), 0.0};   // 1 bfloat16 ulp
+constexpr Tolerance kTolerance<BFloat16> = {std::ldexp(1.0, -7), 0.0};  // 1 bfloat16 ulp
 template <>
 constexpr Tolerance kTolerance<Float16> = {std::ldexp(1.0, -10), std::ldexp(1.0, -24)};
 
@@ -67,9 +67,9 @@ std::vector<float> Floats(const std::vector<T>& v) {
 struct Shape {
   int64_t tokens, heads, kv_heads, head_dim, rotary_dim;
   int64_t rotary_offset;  // features before the rotated block (DeepSeek MLA: 128 of 192)
-  bool heads_outer;  // [heads, tokens] order (Hugging Face's [batch, heads, seq, dim])
-  int64_t gap;       // extra elements between rows: a strided view
-  size_t pad;        // elements before the data: a misaligned pointer
+  bool heads_outer;       // [heads, tokens] order (Hugging Face's [batch, heads, seq, dim])
+  int64_t gap;            // extra elements between rows: a strided view
+  size_t pad;             // elements before the data: a misaligned pointer
 };
 
 // A view of `shape` over buf, [tokens, heads] or [heads, tokens] with row gaps.
@@ -130,8 +130,7 @@ void CheckShape(const Shape& s, RopeLayout layout, RopeDirection direction, uint
   Buffer<T> q_want = q, k_want = k;
   q_want.data = q_want.storage.data() + s.pad;
   k_want.data = k_want.storage.data() + s.pad;
-  ApplyRopeReference(rope, positions, Heads<const T>(qv), View(q_want.data, s, s.heads),
-                     direction);
+  ApplyRopeReference(rope, positions, Heads<const T>(qv), View(q_want.data, s, s.heads), direction);
   ApplyRopeReference(rope, positions, Heads<const T>(kv), View(k_want.data, s, s.kv_heads),
                      direction);
 
@@ -146,12 +145,12 @@ void CheckShape(const Shape& s, RopeLayout layout, RopeDirection direction, uint
   Buffer<T> q_out = q, k_out = k;
   q_out.data = q_out.storage.data() + s.pad;
   k_out.data = k_out.storage.data() + s.pad;
-  ApplyRope(rope, positions, Heads<const T>(qv), View(q_out.data, s, s.heads),
-            Heads<const T>(kv), View(k_out.data, s, s.kv_heads), direction);
+  ApplyRope(rope, positions, Heads<const T>(qv), View(q_out.data, s, s.heads), Heads<const T>(kv),
+            View(k_out.data, s, s.kv_heads), direction);
 
   for (const auto* got : {&q_in_place, &q_out}) {
-    ExpectNearTwin(got->storage, q_want.storage, q.storage, Heads<const T>(View(q.data, s, s.heads)),
-                   rope, "q");
+    ExpectNearTwin(got->storage, q_want.storage, q.storage,
+                   Heads<const T>(View(q.data, s, s.heads)), rope, "q");
   }
   for (const auto* got : {&k_in_place, &k_out}) {
     ExpectNearTwin(got->storage, k_want.storage, k.storage,
@@ -190,9 +189,15 @@ void CheckAllShapes() {
         constexpr int64_t kOffsets[] = {0, 1, 3, 8};
         const int64_t rotary_offset = kOffsets[(pairs / 2) % 4];
         const int64_t head_dim = rotary_offset + rotary_dim + (pairs % 3 == 0 ? 3 : 0);
-        const Shape shape{1 + pairs % 4,  1 + pairs % 3, 1 + pairs % 2,
-                          head_dim,       rotary_dim,    rotary_offset,
-                          pairs % 4 == 1, pairs % 5 == 0 ? 5 : 0, static_cast<size_t>(pairs % 3)};
+        const Shape shape{1 + pairs % 4,
+                          1 + pairs % 3,
+                          1 + pairs % 2,
+                          head_dim,
+                          rotary_dim,
+                          rotary_offset,
+                          pairs % 4 == 1,
+                          pairs % 5 == 0 ? 5 : 0,
+                          static_cast<size_t>(pairs % 3)};
         SCOPED_TRACE("pairs " + std::to_string(pairs) + " layout " +
                      std::to_string(static_cast<int>(layout)));
         CheckShape<T>(shape, layout, direction, seed++);
@@ -215,9 +220,8 @@ TEST(RopeKernel, BFloat16MatchesTheTwinOnEveryTarget) { CheckAllShapes<BFloat16>
 TEST(RopeKernel, Float16MatchesTheTwinOnEveryTarget) { CheckAllShapes<Float16>(); }
 
 TEST(RopeKernel, DispatchFollowsTheSelectedTarget) {
-  ForEachSimdTarget([](int64_t target) {
-    EXPECT_STREQ(internal::KernelTargetName(), hwy::TargetName(target));
-  });
+  ForEachSimdTarget(
+      [](int64_t target) { EXPECT_STREQ(internal::KernelTargetName(), hwy::TargetName(target)); });
 }
 
 // ---------------------------------------------------------------------------------------------

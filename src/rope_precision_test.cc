@@ -20,11 +20,15 @@ struct GoldenConfig {
   const char* model_type;
 };
 constexpr GoldenConfig kConfigs[] = {
-    {"llama2_7b", "llama"},          {"gpt_neox_20b", "gpt_neox"},
-    {"llama2_7b_linear4", "llama"},  {"llama3_1_8b", "llama"},
+    {"llama2_7b", "llama"},
+    {"gpt_neox_20b", "gpt_neox"},
+    {"llama2_7b_linear4", "llama"},
+    {"llama3_1_8b", "llama"},
     {"nomic_embed_v1_5_dynamic2__seq8192", "nomic_bert"},
-    {"qwen2_5_7b_instruct_yarn4", "qwen2"}, {"deepseek_v3_yarn", "deepseek_v3"},
-    {"phi3_128k_longrope__seq4096", "phi3"}, {"phi3_128k_longrope__seq4097", "phi3"},
+    {"qwen2_5_7b_instruct_yarn4", "qwen2"},
+    {"deepseek_v3_yarn", "deepseek_v3"},
+    {"phi3_128k_longrope__seq4096", "phi3"},
+    {"phi3_128k_longrope__seq4097", "phi3"},
 };
 
 // Around every power of two up to 2^24 (float32's exact integers), 10^6, and past 2^24.

@@ -1,9 +1,9 @@
 #include "posenc/rope_scaling.h"
 
+#include <sleef.h>
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <sleef.h>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -65,8 +65,7 @@ void Validate(const YarnScaling& rule, double base, int64_t) {
 }
 
 void CheckFactorList(const std::vector<double>& list, const char* name, int64_t rotary_dim) {
-  Require(static_cast<int64_t>(list.size()) == rotary_dim / 2, kFn,
-          std::string(name) + ".size()",
+  Require(static_cast<int64_t>(list.size()) == rotary_dim / 2, kFn, std::string(name) + ".size()",
           "equal rotary_dim / 2 (" + std::to_string(rotary_dim / 2) + ")", list.size());
   for (size_t i = 0; i < list.size(); ++i) {
     Require(std::isfinite(list[i]) && list[i] > 0, kFn,
@@ -88,8 +87,8 @@ void Validate(const LongRopeScaling& rule, double, int64_t rotary_dim) {
 void Validate(const Llama3Scaling& rule, double, int64_t) {
   CheckFactor(rule.factor);
   CheckLength(rule.original_max_positions, "original_max_positions");
-  Require(std::isfinite(rule.low_freq_factor) && rule.low_freq_factor > 0, kFn,
-          "low_freq_factor", "be finite and > 0", rule.low_freq_factor);
+  Require(std::isfinite(rule.low_freq_factor) && rule.low_freq_factor > 0, kFn, "low_freq_factor",
+          "be finite and > 0", rule.low_freq_factor);
   // The smoothing weight divides by high - low.
   Require(std::isfinite(rule.high_freq_factor) && rule.high_freq_factor >= rule.low_freq_factor,
           kFn, "high_freq_factor", "be finite and >= low_freq_factor", rule.high_freq_factor);
@@ -185,9 +184,9 @@ Scaled<T> Frequencies(const DynamicNtkScaling& rule, double base, int64_t rotary
   const double length = static_cast<double>(std::max(seq_len.value_or(0), rule.max_positions));
   const double d = static_cast<double>(rotary_dim);
   const double scaled_base =
-      base * std::pow(rule.factor * length / static_cast<double>(rule.max_positions) -
-                          (rule.factor - 1.0),
-                      d / (d - 2.0));
+      base *
+      std::pow(rule.factor * length / static_cast<double>(rule.max_positions) - (rule.factor - 1.0),
+               d / (d - 2.0));
   return {PlainInvFreq<T>(scaled_base, rotary_dim)};
 }
 
@@ -252,18 +251,19 @@ Scaled<T> Frequencies(const YarnScaling& rule, double base, int64_t rotary_dim,
   for (size_t i = 0; i < powers.size(); ++i) {
     const T extrapolated = T(1) / powers[i];
     const T interpolated = T(1) / (factor * powers[i]);
-    const T ramp = std::clamp((static_cast<T>(i) - static_cast<T>(lo)) / static_cast<T>(hi - lo),
-                              T(0), T(1));
+    const T ramp =
+        std::clamp((static_cast<T>(i) - static_cast<T>(lo)) / static_cast<T>(hi - lo), T(0), T(1));
     const T extrapolation_weight = T(1) - ramp;
-    inv_freq[i] = interpolated * (T(1) - extrapolation_weight) + extrapolated * extrapolation_weight;
+    inv_freq[i] =
+        interpolated * (T(1) - extrapolation_weight) + extrapolated * extrapolation_weight;
   }
 
   double attention_factor = YarnMscale(rule.factor);
   if (rule.attention_factor) {
     attention_factor = *rule.attention_factor;
   } else if (rule.mscale != 0 && rule.mscale_all_dim != 0) {
-    attention_factor = YarnMscale(rule.factor, rule.mscale) /
-                       YarnMscale(rule.factor, rule.mscale_all_dim);
+    attention_factor =
+        YarnMscale(rule.factor, rule.mscale) / YarnMscale(rule.factor, rule.mscale_all_dim);
   }
   return {std::move(inv_freq), attention_factor};
 }
@@ -307,9 +307,9 @@ Scaled<T> Frequencies(const Llama3Scaling& rule, double base, int64_t rotary_dim
     const bool medium = rule.high_freq_factor > rule.low_freq_factor &&
                         !(wavelength < high_freq_wavelength) && !(wavelength > low_freq_wavelength);
     if (medium) {
-      const T smooth = ((T(1) / wavelength) * static_cast<T>(l0) -
-                        static_cast<T>(rule.low_freq_factor)) /
-                       static_cast<T>(rule.high_freq_factor - rule.low_freq_factor);
+      const T smooth =
+          ((T(1) / wavelength) * static_cast<T>(l0) - static_cast<T>(rule.low_freq_factor)) /
+          static_cast<T>(rule.high_freq_factor - rule.low_freq_factor);
       w = (T(1) - smooth) * kept_or_divided / factor + smooth * kept_or_divided;
     } else {
       w = kept_or_divided;
@@ -342,7 +342,7 @@ RopeFrequencies Compute(double base, int64_t rotary_dim, const RopeScaling& scal
 }  // namespace
 
 std::string_view RopeTypeName(const RopeScaling& scaling) {
-  static constexpr std::string_view kNames[] = {"default", "linear",   "dynamic",     "yarn",
+  static constexpr std::string_view kNames[] = {"default",  "linear", "dynamic",     "yarn",
                                                 "longrope", "llama3", "proportional"};
   static_assert(std::size(kNames) == std::variant_size_v<RopeScaling>);
   return kNames[scaling.index()];
@@ -379,26 +379,22 @@ double YarnMscale(double factor, double mscale) {
 RopeFrequencies ComputeRopeFrequencies(double base, int64_t rotary_dim, const RopeScaling& scaling,
                                        const RopeFrequencyOptions& options) {
   Require(std::isfinite(base) && base > 0, kFn, "base", "be finite and > 0", base);
-  Require(rotary_dim > 0 && rotary_dim % 2 == 0, kFn, "rotary_dim", "be even and > 0",
-          rotary_dim);
+  Require(rotary_dim > 0 && rotary_dim % 2 == 0, kFn, "rotary_dim", "be even and > 0", rotary_dim);
   if (options.seq_len) Require(*options.seq_len > 0, kFn, "seq_len", "be > 0", *options.seq_len);
-  Require(options.precision == RopePrecision::kReference ||
-              options.precision == RopePrecision::kExact,
-          kFn, "precision", "be kReference or kExact", static_cast<int>(options.precision));
+  Require(
+      options.precision == RopePrecision::kReference || options.precision == RopePrecision::kExact,
+      kFn, "precision", "be kReference or kExact", static_cast<int>(options.precision));
   if (const auto* yarn = std::get_if<YarnScaling>(&scaling);
       yarn != nullptr && (yarn->rules != YarnRules::kTransformers5 || options.yarn_rules)) {
-    return ComputeRopeFrequencies(base, rotary_dim,
-                                  Resolve(*yarn, options.yarn_rules.value_or(yarn->rules)),
-                                  {.precision = options.precision,
-                                   .seq_len = options.seq_len,
-                                   .yarn_rules = {}});
+    return ComputeRopeFrequencies(
+        base, rotary_dim, Resolve(*yarn, options.yarn_rules.value_or(yarn->rules)),
+        {.precision = options.precision, .seq_len = options.seq_len, .yarn_rules = {}});
   }
   const RopeScaling& resolved = scaling;
   std::visit([&](const auto& rule) { Validate(rule, base, rotary_dim); }, resolved);
-  RopeFrequencies frequencies =
-      options.precision == RopePrecision::kReference
-          ? Compute<float>(base, rotary_dim, resolved, options.seq_len)
-          : Compute<double>(base, rotary_dim, resolved, options.seq_len);
+  RopeFrequencies frequencies = options.precision == RopePrecision::kReference
+                                    ? Compute<float>(base, rotary_dim, resolved, options.seq_len)
+                                    : Compute<double>(base, rotary_dim, resolved, options.seq_len);
   // Valid but extreme inputs (a base or factor near the float32 range, mscales near the double
   // range) can overflow; report that instead of returning inf or NaN.
   for (size_t i = 0; i < frequencies.inv_freq.size(); ++i) {

@@ -58,8 +58,8 @@ TEST(RopeScaling, YarnMatchesQwen25) {
 
 TEST(RopeScaling, YarnWithDeepSeekMscaleHasUnitAttentionFactor) {
   // ref §11: DeepSeek-V3, s 40, L0 4096, mscale = mscale_all_dim = 1 -> a = 1.
-  YarnScaling yarn{.factor = 40.0, .original_max_positions = 4096, .mscale = 1.0,
-                   .mscale_all_dim = 1.0};
+  YarnScaling yarn{
+      .factor = 40.0, .original_max_positions = 4096, .mscale = 1.0, .mscale_all_dim = 1.0};
   ExpectFrequencies(ComputeRopeFrequencies(10000.0, 64, yarn, kExact),
                     Golden("deepseek_v3_yarn.json"));
   // Unequal mscales: g(40, 1) / g(40, 0.707), by hand.
@@ -106,18 +106,16 @@ TEST(RopeScaling, DynamicIsTheDefaultUpToMaxPositions) {
   // ref §3: L = max(seq_len, M); L <= M leaves the bracket at 1.
   const DynamicNtkScaling dynamic{.factor = 2.0, .max_positions = 2048};
   const auto plain = ComputeRopeFrequencies(1000.0, 64, NoScaling{});
-  for (std::optional<int64_t> seq_len : {std::optional<int64_t>{}, std::optional<int64_t>{1},
-                                         std::optional<int64_t>{1000},
-                                         std::optional<int64_t>{2048}}) {
+  for (std::optional<int64_t> seq_len :
+       {std::optional<int64_t>{}, std::optional<int64_t>{1}, std::optional<int64_t>{1000},
+        std::optional<int64_t>{2048}}) {
     EXPECT_EQ(ComputeRopeFrequencies(1000.0, 64, dynamic, {.seq_len = seq_len}).inv_freq,
               plain.inv_freq);
   }
   // L = 4096: theta' = 1000 (2 * 4096 / 2048 - 1)^(64/62) = 1000 * 3^(32/31), by hand.
-  const auto grown =
-      ComputeRopeFrequencies(1000.0, 64, dynamic, {.precision = RopePrecision::kExact,
-                                                   .seq_len = 4096});
-  EXPECT_NEAR(grown.inv_freq[1], std::pow(1000.0 * std::pow(3.0, 32.0 / 31.0), -2.0 / 64),
-              1e-16);
+  const auto grown = ComputeRopeFrequencies(1000.0, 64, dynamic,
+                                            {.precision = RopePrecision::kExact, .seq_len = 4096});
+  EXPECT_NEAR(grown.inv_freq[1], std::pow(1000.0 * std::pow(3.0, 32.0 / 31.0), -2.0 / 64), 1e-16);
   ExpectFrequencies(grown, Golden("nomic_embed_v1_5_dynamic2__seq4096.json"));
   ExpectFrequencies(ComputeRopeFrequencies(1000.0, 64, dynamic,
                                            {.precision = RopePrecision::kExact, .seq_len = 8192}),
@@ -148,7 +146,9 @@ TEST(RopeScaling, LongRopeSwitchesToLongFactorsStrictlyPastL0) {
 
 TEST(RopeScaling, Llama3BandsMatchTheReference) {
   // ref §6: Llama-3.1-8B, pairs 0-28 unchanged, 29-34 smoothed, 35-63 divided by 8.
-  const Llama3Scaling llama3{.factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+  const Llama3Scaling llama3{.factor = 8.0,
+                             .low_freq_factor = 1.0,
+                             .high_freq_factor = 4.0,
                              .original_max_positions = 8192};
   const auto plain = ComputeRopeFrequencies(500000.0, 128, NoScaling{}, kExact).inv_freq;
   const auto scaled = ComputeRopeFrequencies(500000.0, 128, llama3, kExact).inv_freq;
@@ -164,8 +164,8 @@ TEST(RopeScaling, Llama3BandsMatchTheReference) {
 
 TEST(RopeScaling, ProportionalRotatesAQuarterOfTheHeadWithHeadDimExponent) {
   // ref §7, Gemma 4 global layers: h 512, p 0.25 -> k = 64 rotated pairs of 256.
-  const auto got = ComputeRopeFrequencies(1e6, 512, ProportionalScaling{.partial_rotary_factor = 0.25},
-                                          kExact);
+  const auto got =
+      ComputeRopeFrequencies(1e6, 512, ProportionalScaling{.partial_rotary_factor = 0.25}, kExact);
   ASSERT_EQ(got.inv_freq.size(), 256u);
   EXPECT_EQ(got.inv_freq[0], 1.0);
   EXPECT_NEAR(got.inv_freq[63], std::pow(1e6, -126.0 / 512), 1e-17);
@@ -206,7 +206,9 @@ TEST(RopeScaling, TypeNamesAreHuggingFaces) {
 // Every wavelength 2 pi / w above L0 = 8192 is divided by the factor 16, the rest kept, and
 // nothing is NaN (the band's formula would divide by high - low = 0).
 TEST(RopeScaling, Llama3WithEqualBandFactorsIsAHardCutoff) {
-  const Llama3Scaling scout{.factor = 16.0, .low_freq_factor = 1.0, .high_freq_factor = 1.0,
+  const Llama3Scaling scout{.factor = 16.0,
+                            .low_freq_factor = 1.0,
+                            .high_freq_factor = 1.0,
                             .original_max_positions = 8192};
   const auto scaled = ComputeRopeFrequencies(500000.0, 128, scout, kExact).inv_freq;
   ASSERT_EQ(scaled.size(), 64u);
@@ -229,15 +231,11 @@ TEST(RopeScaling, BadFieldsAreClearErrors) {
   EXPECT_THROW(ComputeRopeFrequencies(10000.0, 63, NoScaling{}), Error);
   ExpectError([] { ComputeRopeFrequencies(10000.0, 2, DynamicNtkScaling{2.0, 2048}); },
               "[rope_scaling] rotary_dim must be >= 4 for dynamic scaling, got 2");
+  ExpectError([] { ComputeRopeFrequencies(10000.0, 64, Llama3Scaling{8.0, 4.0, 3.0, 8192}); },
+              "[rope_scaling] high_freq_factor must be finite and >= low_freq_factor, got 3");
   ExpectError(
       [] {
-        ComputeRopeFrequencies(10000.0, 64, Llama3Scaling{8.0, 4.0, 3.0, 8192});
-      },
-      "[rope_scaling] high_freq_factor must be finite and >= low_freq_factor, got 3");
-  ExpectError(
-      [] {
-        ComputeRopeFrequencies(10000.0, 8,
-                               LongRopeScaling{{1, 1, 1, 1}, {1, 1, 1}, 4096, 131072});
+        ComputeRopeFrequencies(10000.0, 8, LongRopeScaling{{1, 1, 1, 1}, {1, 1, 1}, 4096, 131072});
       },
       "[rope_scaling] long_factor.size() must equal rotary_dim / 2 (4), got 3");
   ExpectError([] { ComputeRopeFrequencies(1.0, 8, YarnScaling{2.0, 4096}); },

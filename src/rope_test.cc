@@ -158,8 +158,8 @@ TEST(RopeApply, PreservesTheNormOfEveryPair) {
 }
 
 // q_m . k_n after rotation, q at position m and k at position n.
-double Score(const Rope& rope, const std::vector<float>& q, const std::vector<float>& k,
-             int64_t m, int64_t n) {
+double Score(const Rope& rope, const std::vector<float>& q, const std::vector<float>& k, int64_t m,
+             int64_t n) {
   const int64_t d = rope.head_dim;
   std::vector<float> qr(d), kr(d);
   const std::vector<int64_t> pm{m}, pn{n};
@@ -406,9 +406,14 @@ TEST(RopeAngle, AccurateAtPositionsInTheMillions) {
   // ~1e-16 and the long double reference ~1e-12. So 1e-9 holds for every angle below 2^24.
   // (A float32 product, as in Hugging Face, is off by up to 2^-24 * p * w: 1.0 rad at 2^24.)
   const double freqs[] = {1.0,  // the fastest plain-RoPE frequency, base^0
-                          0.8146172165870667, 0.5, 0.1, 1e-4, 3.0517578125e-5, pi / 4};
-  std::vector<int64_t> positions{0, 1, 7, 4095, 4096, 32767, 131071, 1000000, 9999991,
-                                 (1 << 24) - 1, 1 << 24};
+                          0.8146172165870667,
+                          0.5,
+                          0.1,
+                          1e-4,
+                          3.0517578125e-5,
+                          pi / 4};
+  std::vector<int64_t> positions{0,      1,       7,       4095,          4096,   32767,
+                                 131071, 1000000, 9999991, (1 << 24) - 1, 1 << 24};
   std::mt19937 gen(99);
   std::uniform_int_distribution<int64_t> dist(0, 1 << 24);
   for (int i = 0; i < 200; ++i) positions.push_back(dist(gen));
@@ -507,10 +512,9 @@ struct Golden {
   std::vector<float> ApplyTwin(RopeLayout layout) {
     rope.layout = layout;
     std::vector<float> out(q.size());
-    ApplyRopeReference(rope, positions,
-                       Heads<const float>::Dense(q.data(), seq, heads, rope.head_dim),
-                       Heads<float>::Dense(out.data(), seq, heads, rope.head_dim),
-                       RopeDirection::kForward);
+    ApplyRopeReference(
+        rope, positions, Heads<const float>::Dense(q.data(), seq, heads, rope.head_dim),
+        Heads<float>::Dense(out.data(), seq, heads, rope.head_dim), RopeDirection::kForward);
     return out;
   }
 
@@ -529,8 +533,11 @@ void ExpectMatchesGolden(const std::string& name) {
   Golden g(name);
   ASSERT_EQ(g.positions.size(), 9u);
   ASSERT_EQ(g.positions.back(), 131071);
-  const struct { RopeLayout layout; const char* column; } cases[] = {
-      {RopeLayout::kHalfSplit, "out_neox_f64"}, {RopeLayout::kInterleaved, "out_interleaved_f64"}};
+  const struct {
+    RopeLayout layout;
+    const char* column;
+  } cases[] = {{RopeLayout::kHalfSplit, "out_neox_f64"},
+               {RopeLayout::kInterleaved, "out_interleaved_f64"}};
   for (const auto& c : cases) {
     const std::vector<float> twin = g.ApplyTwin(c.layout);
     const std::vector<float> ours = g.Apply(c.layout);
@@ -617,7 +624,8 @@ TEST(RopeValidate, RejectsBadHeadDim) {
 TEST(RopeValidate, RejectsBadInvFreq) {
   Rope rope = Rope::Default(64);
   rope.inv_freq.pop_back();
-  ExpectError([&] { rope.Validate(); }, "[rope] inv_freq.size() must equal rotary_dim / 2 (32), got 31");
+  ExpectError([&] { rope.Validate(); },
+              "[rope] inv_freq.size() must equal rotary_dim / 2 (32), got 31");
   rope = Rope::Default(64);
   rope.inv_freq[3] = std::numeric_limits<double>::quiet_NaN();
   ExpectError([&] { rope.Validate(); }, "[rope] inv_freq[3] must be finite and >= 0, got nan");
@@ -633,9 +641,12 @@ TEST(RopeValidate, RejectsBadAttentionFactor) {
   Rope rope = Rope::Default(8);
   // The kernels scale cos and sin by it in float32: it is checked there, so that 1e308 (finite
   // in double) cannot make every output inf, nor 1e-300 every output 0.
-  const std::string rule = "[rope] attention_factor must be a positive normal float32, in [1.1754943508222875e-38, 3.4028234663852886e+38], got ";
-  for (const double bad : {0.0, -1.5, 1e308, 1e-300, 3.5e38, std::numeric_limits<double>::infinity(),
-                           std::numeric_limits<double>::quiet_NaN()}) {
+  const std::string rule =
+      "[rope] attention_factor must be a positive normal float32, in [1.1754943508222875e-38, "
+      "3.4028234663852886e+38], got ";
+  for (const double bad :
+       {0.0, -1.5, 1e308, 1e-300, 3.5e38, std::numeric_limits<double>::infinity(),
+        std::numeric_limits<double>::quiet_NaN()}) {
     rope.attention_factor = bad;
     std::ostringstream shown;
     shown.precision(17);
@@ -691,16 +702,19 @@ TEST(RopeValidate, RejectsBadPositions) {
 TEST(RopeValidate, RejectsViewsOfTheWrongShape) {
   InPlaceFixture f;
   // head_dim of the view differs from the rope's (the view itself is well formed).
-  ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.kbuf.data(), 3, 4, 4)); },
-              "[rope] k.head_dim must equal rope.head_dim (8), got 4");
+  ExpectError(
+      [&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.kbuf.data(), 3, 4, 4)); },
+      "[rope] k.head_dim must equal rope.head_dim (8), got 4");
   f.ExpectUntouched();
   // k has fewer tokens than q.
-  ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.kbuf.data(), 2, 2, 8)); },
-              "[rope] k.tokens must equal q.tokens (3), got 2");
+  ExpectError(
+      [&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.kbuf.data(), 2, 2, 8)); },
+      "[rope] k.tokens must equal q.tokens (3), got 2");
   f.ExpectUntouched();
   // Negative sizes (zero sizes are an empty batch: RopeEmpty).
-  ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.kbuf.data(), 3, -1, 8)); },
-              "[rope] k.num_heads must be >= 0, got -1");
+  ExpectError(
+      [&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.kbuf.data(), 3, -1, 8)); },
+      "[rope] k.num_heads must be >= 0, got -1");
   ExpectError([&] { ApplyRope(f.rope, f.positions, Heads<float>::Dense(f.qbuf.data(), -2, 4, 8)); },
               "[rope] x.tokens must be >= 0, got -2");
   ExpectError([&] { ApplyRope(f.rope, f.positions, Heads<float>::Dense(f.qbuf.data(), 3, 4, -8)); },
@@ -710,14 +724,18 @@ TEST(RopeValidate, RejectsViewsOfTheWrongShape) {
   f.ExpectUntouched();
   // Out-of-place: output shape must equal input shape.
   std::vector<float> out(f.qbuf.size());
-  ExpectError([&] {
-    ApplyRope(f.rope, f.positions, Heads<const float>(f.q()),
-              Heads<float>::Dense(out.data(), 3, 2, 8));
-  }, "[rope] x_out.num_heads must equal x_in.num_heads (4), got 2");
-  ExpectError([&] {
-    ApplyRope(f.rope, f.positions, Heads<const float>(f.q()),
-              Heads<float>::Dense(out.data(), 2, 4, 8));
-  }, "[rope] x_out.tokens must equal x_in.tokens (3), got 2");
+  ExpectError(
+      [&] {
+        ApplyRope(f.rope, f.positions, Heads<const float>(f.q()),
+                  Heads<float>::Dense(out.data(), 3, 2, 8));
+      },
+      "[rope] x_out.num_heads must equal x_in.num_heads (4), got 2");
+  ExpectError(
+      [&] {
+        ApplyRope(f.rope, f.positions, Heads<const float>(f.q()),
+                  Heads<float>::Dense(out.data(), 2, 4, 8));
+      },
+      "[rope] x_out.tokens must equal x_in.tokens (3), got 2");
   f.ExpectUntouched();
 }
 
@@ -732,22 +750,27 @@ TEST(RopeValidate, RejectsAnInvalidRopeBeforeTouchingMemory) {
 TEST(RopeValidate, RejectsOverlappingMemory) {
   InPlaceFixture f;
   // In place: q and k are the same buffer.
-  ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.qbuf.data(), 3, 2, 8)); },
-              "[rope] k must not share memory with q, got overlapping views");
+  ExpectError(
+      [&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>::Dense(f.qbuf.data(), 3, 2, 8)); },
+      "[rope] k must not share memory with q, got overlapping views");
   // In place: k's rows start half a row into q's rows.
-  ExpectError([&] {
-    ApplyRope(f.rope, f.positions, f.q(), Heads<float>{f.qbuf.data() + 4, 3, 1, 8, 32, 8});
-  }, "[rope] k must not share memory with q, got overlapping views");
+  ExpectError(
+      [&] {
+        ApplyRope(f.rope, f.positions, f.q(), Heads<float>{f.qbuf.data() + 4, 3, 1, 8, 32, 8});
+      },
+      "[rope] k must not share memory with q, got overlapping views");
   f.ExpectUntouched();
 
   // Out of place: out is in, or shifted by one element.
   ExpectError([&] { ApplyRope(f.rope, f.positions, Heads<const float>(f.q()), f.q()); },
               "[rope] x_out must not share memory with x_in, got overlapping views");
   std::vector<float> big(f.qbuf.size() + 1);
-  ExpectError([&] {
-    ApplyRope(f.rope, f.positions, Heads<const float>::Dense(big.data(), 3, 4, 8),
-              Heads<float>::Dense(big.data() + 1, 3, 4, 8));
-  }, "[rope] x_out must not share memory with x_in, got overlapping views");
+  ExpectError(
+      [&] {
+        ApplyRope(f.rope, f.positions, Heads<const float>::Dense(big.data(), 3, 4, 8),
+                  Heads<float>::Dense(big.data() + 1, 3, 4, 8));
+      },
+      "[rope] x_out must not share memory with x_in, got overlapping views");
 
   // Out of place, q and k: every output against every input and the other output.
   std::vector<float> qo(f.qbuf.size()), ko(f.kbuf.size());
@@ -758,20 +781,26 @@ TEST(RopeValidate, RejectsOverlappingMemory) {
   f.ExpectUntouched();
   ExpectError([&] { ApplyRope(f.rope, f.positions, qi, f.q(), ki, kov); },
               "[rope] q_out must not share memory with q_in, got overlapping views");
-  ExpectError([&] {
-    ApplyRope(f.rope, f.positions, qi, qov, ki, Heads<float>::Dense(qo.data(), 3, 2, 8));
-  }, "[rope] k_out must not share memory with q_out, got overlapping views");
-  ExpectError([&] {
-    ApplyRope(f.rope, f.positions, qi, qov, ki, Heads<float>::Dense(f.qbuf.data(), 3, 2, 8));
-  }, "[rope] k_out must not share memory with q_in, got overlapping views");
-  ExpectError([&] {
-    ApplyRope(f.rope, f.positions, qi, Heads<float>::Dense(f.kbuf.data(), 3, 4, 4), ki, kov);
-  }, "[rope] q_out.head_dim must equal rope.head_dim (8), got 4");
+  ExpectError(
+      [&] { ApplyRope(f.rope, f.positions, qi, qov, ki, Heads<float>::Dense(qo.data(), 3, 2, 8)); },
+      "[rope] k_out must not share memory with q_out, got overlapping views");
+  ExpectError(
+      [&] {
+        ApplyRope(f.rope, f.positions, qi, qov, ki, Heads<float>::Dense(f.qbuf.data(), 3, 2, 8));
+      },
+      "[rope] k_out must not share memory with q_in, got overlapping views");
+  ExpectError(
+      [&] {
+        ApplyRope(f.rope, f.positions, qi, Heads<float>::Dense(f.kbuf.data(), 3, 4, 4), ki, kov);
+      },
+      "[rope] q_out.head_dim must equal rope.head_dim (8), got 4");
   std::vector<float> kk(f.qbuf.size());
-  ExpectError([&] {
-    ApplyRope(f.rope, f.positions, qi, Heads<float>::Dense(kk.data(), 3, 4, 8),
-              Heads<const float>::Dense(kk.data() + 8, 3, 2, 8), kov);
-  }, "[rope] q_out must not share memory with k_in, got overlapping views");
+  ExpectError(
+      [&] {
+        ApplyRope(f.rope, f.positions, qi, Heads<float>::Dense(kk.data(), 3, 4, 8),
+                  Heads<const float>::Dense(kk.data() + 8, 3, 2, 8), kov);
+      },
+      "[rope] q_out must not share memory with k_in, got overlapping views");
   f.ExpectUntouched();
 }
 
@@ -842,8 +871,8 @@ TEST(RopeValidate, AliasingCheckIsExactOnRandomStridedViews) {
   for (int trial = 0; trial < 4000; ++trial) {
     const int64_t tokens = pick(1, 4);
     auto random_view = [&](int64_t num_heads) {
-      return Heads<float>{buffer.data() + pick(0, 40), tokens, num_heads, D, pick(0, 40),
-                          pick(0, 20)};
+      return Heads<float>{
+          buffer.data() + pick(0, 40), tokens, num_heads, D, pick(0, 40), pick(0, 20)};
     };
     const Heads<float> q = random_view(pick(1, 3)), k = random_view(pick(1, 3));
     try {
@@ -863,7 +892,8 @@ TEST(RopeValidate, AliasingCheckIsExactOnRandomStridedViews) {
     try {
       ApplyRope(rope, positions, q, k);
     } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()), "[rope] k must not share memory with q, got overlapping views");
+      EXPECT_EQ(std::string(e.what()),
+                "[rope] k must not share memory with q, got overlapping views");
       rejected = true;
     }
     ASSERT_EQ(rejected, brute) << "trial " << trial;
@@ -879,8 +909,9 @@ TEST(RopeValidate, AliasingCheckIsExactOnRandomStridedViews) {
 TEST(RopeValidate, RejectsMalformedStrides) {
   InPlaceFixture f;
   // k's heads overlap each other.
-  ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>{f.kbuf.data(), 3, 2, 8, 16, 4}); },
-              "[rope] k.head_stride must be >= head_dim (8) so that rows do not overlap, got 4");
+  ExpectError(
+      [&] { ApplyRope(f.rope, f.positions, f.q(), Heads<float>{f.kbuf.data(), 3, 2, 8, 16, 4}); },
+      "[rope] k.head_stride must be >= head_dim (8) so that rows do not overlap, got 4");
   f.ExpectUntouched();
 }
 
@@ -920,7 +951,6 @@ TEST(RopeReferenceDouble, ApplyRopeOnFloat64IsValidatedAndUnrounded) {
   EXPECT_EQ(x, before);
 }
 
-
 // Positions: one rule for every storage type (posenc/positions.h). At kMaxPosition = 2^32 the
 // kernels still agree with the double reference (whose own angle is off by up to 2^-21 rad
 // there, hence the tolerance); one past it is refused before anything is written.
@@ -943,12 +973,13 @@ void CheckPositionLimit(double tolerance) {
     ASSERT_NEAR(ToFloat(x[i]), want[i], tolerance) << i;
   }
   const std::vector<T> before = x;
-  for (const int64_t bad : {kMaxPosition + 1, int64_t{1} << 60,
-                            std::numeric_limits<int64_t>::max()}) {
+  for (const int64_t bad :
+       {kMaxPosition + 1, int64_t{1} << 60, std::numeric_limits<int64_t>::max()}) {
     const std::vector<int64_t> past{0, bad};
     ExpectError([&] { ApplyRope(rope, past, Heads<T>::Dense(x.data(), 2, 1, 64)); },
                 "[rope] positions[1] must be <= 2^32 = 4294967296 (kMaxPosition, where float32 "
-                "RoPE stops being accurate), got " + std::to_string(bad));
+                "RoPE stops being accurate), got " +
+                    std::to_string(bad));
   }
   EXPECT_EQ(std::memcmp(before.data(), x.data(), x.size() * sizeof(T)), 0);
 }
@@ -967,7 +998,6 @@ TEST(RopePositionLimit, PositionRangeStaysWithinIt) {
               "RoPE stops being accurate), got 4294967297");
 }
 
-
 TEST(RopeEmpty, ZeroTokensOrHeadsAreANoOp) {
   // An empty batch is no error: nothing is read or written, whatever the data pointer.
   const Rope rope = Rope::Default(8);
@@ -981,7 +1011,8 @@ TEST(RopeEmpty, ZeroTokensOrHeadsAreANoOp) {
   std::vector<BFloat16> bf(8);
   EXPECT_NO_THROW(ApplyRope(rope, none, Heads<BFloat16>::Dense(bf.data(), 0, 1, 8)));
   // q without heads, k with three: k is rotated, q is not touched.
-  ApplyRope(rope, two, Heads<float>::Dense(nullptr, 2, 0, 8), Heads<float>::Dense(k.data(), 2, 3, 8));
+  ApplyRope(rope, two, Heads<float>::Dense(nullptr, 2, 0, 8),
+            Heads<float>::Dense(k.data(), 2, 3, 8));
   EXPECT_NE(k, k_before);
   // Sizes must still be sizes.
   ExpectError([&] { ApplyRope(rope, none, Heads<float>::Dense(k.data(), -1, 3, 8)); },
@@ -1036,8 +1067,10 @@ TEST(RopeOffset, DefaultTakesTheFrequenciesOfTheBlock) {
 // A stored value of any storage type, float64 included.
 template <typename T>
 T Stored(float f) {
-  if constexpr (std::is_same_v<T, double>) return f;
-  else return FromFloat<T>(f);
+  if constexpr (std::is_same_v<T, double>)
+    return f;
+  else
+    return FromFloat<T>(f);
 }
 
 template <typename T>
@@ -1095,8 +1128,8 @@ void CheckOffsetEqualsTheBlockAlone() {
           };
           auto block = [&](auto* data, int64_t heads) {
             using U = std::remove_pointer_t<decltype(data)>;
-            return Heads<U>{data + c.rotary_offset, kTokens, heads, c.rotary_dim,
-                            heads * c.head_dim, c.head_dim};
+            return Heads<U>{data + c.rotary_offset, kTokens,   heads, c.rotary_dim,
+                            heads * c.head_dim,     c.head_dim};
           };
 
           // The block alone, rotated in place.
@@ -1259,10 +1292,12 @@ TEST(RopeValidate, RejectsBadRotaryOffset) {
   ExpectError([&] { ApplyRope(f.rope, f.positions, f.q()); }, message);
   ExpectError([&] { ValidateApplyRope(f.rope, f.positions, f.q(), f.k()); }, message);
   std::vector<float> out(f.qbuf.size(), -7.0f);
-  ExpectError([&] {
-    ApplyRope(f.rope, f.positions, Heads<const float>(f.q()),
-              Heads<float>::Dense(out.data(), 3, 4, 8));
-  }, message);
+  ExpectError(
+      [&] {
+        ApplyRope(f.rope, f.positions, Heads<const float>(f.q()),
+                  Heads<float>::Dense(out.data(), 3, 4, 8));
+      },
+      message);
   EXPECT_EQ(out, std::vector<float>(f.qbuf.size(), -7.0f));
   f.ExpectUntouched();
 }

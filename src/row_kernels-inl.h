@@ -25,8 +25,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // y[j] = x[j] + y_in[j] for j < n, vector by vector; in place when y == y_in.
 template <class DF>
-HWY_INLINE void AddRow(DF df, const float* HWY_RESTRICT x, const float* y_in, float* y,
-                       size_t n) {
+HWY_INLINE void AddRow(DF df, const float* HWY_RESTRICT x, const float* y_in, float* y, size_t n) {
   const size_t lanes = hn::Lanes(df);
   size_t j = 0;
   for (; j + lanes <= n; j += lanes) {
@@ -42,8 +41,7 @@ HWY_INLINE void AddRow(DF df, const float* HWY_RESTRICT x, const float* y_in, fl
 }
 
 HWY_NOINLINE void GatherAddImpl(const float* a, const int64_t* a_rows, const float* b,
-                                const int64_t* b_rows, int64_t tokens, int64_t width,
-                                float* out) {
+                                const int64_t* b_rows, int64_t tokens, int64_t width, float* out) {
   const hn::ScalableTag<float> df;
   internal::ForRanges(tokens, tokens * width, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {

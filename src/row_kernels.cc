@@ -34,7 +34,8 @@ void GatherRows(const float* table, const int64_t* rows, int64_t tokens, int64_t
   // A copy needs no arithmetic: memcpy is already the fastest row copy; threads add bandwidth.
   const size_t bytes = static_cast<size_t>(width) * sizeof(float);
   ForRanges(tokens, tokens * width, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) std::memcpy(out + t * width, table + rows[t] * width, bytes);
+    for (int64_t t = begin; t < end; ++t)
+      std::memcpy(out + t * width, table + rows[t] * width, bytes);
   });
 }
 
@@ -48,8 +49,8 @@ void GatherAddReference(const float* a, const int64_t* a_rows, const float* b,
   }
 }
 
-void ScatterAddReference(const float* grad_out, const int64_t* rows, int64_t tokens,
-                         int64_t width, float* grad) {
+void ScatterAddReference(const float* grad_out, const int64_t* rows, int64_t tokens, int64_t width,
+                         float* grad) {
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t j = 0; j < width; ++j) grad[rows[t] * width + j] += grad_out[t * width + j];
   }

@@ -15,15 +15,14 @@ void GatherAddReference(const float* a, const int64_t* a_rows, const float* b,
                         const int64_t* b_rows, int64_t tokens, int64_t width, float* out);
 
 // out[t] = table[rows[t]]: a threaded row copy.
-void GatherRows(const float* table, const int64_t* rows, int64_t tokens, int64_t width,
-                float* out);
+void GatherRows(const float* table, const int64_t* rows, int64_t tokens, int64_t width, float* out);
 
 // grad[rows[t]] += grad_out[t] for t = 0, 1, ..., in that order for every element, so repeated
 // rows accumulate exactly as the scalar loop does. Threads split the columns, never the tokens,
 // so no two threads touch one element.
 void ScatterAdd(const float* grad_out, const int64_t* rows, int64_t tokens, int64_t width,
                 float* grad);
-void ScatterAddReference(const float* grad_out, const int64_t* rows, int64_t tokens,
-                         int64_t width, float* grad);
+void ScatterAddReference(const float* grad_out, const int64_t* rows, int64_t tokens, int64_t width,
+                         float* grad);
 
 }  // namespace posenc::internal

@@ -41,8 +41,10 @@ TEST(RowKernels, GatherAddMatchesTheTwinOnEveryTarget) {
       for (const bool with_b : {false, true}) {
         const int64_t tokens = 1 + width % 7, rows = 5;
         // One float of padding in front misaligns every table and the output.
-        const std::vector<float> a = RandomNormal(rows * width + 1, width), b = RandomNormal(rows * width + 1, 99);
-        const std::vector<int64_t> a_rows = RandomRows(tokens, rows, 1), b_rows = RandomRows(tokens, rows, 2);
+        const std::vector<float> a = RandomNormal(rows * width + 1, width),
+                                 b = RandomNormal(rows * width + 1, 99);
+        const std::vector<int64_t> a_rows = RandomRows(tokens, rows, 1),
+                                   b_rows = RandomRows(tokens, rows, 2);
         std::vector<float> got = RandomNormal(tokens * width + 2, 5), want = got;
         internal::GatherAdd(a.data() + 1, a_rows.data(), with_b ? b.data() + 1 : nullptr,
                             b_rows.data(), tokens, width, got.data() + 1);
@@ -71,7 +73,8 @@ TEST(RowKernels, ScatterAddAccumulatesRepeatedRowsLikeTheTwinOnEveryTarget) {
 TEST(RowKernels, LargeCallsOnTheThreadedPathMatchTheTwins) {
   const int64_t tokens = 700, width = 301, rows = 50;
   const std::vector<float> a = RandomNormal(rows * width, 1), b = RandomNormal(rows * width, 2);
-  const std::vector<int64_t> a_rows = RandomRows(tokens, rows, 3), b_rows = RandomRows(tokens, rows, 4);
+  const std::vector<int64_t> a_rows = RandomRows(tokens, rows, 3),
+                             b_rows = RandomRows(tokens, rows, 4);
   std::vector<float> got(tokens * width), want(tokens * width);
   internal::GatherAdd(a.data(), a_rows.data(), b.data(), b_rows.data(), tokens, width, got.data());
   internal::GatherAddReference(a.data(), a_rows.data(), b.data(), b_rows.data(), tokens, width,
@@ -81,8 +84,10 @@ TEST(RowKernels, LargeCallsOnTheThreadedPathMatchTheTwins) {
   std::vector<float> copy(tokens * width);
   internal::GatherRows(a.data(), a_rows.data(), tokens, width, copy.data());
   for (int64_t t = 0; t < tokens; ++t) {
-    ASSERT_EQ(std::memcmp(copy.data() + t * width, a.data() + a_rows[t] * width,
-                          width * sizeof(float)), 0) << t;
+    ASSERT_EQ(
+        std::memcmp(copy.data() + t * width, a.data() + a_rows[t] * width, width * sizeof(float)),
+        0)
+        << t;
   }
 
   std::vector<float> grad_got = RandomNormal(rows * width, 9), grad_want = grad_got;

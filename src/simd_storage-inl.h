@@ -52,8 +52,7 @@ HWY_INLINE void StoreF32(hn::Vec<DF> v, DF /* df */, hwy::bfloat16_t* HWY_RESTRI
   // A NaN must stay NaN (quiet), not round into infinity.
   const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du32, 0x40u));
   rounded = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), quiet_nan, rounded);
-  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, rounded)), du16,
-             reinterpret_cast<uint16_t*>(p));
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, rounded)), du16, reinterpret_cast<uint16_t*>(p));
 }
 
 template <class DF>

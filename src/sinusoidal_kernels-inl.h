@@ -23,10 +23,10 @@
 #include <numbers>
 
 #include "angles-inl.h"
-#include "kernel_threads.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "kernel_threads.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {
@@ -48,9 +48,9 @@ HWY_INLINE void FillAngles(DD dd, int64_t pos, const double* HWY_RESTRICT freq_h
                            double* HWY_RESTRICT cos_out) {
   const auto vpos = hn::Set(dd, static_cast<double>(pos));
   for (size_t j = 0; j < cols; j += hn::Lanes(dd)) {
-    const auto angle = hn::Add(
-        AngleMod2Pi(dd, vpos, hn::Load(dd, freq_hi + j), hn::Load(dd, freq_lo + j)),
-        hn::Load(dd, phase + j));
+    const auto angle =
+        hn::Add(AngleMod2Pi(dd, vpos, hn::Load(dd, freq_hi + j), hn::Load(dd, freq_lo + j)),
+                hn::Load(dd, phase + j));
     hn::Store(hn::Sin(dd, angle), dd, sin_out + j);
     hn::Store(hn::Cos(dd, angle), dd, cos_out + j);
   }

@@ -53,9 +53,12 @@ float Float16::ToFloat() const {
 
 const char* StorageTypeName(StorageType type) {
   switch (type) {
-    case StorageType::kFloat32: return "float32";
-    case StorageType::kBFloat16: return "bfloat16";
-    case StorageType::kFloat16: return "float16";
+    case StorageType::kFloat32:
+      return "float32";
+    case StorageType::kBFloat16:
+      return "bfloat16";
+    case StorageType::kFloat16:
+      return "float16";
   }
   return "?";
 }

@@ -145,7 +145,9 @@ TEST(YarnReleases, NamesRoundTripAndBadInputIsRefused) {
   EXPECT_THROW(ComputeRopeFrequencies(1e6, 128, no_m, {.yarn_rules = YarnRules::kTransformers4_50}),
                Error);
   // 4.51's factor M / L0 below 1.
-  YarnScaling short_m{.factor = 4.0, .original_max_positions = 32768, .max_positions = 4096,
+  YarnScaling short_m{.factor = 4.0,
+                      .original_max_positions = 32768,
+                      .max_positions = 4096,
                       .parameters_original_max_positions = 32768};
   EXPECT_THROW(
       ComputeRopeFrequencies(1e6, 128, short_m, {.yarn_rules = YarnRules::kTransformers4_51}),

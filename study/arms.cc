@@ -46,9 +46,9 @@ std::string StretchName(Stretch stretch) {
 std::vector<Run> Runs(const Settings& s) {
   std::vector<Run> runs;
   using M = PositionMethod;
-  const PositionMethod base_methods[] = {M::kRope,  M::kAlibi,  M::kSinusoidal, M::kLearned,
-                                         M::kNone,  M::kT5,     M::kXpos,       M::kKerple,
-                                         M::kFire,  M::kRandomized};
+  const PositionMethod base_methods[] = {M::kRope, M::kAlibi,     M::kSinusoidal, M::kLearned,
+                                         M::kNone, M::kT5,        M::kXpos,       M::kKerple,
+                                         M::kFire, M::kRandomized};
   for (uint64_t seed : s.seeds) {
     for (PositionMethod m : base_methods) {
       runs.push_back({.name = MethodName(m) + "-s" + std::to_string(seed),
@@ -93,8 +93,8 @@ std::vector<Arm> Arms() {
       {"xPos", "xpos", M::kXpos, S::kNone, "xpos", true},
       {"KERPLE (log)", "kerple", M::kKerple, S::kNone, "kerple", true},
       {"FIRE (composed attention)", "fire", M::kFire, S::kNone, "fire", true},
-      {"RoPE, randomized positions", "rope-randomized", M::kRandomized, S::kNone,
-       "rope-randomized", true},
+      {"RoPE, randomized positions", "rope-randomized", M::kRandomized, S::kNone, "rope-randomized",
+       true},
       {"RoPE + PI x4 (zero-shot)", "rope-pi", M::kRope, S::kPi, "rope"},
       {"RoPE + NTK-aware x4 (zero-shot)", "rope-ntk", M::kRope, S::kNtk, "rope"},
       {"RoPE + dynamic NTK (zero-shot)", "rope-dynamic", M::kRope, S::kDynamicNtk, "rope"},

@@ -28,7 +28,7 @@ struct Settings {
   int64_t eval_chars = 16384;  // held-out characters scored per (length, protocol)
   int64_t eval_batch_tokens = 8192;
   int64_t log_every = 25;
-  int64_t checkpoint_every = 100;  // steps; and at least every checkpoint_seconds of training
+  int64_t checkpoint_every = 100;    // steps; and at least every checkpoint_seconds of training
   double checkpoint_seconds = 60.0;  // 0: after every step
   double rope_base = 10000.0;
   // YaRN's ramp for this model (see YarnScalingFor): pairs turning more than beta_fast times

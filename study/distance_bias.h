@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
-#include "positions_autograd.h"
 #include "posenc/relative_bias.h"
+#include "positions_autograd.h"
 
 namespace posenc::study {
 

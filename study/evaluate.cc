@@ -45,8 +45,8 @@ double HeldOutLoss(CharModel& model, const Rope& rope, const torch::Tensor& held
       std::vector<torch::Tensor> drawn;
       for (size_t w = first; w < last; ++w) {
         const auto seed = static_cast<uint64_t>(windows[w].start * 1'000'003 + length);
-        drawn.push_back(torch::tensor(
-            RandomOrderedPositions(length, random_position_range, seed), torch::kInt64));
+        drawn.push_back(torch::tensor(RandomOrderedPositions(length, random_position_range, seed),
+                                      torch::kInt64));
       }
       positions = torch::stack(drawn);
     }

@@ -5,8 +5,8 @@
 #include <span>
 #include <vector>
 
-#include "positions_autograd.h"
 #include "posenc/heads.h"
+#include "positions_autograd.h"
 
 namespace posenc::study {
 namespace {
@@ -16,7 +16,11 @@ template <typename T>
 Heads<T> BatchHeads(const torch::Tensor& x, int64_t b) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.dim() == 4 && x.stride(3) == 1,
               "[study] expected float32 [batch, tokens, heads, head_dim] with head_dim contiguous");
-  return {x.data_ptr<float>() + b * x.stride(0), x.size(1), x.size(2), x.size(3), x.stride(1),
+  return {x.data_ptr<float>() + b * x.stride(0),
+          x.size(1),
+          x.size(2),
+          x.size(3),
+          x.stride(1),
           x.stride(2)};
 }
 
@@ -44,19 +48,19 @@ torch::Tensor ReadEachBatch(const torch::Tensor& q, const torch::Tensor& k, cons
 
 torch::Tensor SelfExtendRead(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const Rope& rope, const SelfExtend& se) {
-  return ReadEachBatch(q, k, v, rope, [&](const AttentionOptions& options, auto qb, auto kb,
-                                          auto vb, std::span<const int64_t> pos, auto out) {
-    SelfExtendAttention(options, se, qb, kb, vb, pos, pos, out);
-  });
+  return ReadEachBatch(
+      q, k, v, rope,
+      [&](const AttentionOptions& options, auto qb, auto kb, auto vb, std::span<const int64_t> pos,
+          auto out) { SelfExtendAttention(options, se, qb, kb, vb, pos, pos, out); });
 }
 
 // Fused: posenc's tiled kernel once per part, merged by log-sum-exp (no window x window buffer).
 torch::Tensor DualChunkRead(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const Rope& rope, const DualChunk& dca) {
-  return ReadEachBatch(q, k, v, rope, [&](const AttentionOptions& options, auto qb, auto kb,
-                                          auto vb, std::span<const int64_t> pos, auto out) {
-    DualChunkAttention(options, dca, qb, kb, vb, pos, pos, out);
-  });
+  return ReadEachBatch(
+      q, k, v, rope,
+      [&](const AttentionOptions& options, auto qb, auto kb, auto vb, std::span<const int64_t> pos,
+          auto out) { DualChunkAttention(options, dca, qb, kb, vb, pos, pos, out); });
 }
 
 torch::Tensor SinkRead(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

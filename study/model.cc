@@ -111,8 +111,8 @@ torch::Tensor CharModelImpl::Attention(Block& block, const torch::Tensor& x,
     return block.proj(mixed.reshape({batch, n, shape_.d_model}));
   }
   if (method_ == PositionMethod::kFire) {  // the composed path (fire.h)
-    const torch::Tensor mixed = ComposedCausalAttention(
-        qkv.select(2, 0), qkv.select(2, 1), qkv.select(2, 2), FireBias(block.fire, n));
+    const torch::Tensor mixed = ComposedCausalAttention(qkv.select(2, 0), qkv.select(2, 1),
+                                                        qkv.select(2, 2), FireBias(block.fire, n));
     return block.proj(mixed.reshape({batch, n, shape_.d_model}));
   }
   const bool rotates = method_ == PositionMethod::kRope || method_ == PositionMethod::kXpos ||
@@ -131,8 +131,8 @@ torch::Tensor CharModelImpl::Attention(Block& block, const torch::Tensor& x,
       method_ == PositionMethod::kXpos
           ? qkv * XposFactors(Xpos{.scale_base = shape_.xpos_scale_base}, n, head_dim())
           : qkv;
-  const torch::Tensor mixed = CausalAttentionAutograd(scaled, positions, rotation,
-                                                      method_ == PositionMethod::kAlibi, bias);
+  const torch::Tensor mixed =
+      CausalAttentionAutograd(scaled, positions, rotation, method_ == PositionMethod::kAlibi, bias);
   return block.proj(mixed.reshape({batch, n, shape_.d_model}));
 }
 

@@ -69,8 +69,7 @@ class CharModelImpl : public torch::nn::Module {
   // (scaled variants swap it at evaluation); it is ignored by the methods without RoPE.
   // `reading` changes how a RoPE model's attention reads the window (Self-Extend, dual chunk
   // attention, attention sinks: long_context.h; evaluation only, no gradient).
-  torch::Tensor forward(const torch::Tensor& ids, const Rope& rope,
-                        const LongContext& reading = {},
+  torch::Tensor forward(const torch::Tensor& ids, const Rope& rope, const LongContext& reading = {},
                         const torch::Tensor& positions = torch::Tensor());
 
   const ModelShape& shape() const { return shape_; }

@@ -186,8 +186,7 @@ int EndTogether(int reason) {
     }
     received_from[from] = incoming[from];
   }
-  MPI_Waitall(static_cast<int>(stop_requests.size()), stop_requests.data(),
-              MPI_STATUSES_IGNORE);
+  MPI_Waitall(static_cast<int>(stop_requests.size()), stop_requests.data(), MPI_STATUSES_IGNORE);
   stop_requests.clear();
   return out;
 }

@@ -129,10 +129,10 @@ AttentionOptions CausalOptions(int64_t heads, int64_t head_dim, bool alibi,
   if (alibi) options.alibi = Alibi{.num_heads = heads};
   if (inv_freq.numel() > 0) options.rope = RopeFrom(inv_freq, attention_factor, layout, head_dim);
   if (table.numel() > 0) {
-    options.relative_bias = RelativeBias{
-        .buckets = buckets,
-        .num_heads = heads,
-        .table = {table.data_ptr<float>(), static_cast<size_t>(table.numel())}};
+    options.relative_bias =
+        RelativeBias{.buckets = buckets,
+                     .num_heads = heads,
+                     .table = {table.data_ptr<float>(), static_cast<size_t>(table.numel())}};
   }
   return options;
 }
@@ -158,8 +158,8 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     ctx->saved_data["max_distance"] = max_distance;
     ctx->saved_data["bidirectional"] = bidirectional;
     const int64_t batch = qkv.size(0), tokens = qkv.size(1), heads = qkv.size(3);
-    const AttentionOptions options = CausalOptions(heads, qkv.size(4), alibi, inv_freq,
-                                                   attention_factor, layout, table, BucketsFrom(ctx));
+    const AttentionOptions options = CausalOptions(
+        heads, qkv.size(4), alibi, inv_freq, attention_factor, layout, table, BucketsFrom(ctx));
     torch::Tensor out = torch::empty({batch, tokens, heads, qkv.size(4)}, qkv.options());
     // Each row's log-sum-exp: all the backward pass needs to recompute the softmax tile by tile.
     torch::Tensor lse = torch::empty({batch, tokens, heads}, qkv.options());
@@ -179,10 +179,10 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &qkv = saved[0], &positions = saved[1], &out = saved[3], &lse = saved[4],
                         &table = saved[5];
-    const AttentionOptions options = CausalOptions(
-        qkv.size(3), qkv.size(4), ctx->saved_data["alibi"].toBool(), saved[2],
-        ctx->saved_data["attention_factor"].toDouble(), ctx->saved_data["layout"].toInt(), table,
-        BucketsFrom(ctx));
+    const AttentionOptions options =
+        CausalOptions(qkv.size(3), qkv.size(4), ctx->saved_data["alibi"].toBool(), saved[2],
+                      ctx->saved_data["attention_factor"].toDouble(),
+                      ctx->saved_data["layout"].toInt(), table, BucketsFrom(ctx));
     const torch::Tensor d_out = grad_outputs[0].contiguous();
     // Every element is written (dq, dk, dv fill their parts, each call its table gradient), so no
     // zeroing; the table's gradient is the sum over the batch.
@@ -207,9 +207,8 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
                         BatchRow<const float>(lse, b), BatchHeads<const float>(d_out, b), grads);
       if (has_table) d_table += d_table_one;
     }
-    return {d_qkv,           torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), d_table,         torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+    return {d_qkv,           torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), d_table,         torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -239,10 +238,10 @@ torch::Tensor CausalAttentionAutograd(const torch::Tensor& qkv, const torch::Ten
   if (rope) rope->Validate();
   if (bias) {
     bias->buckets.Validate();
-    TORCH_CHECK(bias->table.scalar_type() == torch::kFloat32 &&
-                    bias->table.sizes() == torch::IntArrayRef({bias->buckets.num_buckets,
-                                                               qkv.size(3)}),
-                "[study] expected a float32 bucket bias table [num_buckets, heads]");
+    TORCH_CHECK(
+        bias->table.scalar_type() == torch::kFloat32 &&
+            bias->table.sizes() == torch::IntArrayRef({bias->buckets.num_buckets, qkv.size(3)}),
+        "[study] expected a float32 bucket bias table [num_buckets, heads]");
   }
   const torch::Tensor inv_freq =
       rope ? torch::tensor(rope->inv_freq, torch::kFloat64) : torch::empty({0}, torch::kFloat64);
@@ -250,8 +249,8 @@ torch::Tensor CausalAttentionAutograd(const torch::Tensor& qkv, const torch::Ten
   return CausalAttentionFunction::apply(
       qkv, positions.contiguous(), alibi, inv_freq, rope ? rope->attention_factor : 1.0,
       static_cast<int64_t>(rope ? rope->layout : RopeLayout{}),
-      bias ? bias->table : torch::empty({0}, torch::kFloat32), buckets.num_buckets, buckets.max_distance,
-      buckets.bidirectional);
+      bias ? bias->table : torch::empty({0}, torch::kFloat32), buckets.num_buckets,
+      buckets.max_distance, buckets.bidirectional);
 }
 
 torch::Tensor SinusoidalTable(const torch::Tensor& positions, int64_t d_model) {

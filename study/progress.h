@@ -38,8 +38,8 @@ class TimeLeft {
 
  private:
   struct Kind {
-    double left = 0.0;            // units still to do
-    double timed_units = 0.0;     // units measured, and the seconds they took
+    double left = 0.0;         // units still to do
+    double timed_units = 0.0;  // units measured, and the seconds they took
     double timed_seconds = 0.0;
     std::optional<double> SecondsLeft() const;
   };

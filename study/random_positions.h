@@ -19,7 +19,6 @@ namespace posenc::study {
 std::vector<int64_t> RandomOrderedPositions(int64_t count, int64_t range, uint64_t seed);
 
 // int64 [batch, count]: one draw per row, the rows in turn from one generator seeded by `seed`.
-torch::Tensor RandomOrderedPositionRows(int64_t batch, int64_t count, int64_t range,
-                                        uint64_t seed);
+torch::Tensor RandomOrderedPositionRows(int64_t batch, int64_t count, int64_t range, uint64_t seed);
 
 }  // namespace posenc::study

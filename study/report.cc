@@ -214,8 +214,8 @@ std::string ClaimsTable(const Table& t, const Settings& s, const FineTuneCurves&
   add("Zero-shot, dual chunk attention beats PI and NTK-aware at " + fx + " (An et al. 2024)",
       "Llama-2-7B at 16k (4x): DCA 7.64, NTK-aware 26.12, PI 15.11 (both dynamic: s = 4 there, "
       "as here)",
-      "at " + fx + Format(": DCA %.3f vs NTK-aware %.3f, PI %.3f nats", dca_f.mean, ntk.mean,
-                          pi_zero.mean),
+      "at " + fx +
+          Format(": DCA %.3f vs NTK-aware %.3f, PI %.3f nats", dca_f.mean, ntk.mean, pi_zero.mean),
       dca_f.mean < ntk.mean && dca_f.mean < pi_zero.mean);
   const double sinks_n = ratio("rope-sinks", n, top), sinks_w = ratio("rope-sinks", w, top);
   add("Attention sinks (positions in the cache) keep the loss flat at any length, and no lower: "
@@ -245,8 +245,8 @@ std::string ClaimsTable(const Table& t, const Settings& s, const FineTuneCurves&
       "generalise best, RoPE, ALiBi and absolute positions worse",
       both("t5") + Format("; RoPE x%.2f, sinusoidal x%.2f, learned x%.2f", ratio("rope", n, top),
                           ratio("sinusoidal", n, top), ratio("learned", n, top)),
-      ratio("t5", n, top) < std::min({ratio("rope", n, top), ratio("sinusoidal", n, top),
-                                      ratio("learned", n, top)}));
+      ratio("t5", n, top) <
+          std::min({ratio("rope", n, top), ratio("sinusoidal", n, top), ratio("learned", n, top)}));
   add("NoPE generalises at least as well as T5's bias (Kazemnejad et al. 2023)",
       "NoPE as good as or better than every explicit scheme",
       Format("NoPE x%.2f vs T5 x%.2f at ", ratio("nope", n, top), ratio("t5", n, top)) + top_x,
@@ -260,8 +260,8 @@ std::string ClaimsTable(const Table& t, const Settings& s, const FineTuneCurves&
       "perplexity flat or falling far past the training length", both("kerple"), flat("kerple"));
   add("KERPLE (log) is at least as good as ALiBi at long lengths (Chi et al. 2022)",
       "the log variant at or below ALiBi's perplexity",
-      "at " + top_x + Format(": KERPLE %.3f vs ALiBi %.3f nats", at_top("kerple").mean,
-                             at_top("alibi").mean),
+      "at " + top_x +
+          Format(": KERPLE %.3f vs ALiBi %.3f nats", at_top("kerple").mean, at_top("alibi").mean),
       no_worse("kerple", "alibi"));
   add("FIRE stays flat past the training length (Li et al. 2023)",
       "log perplexity flat past the training length, where RoPE's and NoPE's rise", both("fire"),
@@ -339,10 +339,11 @@ std::string CacheReadingSection(const Table& t, const Settings& s) {
      << "position i is rotated at i mod " << chunk << " against its own chunk (exact distances), "
      << "at min(i mod " << chunk << " + " << chunk << ", " << dca.chunk_size << ") against the "
      << "chunk before (exact for the first local_size + 1 = " << dca.local_size + 1
-     << " positions of each chunk) and at "
-     << dca.QueryPosition(DualChunkPart::kInter, 0) << " against earlier chunks "
-     << "(docs/DUAL_CHUNK.md). chunk_size = " << dca.chunk_size << " and local_size = "
-     << dca.local_size << " are the authors' rule for L0 = " << L << " (3 L0 / 4 and L0 / 16, "
+     << " positions of each chunk) and at " << dca.QueryPosition(DualChunkPart::kInter, 0)
+     << " against earlier chunks "
+     << "(docs/DUAL_CHUNK.md). chunk_size = " << dca.chunk_size
+     << " and local_size = " << dca.local_size << " are the authors' rule for L0 = " << L
+     << " (3 L0 / 4 and L0 / 16, "
      << "ChunkLlama's `replace_with_chunkllama`; the paper's Llama 2 runs: 3072 of 4096), so the "
      << "largest distance scored at any length is " << dca.chunk_size << ", inside the " << L
      << " the model trained on. (Qwen2.5-1M's config takes chunk_size = M, the trained length, "
@@ -418,8 +419,8 @@ void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s
   };
   for (int panel = 0; panel < 4; ++panel) {
     // Head room above the curves for the key (one line per arm).
-    plot << "set title '" << titles[panel] << "'\nset offsets 0, 0, "
-         << (panel == 0 ? 1.0 : 1.6) << ", 0\nplot ";
+    plot << "set title '" << titles[panel] << "'\nset offsets 0, 0, " << (panel == 0 ? 1.0 : 1.6)
+         << ", 0\nplot ";
     int drawn = 0;
     for (size_t i = 0; i < arms.size(); ++i) {
       const bool reference =
@@ -621,8 +622,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << " and local_size " << dca.local_size << " at every length, the authors' rule for a "
      << "training length L0 (3 L0 / 4 and L0 / 16, ChunkLlama's `replace_with_chunkllama`; "
      << "below), no length scaling; attention sinks (StreamingLLM, Xiao et al. 2023): the cache "
-     << "holds "
-     << s.sink_tokens << " sinks and the latest " << L - s.sink_tokens << " characters, " << L
+     << "holds " << s.sink_tokens << " sinks and the latest " << L - s.sink_tokens
+     << " characters, " << L
      << " in all (the training length), with positions as slots in the cache "
      << "(StreamingLLM's choice, `SinkPositions::kCache`) or as in the text (`kText`). Each "
      << "window is read at once with the masks and positions a token-by-token decode through "
@@ -704,8 +705,8 @@ void WriteReport(const Settings& s, const Corpus& corpus, const std::vector<Run>
      << "`make study` builds `posenc_study` and runs the whole study (the time each part took "
      << "is at the top). It prints the arm, step, loss and the time left as it goes (from the "
      << "measured step times, once the first steps are timed), checkpoints every "
-     << s.checkpoint_every
-     << " steps or " << Format("%.0f", s.checkpoint_seconds) << " s of training, whichever comes "
+     << s.checkpoint_every << " steps or " << Format("%.0f", s.checkpoint_seconds)
+     << " s of training, whichever comes "
      << "first, and saves each arm's results as soon as they are measured (in `study-runs/`). "
      << "Ctrl-C stops it after the step in progress: it writes a checkpoint, lists what is kept "
      << "and prints the command that resumes it (exit status 130); run again, it resumes where "

@@ -21,7 +21,7 @@ void OnSignal(int signal) {
 }  // namespace
 
 void InstallStopHandlers() {
-  struct sigaction action {};
+  struct sigaction action{};
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   // SA_RESETHAND: the next signal has its default effect and ends the process at once.

@@ -210,9 +210,8 @@ std::string Join(const std::vector<std::string>& items) {
 
 // After a stop, from what is on disk (every rank's work, once all have stopped): the runs and
 // arms finished, where each unfinished run's checkpoint stands, and the command that resumes.
-void PrintKept(const Settings& settings, const std::vector<Run>& runs,
-               const std::vector<Arm>& arms, const StudyPaths& paths,
-               const std::string& command) {
+void PrintKept(const Settings& settings, const std::vector<Run>& runs, const std::vector<Arm>& arms,
+               const StudyPaths& paths, const std::string& command) {
   const fs::path runs_dir = paths.out / "runs", results_dir = paths.out / "results";
   std::vector<std::string> finished, checkpoints, evaluated, part_evaluated;
   for (const Run& run : runs) {
@@ -340,8 +339,7 @@ int RunStudy(Settings settings, const StudyPaths& paths, int threads, const std:
   const int reason = parallel::EndTogether(parallel::StopReason());
   if (reason != 0) {
     if (!stopped_in.empty()) {
-      std::printf("%sstopped by %s in %s\n", who.c_str(),
-                  StopName(reason), stopped_in.c_str());
+      std::printf("%sstopped by %s in %s\n", who.c_str(), StopName(reason), stopped_in.c_str());
       std::fflush(stdout);
     }
     parallel::Barrier();  // those lines first, then rank 0's summary

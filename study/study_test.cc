@@ -501,8 +501,8 @@ TEST(StudyLongContext, DualChunkEqualsItsFormula) {
   const torch::Tensor inter = scores(torch::full({n}, std::min(2 * L - 1, chunk_size)));
   const torch::Tensor chunks_apart =
       pos.div(L, "floor").unsqueeze(1) - pos.div(L, "floor").unsqueeze(0);
-  torch::Tensor s = torch::where(chunks_apart == 0, intra,
-                                 torch::where(chunks_apart == 1, successive, inter));
+  torch::Tensor s =
+      torch::where(chunks_apart == 0, intra, torch::where(chunks_apart == 1, successive, inter));
   const torch::Tensor distance = pos.unsqueeze(1) - pos.unsqueeze(0);
   s = s.masked_fill(distance < 0, -std::numeric_limits<double>::infinity());
   const torch::Tensor expected =
@@ -595,7 +595,7 @@ TEST(StudyTimeLeft, EvaluationsAreTimedApartFromTraining) {
   EXPECT_EQ(left.Describe(), "about 8 s of training left, then the evaluations (not timed yet)");
   left.Done(Work::kTraining, 80.0, 8.0);
   EXPECT_EQ(left.Describe(), "estimating...");  // only untimed evaluations left
-  left.Done(Work::kEvaluation, 10.0, 30.0);       // 3 s per evaluation unit
+  left.Done(Work::kEvaluation, 10.0, 30.0);     // 3 s per evaluation unit
   EXPECT_DOUBLE_EQ(*left.Seconds(), 90.0);
   EXPECT_EQ(left.Describe(), "about 1 min 30 s left");
   left.Done(Work::kEvaluation, 30.0, 90.0);

@@ -100,8 +100,7 @@ std::optional<int64_t> CheckpointStep(const fs::path& run_dir) {
 
 CharModel TrainRun(const Settings& settings, const Run& run, const Corpus& corpus,
                    const fs::path& runs_dir, const ProgressFn& progress,
-                   const std::function<double(CharModel&)>& fine_tune_eval,
-                   const StepFn& on_step) {
+                   const std::function<double(CharModel&)>& fine_tune_eval, const StepFn& on_step) {
   const fs::path dir = runs_dir / run.name;
   if (RunFinished(runs_dir, run.name)) return LoadModel(settings, run, runs_dir);
   fs::create_directories(dir);

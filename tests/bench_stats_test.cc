@@ -74,9 +74,8 @@ TEST(BenchStats, BaselineThatDoublesInRoundThreeWarns) {
 }
 
 TEST(BenchStats, SteadyBaselineAndQuietMachineGiveNoWarning) {
-  const std::vector<Baseline> steady = {{"in-place bandwidth", {1.0, 1.1, 1.05}},
-                                        {"FMA peak", {2.0, 2.0}},
-                                        {"KV-cache read", {}}};
+  const std::vector<Baseline> steady = {
+      {"in-place bandwidth", {1.0, 1.1, 1.05}}, {"FMA peak", {2.0, 2.0}}, {"KV-cache read", {}}};
   EXPECT_DOUBLE_EQ(Drift({}), 1.0);
   EXPECT_DOUBLE_EQ(Drift({5.0}), 1.0);
   MachineLoad load;

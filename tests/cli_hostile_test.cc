@@ -35,7 +35,7 @@ struct CliResult {
 // Runs the posenc tool with exactly these arguments (no shell reads them), in `cwd`, under the
 // given limits, with SIGXFSZ at its default (as a shell user has it; the tool must cope).
 CliResult Posenc(const std::vector<std::string>& arguments, const fs::path& cwd,
-           const Limits& limits = {}) {
+                 const Limits& limits = {}) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return {-1000, "pipe failed"};
   const pid_t pid = fork();
@@ -114,11 +114,12 @@ const std::vector<std::string> kHostileTexts = {
 TEST(HostileCli, ModelTypeInAChartTitleIsData) {
   for (const std::string& model_type : kHostileTexts) {
     const fs::path dir = Scratch("title");
-    const std::string config =
-        nlohmann::json({{"model_type", model_type}, {"hidden_size", 256},
-                        {"num_attention_heads", 4}, {"rope_theta", 10000.0},
-                        {"max_position_embeddings", 2048}})
-            .dump();
+    const std::string config = nlohmann::json({{"model_type", model_type},
+                                               {"hidden_size", 256},
+                                               {"num_attention_heads", 4},
+                                               {"rope_theta", 10000.0},
+                                               {"max_position_embeddings", 2048}})
+                                   .dump();
     WriteText(dir / "config.json", config);
     const CliResult run = Posenc({"inspect", "config.json", "--chart", "chart.png"}, dir);
     EXPECT_EQ(run.status, 0) << model_type << "\n" << run.output;
@@ -130,9 +131,9 @@ TEST(HostileCli, ModelTypeInAChartTitleIsData) {
 }
 
 TEST(HostileCli, ChartPathsAreNeverParsedByAShellOrGnuplot) {
-  for (const std::string& stem : {std::string("a';touch PWNED;'b"), std::string("a\"$(touch PWNED)\""),
-                                  std::string("a\nsystem(\"touch PWNED\")\n"),
-                                  std::string("a`touch PWNED`\\")}) {
+  for (const std::string& stem :
+       {std::string("a';touch PWNED;'b"), std::string("a\"$(touch PWNED)\""),
+        std::string("a\nsystem(\"touch PWNED\")\n"), std::string("a`touch PWNED`\\")}) {
     const fs::path dir = Scratch("chart-path");
     fs::create_directories(dir / "out';touch PWNED;'");
     const std::string chart = "out';touch PWNED;'/" + stem + ".png";
@@ -159,11 +160,13 @@ TEST(HostileCli, ConfigTextCannotReachTheTerminalAsEscapeSequences) {
   // OSC (retitle the window), CSI (clear the screen) as ESC [ and as the C1 byte U+009B, and an
   // ordinary non-ASCII name that must stay readable.
   const std::string model_type = "x\x1b]0;owned\x07\x1b[2J\u009b2Jllama-\u00e9";
-  WriteText(dir / "rope.json", nlohmann::json({{"model_type", model_type}, {"hidden_size", 256},
+  WriteText(dir / "rope.json", nlohmann::json({{"model_type", model_type},
+                                               {"hidden_size", 256},
                                                {"num_attention_heads", 4},
                                                {"rope_theta", 10000.0}})
                                    .dump());
-  WriteText(dir / "bad.json", nlohmann::json({{"model_type", model_type}, {"hidden_size", 256},
+  WriteText(dir / "bad.json", nlohmann::json({{"model_type", model_type},
+                                              {"hidden_size", 256},
                                               {"num_attention_heads", 4},
                                               {"rope_theta", -1.0}})
                                   .dump());
@@ -217,8 +220,8 @@ TEST(HostileCli, RopeOverItsOwnInputPastAFileSizeLimitKeepsTheInput) {
   posenc::WriteNpy((dir / "q.npy").string(), Ramp(4 * 8 * 128), shape);
   const std::string before = ReadAll(dir / "q.npy");
   const CliResult run = Posenc({"rope", Config("llama2-7b.json"), "--input", "q.npy", "--positions",
-                          "0,1,2,3", "--output", "q.npy"},
-                         dir, {.file_size = 4096});
+                                "0,1,2,3", "--output", "q.npy"},
+                               dir, {.file_size = 4096});
   EXPECT_EQ(run.status, 1) << run.output;
   EXPECT_NE(run.output.find("[npy.write] path must be written completely (write: File too large)"
                             "; nothing was changed, got 'q.npy'"),
@@ -233,9 +236,9 @@ TEST(HostileCli, RopeOverItsOwnInputPastAFileSizeLimitKeepsTheInput) {
 TEST(HostileCli, TableToAFullDiskFails) {
   const fs::path dir = Scratch("full");
   for (const std::string& format : {"csv", "npy"}) {
-    const CliResult run = Posenc({"table", "sinusoidal", "--positions", "64", "--dim", "16", "--format",
-                            format, "--output", "/dev/full"},
-                           dir);
+    const CliResult run = Posenc({"table", "sinusoidal", "--positions", "64", "--dim", "16",
+                                  "--format", format, "--output", "/dev/full"},
+                                 dir);
     EXPECT_EQ(run.status, 1) << run.output;
     EXPECT_NE(run.output.find("must be written completely (write: No space left on device)"),
               std::string::npos)
@@ -246,9 +249,9 @@ TEST(HostileCli, TableToAFullDiskFails) {
 TEST(HostileCli, TableOverAnOldFilePastAFileSizeLimitKeepsIt) {
   const fs::path dir = Scratch("table-fsize");
   WriteText(dir / "pe.csv", "the old table\n");
-  const CliResult run = Posenc({"table", "sinusoidal", "--positions", "512", "--dim", "64", "--output",
-                          "pe.csv"},
-                         dir, {.file_size = 8192});
+  const CliResult run =
+      Posenc({"table", "sinusoidal", "--positions", "512", "--dim", "64", "--output", "pe.csv"},
+             dir, {.file_size = 8192});
   EXPECT_EQ(run.status, 1) << run.output;
   EXPECT_NE(run.output.find("[table] path must be written completely (write: File too large)"),
             std::string::npos)
@@ -267,8 +270,9 @@ TEST(HostileCli, StandardOutputErrorsAreReported) {
     EXPECT_EQ(run.output.rfind("posenc: cannot write the output to standard output (", 0), 0u)
         << run.output;
     if (arguments[0] == "alibi") {
-      EXPECT_EQ(run.output, "posenc: cannot write the output to standard output (No space left "
-                            "on device)\n");
+      EXPECT_EQ(run.output,
+                "posenc: cannot write the output to standard output (No space left "
+                "on device)\n");
     }
   }
 }
@@ -305,7 +309,8 @@ TEST(HostileCli, IntegersAreDecimalAndInRange) {
       {{"inspect", Config("llama2-7b.json"), "--positions", "0,4294967297"},
        "[inspect] --positions must be <= 2^32 = 4294967296 (kMaxPosition, where float32 RoPE "
        "stops being accurate), got 4294967297"},
-      {{"bench", "--repeats", "0"}, "--repeats: must be a decimal integer in [1, 1000000], got '0'"},
+      {{"bench", "--repeats", "0"},
+       "--repeats: must be a decimal integer in [1, 1000000], got '0'"},
       {{"table", "sinusoidal", "--positions", "3", "--dim", "4", "--base", "0x10", "--output",
         "t.csv"},
        "--base: must be a finite decimal number in"},
@@ -328,8 +333,10 @@ TEST(HostileCli, HugeOutputsAreRefusedBeforeAllocating) {
   const fs::path dir = Scratch("huge");
   std::string many_positions = "0";
   for (int p = 1; p < 600; ++p) many_positions += "," + std::to_string(p);
-  nlohmann::json wide = {{"model_type", "llama"}, {"hidden_size", 65536},
-                         {"num_attention_heads", 1}, {"rope_theta", 10000.0}};
+  nlohmann::json wide = {{"model_type", "llama"},
+                         {"hidden_size", 65536},
+                         {"num_attention_heads", 1},
+                         {"rope_theta", 10000.0}};
   WriteText(dir / "wide.json", wide.dump());
   const std::vector<NumberCase> cases = {
       {{"alibi", "--heads", "1000000000"},
@@ -390,9 +397,9 @@ TEST(HostileCli, HugeAndSpecialInputFilesAreRefusedBeforeReading) {
 
 TEST(HostileCli, LayerOnASingleLayerConfigSaysThereIsNone) {
   // Qwen2.5's excerpt: one RoPE setting and no layer count (Qwen2Config's default is not taken).
-  const CliResult run = Posenc(
-      {"inspect", Config("qwen2.5-7b-instruct-yarn.json"), "--layer", "full_attention"},
-      fs::temp_directory_path());
+  const CliResult run =
+      Posenc({"inspect", Config("qwen2.5-7b-instruct-yarn.json"), "--layer", "full_attention"},
+             fs::temp_directory_path());
   EXPECT_EQ(run.status, 1);
   EXPECT_NE(run.output.find("[cli] --layer must be left out: this config has one RoPE setting for "
                             "every layer (no layer_types), got full_attention"),
@@ -402,21 +409,25 @@ TEST(HostileCli, LayerOnASingleLayerConfigSaysThereIsNone) {
 
 TEST(HostileCli, ChartNamesThatCannotBeHonouredAreErrors) {
   const fs::path dir = Scratch("chart-names");
-  for (const std::string& chart : {std::string(""), std::string("folder/"), std::string("."),
-                                   std::string("chart.jpg")}) {
+  for (const std::string& chart :
+       {std::string(""), std::string("folder/"), std::string("."), std::string("chart.jpg")}) {
     const CliResult run = Posenc({"inspect", Config("llama2-7b.json"), "--chart", chart}, dir);
     EXPECT_EQ(run.status, 1);
-    EXPECT_EQ(run.output, "posenc: [inspect] --chart must name a .png file (the .svg and .gp are "
-                          "written beside it), got '" + chart + "'\n");
+    EXPECT_EQ(run.output,
+              "posenc: [inspect] --chart must name a .png file (the .svg and .gp are "
+              "written beside it), got '" +
+                  chart + "'\n");
   }
   fs::create_directories(dir / "taken.png");
   CliResult run = Posenc({"inspect", Config("llama2-7b.json"), "--chart", "taken.png"}, dir);
-  EXPECT_EQ(run.output, "posenc: [inspect] --chart must name a file, not a folder, got "
-                        "'taken.png'\n");
+  EXPECT_EQ(run.output,
+            "posenc: [inspect] --chart must name a file, not a folder, got "
+            "'taken.png'\n");
   run = Posenc({"inspect", Config("bloom.json"), "--chart", "bloom.png"}, dir);
   EXPECT_EQ(run.status, 1);
-  EXPECT_EQ(run.output, "posenc: [inspect] --chart must be left out for this config (only RoPE "
-                        "configs have wavelengths to draw), got a config whose scheme is alibi\n");
+  EXPECT_EQ(run.output,
+            "posenc: [inspect] --chart must be left out for this config (only RoPE "
+            "configs have wavelengths to draw), got a config whose scheme is alibi\n");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
 }
 

@@ -74,8 +74,8 @@ TEST(CliDemo, JsonReproducesEveryClaimAndWritesFigures) {
   EXPECT_EQ(figures, 7);
   // (k): an image's tokens at (3, 3 + row, 3 + column); the token after it sits at 6.
   const auto& mrope = report["k"]["numbers"];
-  EXPECT_EQ(mrope["positions"][8], nlohmann::json::parse(
-                                       R"({"token": "image r1 c2", "t": 3, "h": 4, "w": 5})"));
+  EXPECT_EQ(mrope["positions"][8],
+            nlohmann::json::parse(R"({"token": "image r1 c2", "t": 3, "h": 4, "w": 5})"));
   EXPECT_EQ(mrope["positions"][9]["t"], 6);
   EXPECT_EQ(report["k"]["figures"][0]["png"], "mrope_positions_per_pair.png");
   const std::string html = ReadFile(dir / "report.html");
@@ -95,7 +95,8 @@ TEST(CliDemo, TextReportStatesTheClaims) {
 
 TEST(CliTable, SinusoidalCsv) {
   const auto file = ScratchDir("table-csv") / "pe.csv";
-  const CliRun run = Cli("table sinusoidal --positions 3 --dim 4 --format csv --output " + file.string());
+  const CliRun run =
+      Cli("table sinusoidal --positions 3 --dim 4 --format csv --output " + file.string());
   ASSERT_EQ(run.status, 0) << run.output;
   std::istringstream rows(ReadFile(file));
   std::string row;
@@ -118,7 +119,8 @@ TEST(CliTable, SinusoidalCsv) {
 
 TEST(CliTable, SinusoidalNpy) {
   const auto file = ScratchDir("table-npy") / "pe.npy";
-  const CliRun run = Cli("table sinusoidal --positions 64 --dim 32 --format npy --output " + file.string());
+  const CliRun run =
+      Cli("table sinusoidal --positions 64 --dim 32 --format npy --output " + file.string());
   ASSERT_EQ(run.status, 0) << run.output;
   const auto array = posenc::ReadNpy(file.string());
   EXPECT_EQ(array.shape, (std::vector<int64_t>{64, 32}));
@@ -130,8 +132,9 @@ TEST(CliTable, BadDimIsAClearError) {
   const auto file = ScratchDir("table-bad") / "pe.csv";
   const CliRun run = Cli("table sinusoidal --positions 3 --dim 0 --output " + file.string());
   EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.output.find("--dim: must be a decimal integer in [1, 9223372036854775807], got '0'"),
-            std::string::npos)
+  EXPECT_NE(
+      run.output.find("--dim: must be a decimal integer in [1, 9223372036854775807], got '0'"),
+      std::string::npos)
       << run.output;
 }
 
@@ -210,8 +213,8 @@ nlohmann::json GoldenFile(const std::string& path) {
 }
 
 TEST(CliInspect, Llama31JsonMatchesHuggingFace) {
-  const CliRun run = Cli("inspect " + ConfigFile("llama3.1-8b.json") +
-                         " --positions 0,4095,131071 --json");
+  const CliRun run =
+      Cli("inspect " + ConfigFile("llama3.1-8b.json") + " --positions 0,4095,131071 --json");
   ASSERT_EQ(run.status, 0) << run.output;
   const auto out = nlohmann::json::parse(run.output);
   const auto golden = GoldenFile("hf_rope/llama3_1_8b.json");
@@ -243,8 +246,8 @@ TEST(CliInspect, Llama31JsonMatchesHuggingFace) {
 }
 
 TEST(CliInspect, ExactPrecisionAndYarnAttentionFactor) {
-  const CliRun run = Cli("inspect " + ConfigFile("qwen2.5-7b-instruct-yarn.json") +
-                         " --precision exact --json");
+  const CliRun run =
+      Cli("inspect " + ConfigFile("qwen2.5-7b-instruct-yarn.json") + " --precision exact --json");
   ASSERT_EQ(run.status, 0) << run.output;
   const auto out = nlohmann::json::parse(run.output);
   const auto golden = GoldenFile("hf_rope/qwen2_5_7b_instruct_yarn4.json");
@@ -270,7 +273,8 @@ TEST(CliInspect, YarnRulesByRelease) {
                                    "transformers-" + release + ".json");
     EXPECT_EQ(out["yarn_rules"], rules);
     EXPECT_EQ(out["inv_freq"].get<std::vector<double>>(),
-              golden["inv_freq_f32"].get<std::vector<double>>()) << flag;
+              golden["inv_freq_f32"].get<std::vector<double>>())
+        << flag;
   }
   CliRun run = Cli("inspect " + config);
   EXPECT_NE(run.output.find("yarn          rules transformers4_50"), std::string::npos)
@@ -278,8 +282,8 @@ TEST(CliInspect, YarnRulesByRelease) {
   run = Cli("inspect " + config + " --yarn-rules transformers4_49");
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.output.find("--yarn-rules"), std::string::npos) << run.output;
-  EXPECT_EQ(nlohmann::json::parse(Cli("inspect " + ConfigFile("llama3.1-8b.json") + " --json")
-                                      .output)["yarn_rules"],
+  EXPECT_EQ(nlohmann::json::parse(
+                Cli("inspect " + ConfigFile("llama3.1-8b.json") + " --json").output)["yarn_rules"],
             nullptr);
 }
 
@@ -374,9 +378,9 @@ void ExpectLayersMatchGolden(const nlohmann::json& out, const nlohmann::json& go
       EXPECT_EQ(ours["rope_theta"].get<double>(), want["rope_theta"].get<double>());
     }
     EXPECT_EQ(ours["causal"], !golden.value("bidirectional", false));
-    for (const char* key : {"index", "scheme", "layer_type", "rope_theta", "rope_type",
-                            "sliding_window", "attention_chunk_size", "query_scale", "causal",
-                            "symmetric_window"}) {
+    for (const char* key :
+         {"index", "scheme", "layer_type", "rope_theta", "rope_type", "sliding_window",
+          "attention_chunk_size", "query_scale", "causal", "symmetric_window"}) {
       EXPECT_TRUE(ours.contains(key)) << key;
     }
   }
@@ -418,8 +422,9 @@ TEST(CliInspectLayers, Llama4ScoutNopeEveryFourthLayerWithQueryScale) {
     EXPECT_EQ(scale["offset"], 1);
     for (size_t k = 0; k < q["temperature_positions"].size(); ++k) {
       const double p = q["temperature_positions"][k];
-      const double c = 1.0 + scale["beta"].get<double>() *
-                                 std::log1p(std::floor((p + 1) / scale["floor_scale"].get<double>()));
+      const double c =
+          1.0 + scale["beta"].get<double>() *
+                    std::log1p(std::floor((p + 1) / scale["floor_scale"].get<double>()));
       EXPECT_NEAR(c, q["temperature_scales"][k].get<double>(), 1e-6) << p;  // float32 reference
     }
   }
@@ -480,10 +485,8 @@ TEST(CliInspectLayers, SmolLM3) {
   EXPECT_EQ(out["layout"], "half-split");
   const CliRun text = Cli("inspect " + RealConfig("smollm3-3b-base"));
   ASSERT_EQ(text.status, 0) << text.output;
-  EXPECT_NE(text.output.find("layers 3, 7, ..., 35 (9): NoPE"), std::string::npos)
-      << text.output;
-  EXPECT_NE(text.output.find("layers 0-2, 4-6, ..., 32-34 (27): RoPE theta 5e6"),
-            std::string::npos)
+  EXPECT_NE(text.output.find("layers 3, 7, ..., 35 (9): NoPE"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("layers 0-2, 4-6, ..., 32-34 (27): RoPE theta 5e6"), std::string::npos)
       << text.output;
 }
 
@@ -551,8 +554,8 @@ TEST(CliInspect, QwenDualChunkAttention) {
     EXPECT_NE(text.output.find(line), std::string::npos) << line << "\n" << text.output;
   }
   // A config without the key reports none.
-  EXPECT_FALSE(InspectJson(ConfigFile("qwen2.5-7b-instruct-yarn.json"))
-                   .contains("dual_chunk_attention"));
+  EXPECT_FALSE(
+      InspectJson(ConfigFile("qwen2.5-7b-instruct-yarn.json")).contains("dual_chunk_attention"));
 }
 
 // A chunk no longer than the local window is refused, naming the key as written.
@@ -598,9 +601,9 @@ TEST(CliInspectLayers, ChatGlmAndAyaInterleaved) {
 TEST(CliInspectLayers, DeepSeekRotatesTheLast64Of192) {
   const auto golden = GoldenFile("model_positions/deepseek-v3.json");
   const auto out = InspectJson(ConfigFile("deepseek-v3.json"));
-  EXPECT_EQ(out["head_dim"], golden["heads"]["qk_head_dim"]);                // 192
-  EXPECT_EQ(out["rotary_dim"], golden["heads"]["qk_rope_head_dim"]);         // 64
-  EXPECT_EQ(out["rotary_offset"], golden["heads"]["qk_nope_head_dim"]);      // 128
+  EXPECT_EQ(out["head_dim"], golden["heads"]["qk_head_dim"]);            // 192
+  EXPECT_EQ(out["rotary_dim"], golden["heads"]["qk_rope_head_dim"]);     // 64
+  EXPECT_EQ(out["rotary_offset"], golden["heads"]["qk_nope_head_dim"]);  // 128
   EXPECT_EQ(out["layers"], nlohmann::json::array());  // the subset has no layer count
   ExpectInvFreq(out, golden["rope"]["full_attention"]["inv_freq"]);
   const CliRun text = Cli("inspect " + ConfigFile("deepseek-v3.json"));
@@ -611,8 +614,7 @@ TEST(CliInspectLayers, DeepSeekRotatesTheLast64Of192) {
       << text.output;
   const CliRun run = Cli("inspect " + ConfigFile("deepseek-v3.json") + " --layer 0");
   EXPECT_EQ(run.status, 1);
-  EXPECT_NE(run.output.find("this config gives no layer count"), std::string::npos)
-      << run.output;
+  EXPECT_NE(run.output.find("this config gives no layer count"), std::string::npos) << run.output;
 }
 
 TEST(CliInspectLayers, OtherSchemesKeepTheirKeysAndListLayers) {
@@ -728,16 +730,16 @@ void ExpectRopeCommandMatchesLayoutGolden(const std::string& config, const std::
   std::vector<float> q(2 * head_dim);
   for (int64_t h = 0; h < 2; ++h) {
     for (int64_t d = 0; d < head_dim; ++d) {
-      q[h * head_dim + d] = static_cast<float>(0.01f * static_cast<float>(d + 1) -
-                                               0.3f * static_cast<float>(h));
+      q[h * head_dim + d] =
+          static_cast<float>(0.01f * static_cast<float>(d + 1) - 0.3f * static_cast<float>(h));
     }
   }
   posenc::WriteNpy((dir / "q.npy").string(), q, std::vector<int64_t>{1, 2, head_dim});
   const bool deepseek = golden["layout"]["kind"] == "nope_then_rope_interleave_to_half";
   for (const auto& position : golden["layout"]["positions"]) {
-    const CliRun run = Cli("rope " + config + " --input " + (dir / "q.npy").string() +
-                           " --positions " + position.dump() + " --output " +
-                           (dir / "out.npy").string() + extra);
+    const CliRun run =
+        Cli("rope " + config + " --input " + (dir / "q.npy").string() + " --positions " +
+            position.dump() + " --output " + (dir / "out.npy").string() + extra);
     ASSERT_EQ(run.status, 0) << run.output;
     const posenc::NpyArray out = posenc::ReadNpy((dir / "out.npy").string());
     const auto& want = golden["layout"]["rotated_q"][position.dump()];
@@ -765,8 +767,8 @@ TEST(CliRope, RotatesLikeTheReferenceForRealConfigs) {
   ExpectRopeCommandMatchesLayoutGolden(RealConfig("chatglm-glm-4-9b-chat"),
                                        "chatglm-glm-4-9b-chat");
   ExpectRopeCommandMatchesLayoutGolden(RealConfig("cohere-aya-23-8b"), "cohere-aya-23-8b");
-  ExpectRopeCommandMatchesLayoutGolden(RealConfig("llama4-scout-17b-16e"),
-                                       "llama4-scout-17b-16e", " --layer 0");
+  ExpectRopeCommandMatchesLayoutGolden(RealConfig("llama4-scout-17b-16e"), "llama4-scout-17b-16e",
+                                       " --layer 0");
   ExpectRopeCommandMatchesLayoutGolden(ConfigFile("deepseek-v3.json"), "deepseek-v3");
 }
 
@@ -774,9 +776,9 @@ TEST(CliRope, NopeLayerIsAClearError) {
   const auto dir = ScratchDir("rope-nope");
   posenc::WriteNpy((dir / "x.npy").string(), std::vector<float>(128, 1.0f),
                    std::vector<int64_t>{1, 1, 128});
-  const CliRun run = Cli("rope " + RealConfig("llama4-scout-17b-16e") + " --input " +
-                         (dir / "x.npy").string() + " --positions 0 --output " +
-                         (dir / "y.npy").string() + " --layer 7");
+  const CliRun run =
+      Cli("rope " + RealConfig("llama4-scout-17b-16e") + " --input " + (dir / "x.npy").string() +
+          " --positions 0 --output " + (dir / "y.npy").string() + " --layer 7");
   EXPECT_EQ(run.status, 1);
   EXPECT_NE(run.output.find("[cli] --layer must pick a RoPE layer (layer 7 is nope"),
             std::string::npos)
@@ -802,11 +804,11 @@ void ExpectRopeCommandMatchesGolden(const std::string& apply_name, const std::st
   posenc::WriteNpy((dir / "q.npy").string(), q, shape);
   std::string positions;
   for (const auto& p : golden["positions"]) positions += (positions.empty() ? "" : ",") + p.dump();
-  for (const auto& [layout, column] : {std::pair{"half-split", "out_neox_f64"},
-                                       std::pair{"interleaved", "out_interleaved_f64"}}) {
+  for (const auto& [layout, column] :
+       {std::pair{"half-split", "out_neox_f64"}, std::pair{"interleaved", "out_interleaved_f64"}}) {
     const CliRun run = Cli("rope " + ConfigFile(config) + " --input " + (dir / "q.npy").string() +
-                           " --positions " + positions + " --output " +
-                           (dir / "out.npy").string() + " --layout " + layout);
+                           " --positions " + positions + " --output " + (dir / "out.npy").string() +
+                           " --layout " + layout);
     ASSERT_EQ(run.status, 0) << run.output;
     const posenc::NpyArray out = posenc::ReadNpy((dir / "out.npy").string());
     EXPECT_EQ(out.shape, shape);
@@ -829,9 +831,8 @@ TEST(CliRope, ShapeAndPositionMismatchesAreClearErrors) {
   const std::vector<float> x(2 * 3 * 64, 1.0f);
   const std::vector<int64_t> shape = {2, 3, 64};
   posenc::WriteNpy((dir / "x.npy").string(), x, shape);
-  CliRun run = Cli("rope " + ConfigFile("llama2-7b.json") + " --input " +
-                   (dir / "x.npy").string() + " --positions 0,1 --output " +
-                   (dir / "y.npy").string());
+  CliRun run = Cli("rope " + ConfigFile("llama2-7b.json") + " --input " + (dir / "x.npy").string() +
+                   " --positions 0,1 --output " + (dir / "y.npy").string());
   EXPECT_EQ(run.status, 1);
   EXPECT_NE(run.output.find("must have head_dim 128"), std::string::npos) << run.output;
   run = Cli("rope " + ConfigFile("nomic-embed-text-v1.5-dynamic.json") + " --input " +
@@ -876,9 +877,9 @@ TEST(CliBench, QuickJsonHasPerRoundRatiosWarningsAndTheCpu) {
   const auto report = nlohmann::json::parse(run.output);
   ASSERT_TRUE(report.contains("cpu")) << run.output;
   const auto& cpu = report["cpu"];
-  for (const char* key : {"model_name", "vendor", "family", "model", "stepping",
-                          "microarchitecture", "avx512f", "avx512_bf16", "amx_bf16",
-                          "amx_permitted"}) {
+  for (const char* key :
+       {"model_name", "vendor", "family", "model", "stepping", "microarchitecture", "avx512f",
+        "avx512_bf16", "amx_bf16", "amx_permitted"}) {
     EXPECT_TRUE(cpu.contains(key)) << key << " in " << cpu.dump();
   }
   EXPECT_FALSE(cpu["microarchitecture"].get<std::string>().empty());
@@ -886,8 +887,8 @@ TEST(CliBench, QuickJsonHasPerRoundRatiosWarningsAndTheCpu) {
   ASSERT_TRUE(report["warnings"].is_array());
   EXPECT_EQ(report["quiet"].get<bool>(), report["warnings"].empty());
   EXPECT_GT(report["max_baseline_drift"].get<double>(), 1.0);
-  for (const char* key : {"in_place_bandwidth_gb_per_s", "fma_peak_gflop_per_s",
-                          "kv_read_gb_per_s"}) {
+  for (const char* key :
+       {"in_place_bandwidth_gb_per_s", "fma_peak_gflop_per_s", "kv_read_gb_per_s"}) {
     ASSERT_TRUE(report["baseline_rounds"].contains(key)) << key;
     EXPECT_EQ(report["baseline_rounds"][key].size(), 3u) << key;
   }
@@ -897,9 +898,9 @@ TEST(CliBench, QuickJsonHasPerRoundRatiosWarningsAndTheCpu) {
   EXPECT_TRUE(report["load"].contains("before") && report["load"].contains("after"));
   EXPECT_GT(report["load"]["cores"].get<int>(), 0);
   for (const auto& e : report["entries"]) {
-    for (const char* key : {"rounds", "round_ns", "ratio_to_bandwidth_median",
-                            "ratio_to_bandwidth_min", "ratio_to_bandwidth_max",
-                            "ratio_to_bandwidth_per_round"}) {
+    for (const char* key :
+         {"rounds", "round_ns", "ratio_to_bandwidth_median", "ratio_to_bandwidth_min",
+          "ratio_to_bandwidth_max", "ratio_to_bandwidth_per_round"}) {
       EXPECT_TRUE(e.contains(key)) << key << " in " << e.dump();
     }
     const double median = e["ratio_to_bandwidth_median"].get<double>();
@@ -932,10 +933,10 @@ TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {
     EXPECT_GT(e["ratio_to_bandwidth"].get<double>(), 0.0) << e.dump();
     operations.insert(e["operation"].get<std::string>() + "/" + e["dtype"].get<std::string>());
   }
-  for (const char* op : {"stream_copy/float32", "stream_read_modify_write/float32",
-                         "rope_forward/float32", "rope_forward/bfloat16", "rope_decode_step/float32",
-                         "rope_reference_scalar/float32", "sinusoidal_table/float32",
-                         "mrope_forward/float32", "mrope_forward/bfloat16"}) {
+  for (const char* op :
+       {"stream_copy/float32", "stream_read_modify_write/float32", "rope_forward/float32",
+        "rope_forward/bfloat16", "rope_decode_step/float32", "rope_reference_scalar/float32",
+        "sinusoidal_table/float32", "mrope_forward/float32", "mrope_forward/bfloat16"}) {
     EXPECT_TRUE(operations.count(op)) << op;
   }
   // The compute-bound entries: useful GFLOP/s and a fraction of the FMA peak of the same run.
@@ -952,21 +953,28 @@ TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {
       EXPECT_GT(e["ratio_to_stream_time"].get<double>(), 0.0) << e.dump();
     }
   }
-  EXPECT_EQ(attention, (std::set<std::string>{
-                           "attention prefill causal f32", "attention prefill causal alibi f32",
-                           "attention prefill causal bf16", "attention prefill causal alibi bf16",
-                           "attention prefill causal t5 f32", "attention prefill causal t5 bf16",
-                           "attention prefill causal rope f32", "attention prefill causal rope bf16",
-                           "attention prefill causal self-extend f32",
-                           "attention prefill causal self-extend bf16",
-                           "attention decode gqa f32", "attention decode gqa bf16",
-                           "attention decode cache f32", "attention decode cache bf16",
-                           "attention decode cache rope f32", "attention decode cache rope bf16",
-                           "attention decode rope every key f32",
-                           "attention decode rope every key bf16",
-                           "attention backward causal f32", "attention backward causal alibi f32",
-                           "attention backward causal bf16",
-                           "attention backward causal alibi bf16"}));
+  EXPECT_EQ(attention, (std::set<std::string>{"attention prefill causal f32",
+                                              "attention prefill causal alibi f32",
+                                              "attention prefill causal bf16",
+                                              "attention prefill causal alibi bf16",
+                                              "attention prefill causal t5 f32",
+                                              "attention prefill causal t5 bf16",
+                                              "attention prefill causal rope f32",
+                                              "attention prefill causal rope bf16",
+                                              "attention prefill causal self-extend f32",
+                                              "attention prefill causal self-extend bf16",
+                                              "attention decode gqa f32",
+                                              "attention decode gqa bf16",
+                                              "attention decode cache f32",
+                                              "attention decode cache bf16",
+                                              "attention decode cache rope f32",
+                                              "attention decode cache rope bf16",
+                                              "attention decode rope every key f32",
+                                              "attention decode rope every key bf16",
+                                              "attention backward causal f32",
+                                              "attention backward causal alibi f32",
+                                              "attention backward causal bf16",
+                                              "attention backward causal alibi bf16"}));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ is kept), and the study resumed must again give exactly what one process gives.
 
 usage: study_mpi_test.py MPIEXEC POSENC_STUDY WORK_DIR
 """
+
 import json
 import os
 import pathlib
@@ -27,8 +28,9 @@ def fail(message):
 
 def run(command):
     # A session of its own, so that a timeout ends mpirun and every rank, leaving nothing behind.
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         log, _ = process.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -56,8 +58,9 @@ def rank_process(launcher, rank):
 def interrupt_rank_1(command):
     """Runs `command` (two ranks, a checkpoint after every step) and sends SIGINT to rank 1 once it
     has logged steps of its first run: both ranks must stop, and rank 0 say how to resume."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     log = ""
     try:
         for line in process.stdout:
@@ -72,8 +75,12 @@ def interrupt_rank_1(command):
             os.killpg(process.pid, signal.SIGKILL)
     if code != 130:
         fail(f"SIGINT to rank 1 should end the job with exit status 130, got {code}:\n{log}")
-    for expected in ("rank 0: stopped by Ctrl-C (SIGINT)", "rank 1: stopped by Ctrl-C (SIGINT)",
-                     "posenc_study: stopped by Ctrl-C (SIGINT)", "Run again to resume"):
+    for expected in (
+        "rank 0: stopped by Ctrl-C (SIGINT)",
+        "rank 1: stopped by Ctrl-C (SIGINT)",
+        "posenc_study: stopped by Ctrl-C (SIGINT)",
+        "Run again to resume",
+    ):
         if expected not in log:
             fail(f"the interrupted job does not say {expected!r}:\n{log}")
 
@@ -104,8 +111,19 @@ def main():
     alone, ranks = work / "alone", work / "ranks"
     common = ["--quick", "--threads", "1"]
     run([binary, *common, "--out", str(alone)])
-    log = run([mpiexec, "-n", "2", "--oversubscribe", "--allow-run-as-root", binary, *common,
-               "--out", str(ranks)])
+    log = run(
+        [
+            mpiexec,
+            "-n",
+            "2",
+            "--oversubscribe",
+            "--allow-run-as-root",
+            binary,
+            *common,
+            "--out",
+            str(ranks),
+        ]
+    )
     if "2 MPI ranks" not in log or "rank 1:" not in log:
         fail(f"the study did not run over two ranks:\n{log}")
 
@@ -125,14 +143,27 @@ def main():
         fail("STUDY.md differs beyond its machine line")
 
     stopped = work / "stopped"
-    command = [mpiexec, "-n", "2", "--oversubscribe", "--allow-run-as-root", binary, *common,
-               "--out", str(stopped), "--checkpoint-seconds", "0"]
+    command = [
+        mpiexec,
+        "-n",
+        "2",
+        "--oversubscribe",
+        "--allow-run-as-root",
+        binary,
+        *common,
+        "--out",
+        str(stopped),
+        "--checkpoint-seconds",
+        "0",
+    ]
     interrupt_rank_1(command)
     run(command)
     if results(alone) != results(stopped) or loss_logs(alone) != loss_logs(stopped):
         fail("the study stopped by SIGINT on rank 1 and resumed differs from one process")
-    print(f"study --quick over 2 MPI ranks: {len(a)} runs and every result identical to one "
-          "process, also when stopped by SIGINT on one rank and resumed")
+    print(
+        f"study --quick over 2 MPI ranks: {len(a)} runs and every result identical to one "
+        "process, also when stopped by SIGINT on one rank and resumed"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ what the numbers say (the study is not a test); only that they are there and fin
 
 usage: study_quick_test.py POSENC_STUDY WORK_DIR
 """
+
 import json
 import math
 import pathlib
@@ -17,12 +18,40 @@ import struct
 import subprocess
 import sys
 
-ARMS = ["learned", "sinusoidal", "rope", "alibi", "nope", "t5", "xpos", "kerple", "fire",
-        "rope-randomized", "rope-pi", "rope-ntk", "rope-dynamic",
-        "rope-yarn", "rope-pi-ft", "rope-yarn-ft", "rope-self-extend", "rope-dual-chunk",
-        "rope-sinks", "rope-sinks-text"]
-BASE_RUNS = ["rope", "alibi", "sinusoidal", "learned", "nope", "t5", "xpos", "kerple", "fire",
-             "rope-randomized"]
+ARMS = [
+    "learned",
+    "sinusoidal",
+    "rope",
+    "alibi",
+    "nope",
+    "t5",
+    "xpos",
+    "kerple",
+    "fire",
+    "rope-randomized",
+    "rope-pi",
+    "rope-ntk",
+    "rope-dynamic",
+    "rope-yarn",
+    "rope-pi-ft",
+    "rope-yarn-ft",
+    "rope-self-extend",
+    "rope-dual-chunk",
+    "rope-sinks",
+    "rope-sinks-text",
+]
+BASE_RUNS = [
+    "rope",
+    "alibi",
+    "sinusoidal",
+    "learned",
+    "nope",
+    "t5",
+    "xpos",
+    "kerple",
+    "fire",
+    "rope-randomized",
+]
 FINE_TUNES = ["rope-pi-ft", "rope-yarn-ft"]
 SEEDS = [1, 2]
 TRAIN_LENGTH = 32  # quick settings
@@ -36,8 +65,12 @@ def fail(message):
 
 
 def run(binary, out, *extra):
-    result = subprocess.run([binary, "--quick", "--threads", "2", "--out", str(out), *extra],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [binary, "--quick", "--threads", "2", "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return result.returncode, result.stdout + result.stderr
 
 
@@ -46,11 +79,18 @@ def same_results(whole, other, what):
     for seed in SEEDS:
         for run_name in BASE_RUNS + FINE_TUNES:
             name = f"{run_name}-s{seed}"
-            a, b = ([row.split("\t")[:2] for row in (out / "runs" / name / "loss.tsv").read_text()
-                     .splitlines()] for out in (whole, other))
+            a, b = (
+                [
+                    row.split("\t")[:2]
+                    for row in (out / "runs" / name / "loss.tsv").read_text().splitlines()
+                ]
+                for out in (whole, other)
+            )
             if a != b:
-                fail(f"{name}: the {what} run's losses differ from the uninterrupted run's:\n"
-                     f"{a}\n{b}")
+                fail(
+                    f"{name}: the {what} run's losses differ from the uninterrupted run's:\n"
+                    f"{a}\n{b}"
+                )
         for arm in ARMS:
             a = json.loads((whole / "results" / f"{arm}-s{seed}.json").read_text())["nats_per_char"]
             b = json.loads((other / "results" / f"{arm}-s{seed}.json").read_text())["nats_per_char"]
@@ -78,12 +118,15 @@ def interrupt_with_ctrl_c(binary, out):
             process.kill()
     if code != 130:
         fail(f"Ctrl-C should stop the study with exit status 130, got {code}:\n{log}")
-    for expected in ("stopped by Ctrl-C (SIGINT)", "runs trained (1 of 24): rope-s1",
-                     f"arms evaluated (0 of {len(ARMS)})", "Run again to resume"):
+    for expected in (
+        "stopped by Ctrl-C (SIGINT)",
+        "runs trained (1 of 24): rope-s1",
+        f"arms evaluated (0 of {len(ARMS)})",
+        "Run again to resume",
+    ):
         if expected not in log:
             fail(f"the interrupted study does not say {expected!r}:\n{log}")
-    where = re.search(r"continue from their checkpoint: (alibi-s1) at step (\d+) of 30",
-                      log)
+    where = re.search(r"continue from their checkpoint: (alibi-s1) at step (\d+) of 30", log)
     if not where:
         fail(f"the interrupted study does not say where its run stopped:\n{log}")
     step_file = out / "runs" / where.group(1) / "step.txt"
@@ -136,9 +179,16 @@ def check_artefacts(out):
 
     docs = out / "docs"
     study = (docs / "STUDY.md").read_text()
-    for heading in ("## Set-up", "## Protocols", "### Non-overlapping windows", "### Sliding window",
-                    "## Beside the published shapes", "## YaRN's beta for this model", "## NoPE",
-                    "## Training and fine-tuning"):
+    for heading in (
+        "## Set-up",
+        "## Protocols",
+        "### Non-overlapping windows",
+        "### Sliding window",
+        "## Beside the published shapes",
+        "## YaRN's beta for this model",
+        "## NoPE",
+        "## Training and fine-tuning",
+    ):
         if heading not in study:
             fail(f"STUDY.md has no section {heading!r}")
     if "—" in study.split("## Beside")[0]:
@@ -188,8 +238,10 @@ def main():
     code, log = run(binary, interrupted)  # a finished study only rewrites its report
     if code != 0 or "step" in log.replace("steps", ""):
         fail(f"a finished study trained again:\n{log}")
-    print("study --quick: every artefact present and well formed; a study stopped by "
-          "--stop-after-steps and one stopped by Ctrl-C resumed to the same losses and results")
+    print(
+        "study --quick: every artefact present and well formed; a study stopped by "
+        "--stop-after-steps and one stopped by Ctrl-C resumed to the same losses and results"
+    )
 
 
 if __name__ == "__main__":

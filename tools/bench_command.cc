@@ -11,8 +11,8 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,9 +25,9 @@
 #include "posenc/attention.h"
 #include "posenc/attention_backward.h"
 #include "posenc/heads.h"
-#include "posenc/positions.h"
 #include "posenc/kv_cache.h"
 #include "posenc/mrope.h"
+#include "posenc/positions.h"
 #include "posenc/rope.h"
 #include "posenc/runtime.h"
 #include "posenc/self_extend.h"
@@ -62,8 +62,8 @@ struct Entry {
   int threads;
   double bytes;
   Timing timing;
-  double flops = 0;          // useful floating-point work, for the compute-bound cases
-  double stream_bytes = 0;   // bytes a decode step must read at least once (the KV cache)
+  double flops = 0;             // useful floating-point work, for the compute-bound cases
+  double stream_bytes = 0;      // bytes a decode step must read at least once (the KV cache)
   std::vector<double> round_s;  // the time of each round, in round order (round r at index r)
 };
 
@@ -82,8 +82,8 @@ struct Case {
 struct Results {
   std::vector<Entry> entries;
   double fma_peak_flops_per_s = 0;
-  double fma_flops = 0;              // the work of one FMA-peak run
-  std::vector<double> fma_round_s;   // its time in each round
+  double fma_flops = 0;             // the work of one FMA-peak run
+  std::vector<double> fma_round_s;  // its time in each round
 };
 
 std::string ShapeString(const std::vector<std::vector<int64_t>>& tensors,
@@ -145,20 +145,18 @@ template <typename T>
 void AddRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& positions, QK<T>& b,
                   std::vector<Case>& cases) {
   const std::string dtype = StorageTypeName(StorageTypeOf<T>());
-  const std::string shape =
-      ShapeString({{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}},
-                  {"q", "k"});
+  const std::string shape = ShapeString(
+      {{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}}, {"q", "k"});
   const double bytes = 2.0 * static_cast<double>(b.q.size() + b.k.size()) * sizeof(T);
   for (const RopeLayout layout : {RopeLayout::kHalfSplit, RopeLayout::kInterleaved}) {
     const std::string name = layout == RopeLayout::kHalfSplit ? "half_split" : "interleaved";
     const Rope rope = Rope::Default(s.head_dim, 10000.0, layout);
     cases.push_back({{"rope_forward", name, dtype, true, shape, threads, bytes, {}},
                      [&b, rope, &positions] { ApplyRope(rope, positions, b.qv, b.kv); }});
-    cases.push_back({{"rope_forward", name, dtype, false, shape, threads, bytes, {}},
-                     [&b, rope, &positions] {
-                       ApplyRope(rope, positions, Heads<const T>(b.qv), b.qo,
-                                 Heads<const T>(b.kv), b.ko);
-                     }});
+    cases.push_back(
+        {{"rope_forward", name, dtype, false, shape, threads, bytes, {}}, [&b, rope, &positions] {
+           ApplyRope(rope, positions, Heads<const T>(b.qv), b.qo, Heads<const T>(b.kv), b.ko);
+         }});
     cases.push_back({{"rope_reference_scalar", name, dtype, true, shape, 1, bytes, {}},
                      [&b, rope, &positions] {
                        ApplyRopeReference(rope, positions, b.qv, b.qv, RopeDirection::kForward);
@@ -195,9 +193,8 @@ template <typename T>
 void AddMRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& streams, QK<T>& b,
                    std::vector<Case>& cases) {
   const std::string dtype = StorageTypeName(StorageTypeOf<T>());
-  const std::string shape =
-      ShapeString({{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}},
-                  {"q", "k"});
+  const std::string shape = ShapeString(
+      {{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}}, {"q", "k"});
   const double bytes = 2.0 * static_cast<double>(b.q.size() + b.k.size()) * sizeof(T);
   const int64_t pairs = s.head_dim / 2;
   const PositionStreams view = PositionStreams::Dense(streams.data(), 3, s.tokens);
@@ -209,8 +206,14 @@ void AddMRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& str
     const bool in_blocks = layout == MropeSections::kBlocks;
     const MRope mrope =
         MRope::Sections(Rope::Default(s.head_dim, 1e6), in_blocks ? blocks : interleaved, layout);
-    cases.push_back({{"mrope_forward", in_blocks ? "sections" : "interleaved", dtype, true, shape,
-                      threads, bytes, {}},
+    cases.push_back({{"mrope_forward",
+                      in_blocks ? "sections" : "interleaved",
+                      dtype,
+                      true,
+                      shape,
+                      threads,
+                      bytes,
+                      {}},
                      [&b, mrope, view] { ApplyMRope(mrope, view, b.qv, b.kv); }});
   }
 }
@@ -254,13 +257,19 @@ void AddDecodeCase(const Shapes& s, int threads, DecodeBuffers<T>& decode,
   const std::string name = std::string("attention decode gqa ") +
                            (StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16");
   cases.push_back(
-      {{name, "-", StorageTypeName(StorageTypeOf<T>()), false,
+      {{name,
+        "-",
+        StorageTypeName(StorageTypeOf<T>()),
+        false,
         ShapeString({{1, s.decode_heads, s.head_dim},
                      {s.decode_keys, s.decode_kv_heads, s.head_dim},
                      {s.decode_keys, s.decode_kv_heads, s.head_dim}},
                     {"q", "k", "v"}),
-        threads, kv_bytes + sizeof(T) * decode.q.size() + 4.0 * decode.out.size(), {},
-        4.0 * s.decode_keys * s.head_dim * s.decode_heads, kv_bytes},
+        threads,
+        kv_bytes + sizeof(T) * decode.q.size() + 4.0 * decode.out.size(),
+        {},
+        4.0 * s.decode_keys * s.head_dim * s.decode_heads,
+        kv_bytes},
        [&decode, &s] {
          const auto view = [&s](const std::vector<T>& x) {
            return Heads<const T>::Dense(x.data(), s.decode_keys, s.decode_kv_heads, s.head_dim);
@@ -296,9 +305,10 @@ void AddCachedDecodeCases(const Shapes& s, int threads, DecodeBuffers<T>& decode
   // with the query rotated beforehand. Same memory, same numbers: they differ only in the query's
   // rotation (two caches would differ in how their pages were mapped, which showed here as 1.6x).
   const Rope rope = Rope::Default(s.head_dim, 500000.0);
-  auto cache = std::make_shared<KvCache<T>>(KvCacheOptions{
-      .capacity = s.decode_keys, .kv_heads = s.decode_kv_heads, .head_dim = s.head_dim,
-      .rope = rope});
+  auto cache = std::make_shared<KvCache<T>>(KvCacheOptions{.capacity = s.decode_keys,
+                                                           .kv_heads = s.decode_kv_heads,
+                                                           .head_dim = s.head_dim,
+                                                           .rope = rope});
   cache->Append(decode.key_pos, kv(decode.k), kv(decode.v));
   auto rotated_q = std::make_shared<std::vector<T>>(decode.q.size());
   ApplyRope(rope, decode.query_pos,
@@ -307,34 +317,56 @@ void AddCachedDecodeCases(const Shapes& s, int threads, DecodeBuffers<T>& decode
   const auto out = [&decode, &s] {
     return Heads<float>::Dense(decode.out.data(), 1, s.decode_heads, s.head_dim);
   };
-  cases.push_back({{"attention decode cache " + suffix, "-", dtype, false, shape, threads, bytes,
-                    {}, flops, kv_bytes},
-                   [&decode, &s, cache, rotated_q, out] {
-                     Attention({.causal = true},
-                               Heads<const T>::Dense(rotated_q->data(), 1, s.decode_heads,
-                                                     s.head_dim),
-                               cache->Keys(), cache->Values(), decode.query_pos,
-                               cache->Positions(), out());
-                   }});
-  cases.push_back({{"attention decode cache rope " + suffix, "-", dtype, false, shape, threads,
-                    bytes, {}, flops, kv_bytes},
+  cases.push_back(
+      {{"attention decode cache " + suffix,
+        "-",
+        dtype,
+        false,
+        shape,
+        threads,
+        bytes,
+        {},
+        flops,
+        kv_bytes},
+       [&decode, &s, cache, rotated_q, out] {
+         Attention({.causal = true},
+                   Heads<const T>::Dense(rotated_q->data(), 1, s.decode_heads, s.head_dim),
+                   cache->Keys(), cache->Values(), decode.query_pos, cache->Positions(), out());
+       }});
+  cases.push_back({{"attention decode cache rope " + suffix,
+                    "-",
+                    dtype,
+                    false,
+                    shape,
+                    threads,
+                    bytes,
+                    {},
+                    flops,
+                    kv_bytes},
                    [&decode, &s, cache, out] {
-                     cache->Attend({.causal = true},
-                                   Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads,
-                                                         s.head_dim),
-                                   decode.query_pos, out());
+                     cache->Attend(
+                         {.causal = true},
+                         Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim),
+                         decode.query_pos, out());
                    }});
   AttentionOptions rotate_all{.causal = true};
   rotate_all.rope = Rope::Default(s.head_dim, 500000.0);
-  cases.push_back({{"attention decode rope every key " + suffix, "-", dtype, false, shape,
-                    threads, bytes, {}, flops, kv_bytes},
+  cases.push_back({{"attention decode rope every key " + suffix,
+                    "-",
+                    dtype,
+                    false,
+                    shape,
+                    threads,
+                    bytes,
+                    {},
+                    flops,
+                    kv_bytes},
                    [&decode, &s, kv, rotate_all] {
-                     Attention(rotate_all,
-                               Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads,
-                                                     s.head_dim),
-                               kv(decode.k), kv(decode.v), decode.query_pos, decode.key_pos,
-                               Heads<float>::Dense(decode.out.data(), 1, s.decode_heads,
-                                                   s.head_dim));
+                     Attention(
+                         rotate_all,
+                         Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim),
+                         kv(decode.k), kv(decode.v), decode.query_pos, decode.key_pos,
+                         Heads<float>::Dense(decode.out.data(), 1, s.decode_heads, s.head_dim));
                    }});
 }
 
@@ -352,15 +384,16 @@ void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
   // T5's decoder bias (32 buckets, max distance 128), fused like ALiBi: its table outlives the
   // case, which holds a view of it.
   auto t5_table = std::make_shared<std::vector<float>>(32 * h);
-  for (size_t i = 0; i < t5_table->size(); ++i) (*t5_table)[i] = -0.01f * static_cast<float>(i % 97);
+  for (size_t i = 0; i < t5_table->size(); ++i)
+    (*t5_table)[i] = -0.01f * static_cast<float>(i % 97);
   for (const std::string bias : {"", "alibi ", "t5 "}) {
     AttentionOptions options{.causal = true};
     if (bias == "alibi ") options.alibi = Alibi{.num_heads = h};
     if (bias == "t5 ") {
-      options.relative_bias = RelativeBias{
-          .buckets = {.num_buckets = 32, .max_distance = 128, .bidirectional = false},
-          .num_heads = h,
-          .table = *t5_table};
+      options.relative_bias =
+          RelativeBias{.buckets = {.num_buckets = 32, .max_distance = 128, .bidirectional = false},
+                       .num_heads = h,
+                       .table = *t5_table};
     }
     const std::string name = "attention prefill causal " + bias +
                              (StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16");
@@ -382,19 +415,27 @@ void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
   const SelfExtend self_extend{.group_size = 4, .neighbor_window = std::max<int64_t>(1, t / 4)};
   const std::string suffix = StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16";
   for (const bool grouped : {false, true}) {
-    Case c{{std::string("attention prefill causal ") + (grouped ? "self-extend " : "rope ") + suffix,
-            "-", dtype, false, shape, threads, bytes, {}, flops},
-           [&b, with_rope, self_extend, grouped, t, h, d] {
-             const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
-             const auto out = Heads<float>::Dense(b.prefill_out.data(), t, h, d);
-             if (grouped) {
-               SelfExtendAttention(with_rope, self_extend, view, view, view, b.prefill_pos,
-                                   b.prefill_pos, out);
-             } else {
-               Attention(with_rope, view, view, view, b.prefill_pos, b.prefill_pos, out);
-             }
-           },
-           5};
+    Case c{
+        {std::string("attention prefill causal ") + (grouped ? "self-extend " : "rope ") + suffix,
+         "-",
+         dtype,
+         false,
+         shape,
+         threads,
+         bytes,
+         {},
+         flops},
+        [&b, with_rope, self_extend, grouped, t, h, d] {
+          const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
+          const auto out = Heads<float>::Dense(b.prefill_out.data(), t, h, d);
+          if (grouped) {
+            SelfExtendAttention(with_rope, self_extend, view, view, view, b.prefill_pos,
+                                b.prefill_pos, out);
+          } else {
+            Attention(with_rope, view, view, view, b.prefill_pos, b.prefill_pos, out);
+          }
+        },
+        5};
     cases.push_back(std::move(c));
   }
 }
@@ -466,9 +507,9 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   const std::string stream_shape = "[" + std::to_string(n) + "] (q+k)";
   cases.push_back({{"stream_copy", "-", "float32", false, stream_shape, threads, 8.0 * n, {}},
                    [&b, n] { bench::StreamCopy(b.stream_a.data(), b.stream_b.data(), n); }});
-  cases.push_back({{"stream_read_modify_write", "-", "float32", true, stream_shape, threads,
-                    8.0 * n, {}},
-                   [&b, n] { bench::StreamScaleInPlace(b.stream_a.data(), n, 0.999f); }});
+  cases.push_back(
+      {{"stream_read_modify_write", "-", "float32", true, stream_shape, threads, 8.0 * n, {}},
+       [&b, n] { bench::StreamScaleInPlace(b.stream_a.data(), n, 0.999f); }});
   cases.push_back({{"stream_fill", "-", "float32", false, stream_shape, threads, 4.0 * n, {}},
                    [&b, n] { bench::StreamFill(b.stream_b.data(), n, 1.0f); }});
   AddRopeCases(s, threads, b.positions, b.f32, cases);
@@ -479,11 +520,16 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
 
   // Thread scaling: the float32 half-split in-place case on one thread.
   const Rope plain = Rope::Default(s.head_dim);
-  const std::string qk_shape =
-      ShapeString({{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}},
-                  {"q", "k"});
-  cases.push_back({{"rope_forward", "half_split", "float32", true, qk_shape, 1,
-                    2.0 * (b.single.q.size() + b.single.k.size()) * 4, {}},
+  const std::string qk_shape = ShapeString(
+      {{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}}, {"q", "k"});
+  cases.push_back({{"rope_forward",
+                    "half_split",
+                    "float32",
+                    true,
+                    qk_shape,
+                    1,
+                    2.0 * (b.single.q.size() + b.single.k.size()) * 4,
+                    {}},
                    [&b, &plain, threads] {
                      SetThreadCount(1);
                      ApplyRope(plain, b.positions, b.single.qv, b.single.kv);
@@ -494,29 +540,35 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   constexpr int kDecodeCalls = 2000;
   const std::vector<int64_t> last = {s.tokens - 1};
   cases.push_back(
-      {{"rope_decode_step", "half_split", "float32", true,
+      {{"rope_decode_step",
+        "half_split",
+        "float32",
+        true,
         ShapeString({{1, s.heads, s.head_dim}, {1, s.kv_heads, s.head_dim}}, {"q", "k"}),
-        threads, 2.0 * (b.decode_q.size() + b.decode_k.size()) * 4, {}},
+        threads,
+        2.0 * (b.decode_q.size() + b.decode_k.size()) * 4,
+        {}},
        [&b, &plain, &last, &s] {
          for (int c = 0; c < kDecodeCalls; ++c) {
            ApplyRope(plain, last, Heads<float>::Dense(b.decode_q.data(), 1, s.heads, s.head_dim),
                      Heads<float>::Dense(b.decode_k.data(), 1, s.kv_heads, s.head_dim));
          }
        },
-       1 << 30, kDecodeCalls});
+       1 << 30,
+       kDecodeCalls});
 
   // The sinusoidal table: written once, never read.
   const Sinusoidal spec{.dim = s.table_dim};
   const std::string table_shape =
       "[" + std::to_string(s.table_positions) + "," + std::to_string(s.table_dim) + "]";
   const double table_bytes = 4.0 * b.table.size();
-  cases.push_back({{"sinusoidal_table", "-", "float32", false, table_shape, threads, table_bytes,
-                    {}},
-                   [&b, &spec, &s] { FillSinusoidalTable(spec, s.table_positions, b.table); }});
-  cases.push_back({{"sinusoidal_reference_scalar", "-", "float32", false, table_shape, 1,
-                    table_bytes, {}},
-                   [&b, &spec] { FillSinusoidalReference(spec, b.table_positions, b.table); },
-                   1});
+  cases.push_back(
+      {{"sinusoidal_table", "-", "float32", false, table_shape, threads, table_bytes, {}},
+       [&b, &spec, &s] { FillSinusoidalTable(spec, s.table_positions, b.table); }});
+  cases.push_back(
+      {{"sinusoidal_reference_scalar", "-", "float32", false, table_shape, 1, table_bytes, {}},
+       [&b, &spec] { FillSinusoidalReference(spec, b.table_positions, b.table); },
+       1});
 
   AddPrefillCases(s, threads, attention_f32, cases);
   AddPrefillCases(s, threads, attention_bf16, cases);
@@ -528,12 +580,12 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   const std::string kv_shape = ShapeString({{s.decode_keys, s.decode_kv_heads, s.head_dim},
                                             {s.decode_keys, s.decode_kv_heads, s.head_dim}},
                                            {"k", "v"});
-  cases.push_back({{kKvReadCase, "-", "float32", false, kv_shape, threads, kv_bytes, {}},
-                   [&decode] {
-                     volatile float sink = bench::StreamRead(decode.k.data(), decode.k.size()) +
-                                           bench::StreamRead(decode.v.data(), decode.v.size());
-                     (void)sink;
-                   }});
+  cases.push_back(
+      {{kKvReadCase, "-", "float32", false, kv_shape, threads, kv_bytes, {}}, [&decode] {
+         volatile float sink = bench::StreamRead(decode.k.data(), decode.k.size()) +
+                               bench::StreamRead(decode.v.data(), decode.v.size());
+         (void)sink;
+       }});
   AddDecodeCase(s, threads, decode, cases);
   AddDecodeCase(s, threads, decode_bf16, cases);
   AddCachedDecodeCases(s, threads, decode, cases);
@@ -610,7 +662,8 @@ std::vector<RoundRatios> PerRoundRatios(const Results& results) {
   for (const Entry& e : results.entries) {
     RoundRatios r;
     if (bw) r.bandwidth = RateRatios(e.round_s, e.bytes, bw->round_s, bw->bytes);
-    if (e.flops > 0) r.peak = RateRatios(e.round_s, e.flops, results.fma_round_s, results.fma_flops);
+    if (e.flops > 0)
+      r.peak = RateRatios(e.round_s, e.flops, results.fma_round_s, results.fma_flops);
     if (e.stream_bytes > 0 && kv) {
       r.stream = TimeRatios(e.round_s, e.stream_bytes, kv->round_s, kv->bytes);
     }
@@ -696,8 +749,9 @@ void PrintTable(const Results& results, const std::vector<RoundRatios>& ratios, 
               ThreadCount(), repeats);
   std::printf("cpu: %.90s\n     %.90s\n     %.90s\n", cpu.model_name.c_str(),
               CpuIdentity(cpu).c_str(), CpuExtensions(cpu).c_str());
-  std::printf("baselines of this run: float32 FMA peak %.1f GFLOP/s, in-place bandwidth %.1f GB/s\n",
-              peak / 1e9, bandwidth / 1e9);
+  std::printf(
+      "baselines of this run: float32 FMA peak %.1f GFLOP/s, in-place bandwidth %.1f GB/s\n",
+      peak / 1e9, bandwidth / 1e9);
   std::string drift;
   for (const bench_stats::Baseline& b : context.baselines) {
     char part[64];
@@ -709,15 +763,17 @@ void PrintTable(const Results& results, const std::vector<RoundRatios>& ratios, 
               bench_stats::kMaxBaselineDrift, drift.c_str());
   const bench_stats::MachineLoad& load = context.load;
   if (load.before.valid && load.after.valid) {
-    std::printf("load: %.2f before the run, %.2f after (1-minute average, %d cores); other "
-                "runnable tasks %d, %d\n",
-                load.before.load_1m, load.after.load_1m, load.cores, load.before.runnable_others,
-                load.after.runnable_others);
+    std::printf(
+        "load: %.2f before the run, %.2f after (1-minute average, %d cores); other "
+        "runnable tasks %d, %d\n",
+        load.before.load_1m, load.after.load_1m, load.cores, load.before.runnable_others,
+        load.after.runnable_others);
   }
   if (load.others_share >= 0) {
-    std::printf("during the run: other processes took %.0f%% of the CPU time, the hypervisor "
-                "%.0f%%\n",
-                100 * load.others_share, 100 * std::max(0.0, load.steal_share));
+    std::printf(
+        "during the run: other processes took %.0f%% of the CPU time, the hypervisor "
+        "%.0f%%\n",
+        100 * load.others_share, 100 * std::max(0.0, load.steal_share));
   }
   const auto name = [](const Entry& e) {
     return e.layout == "-" ? e.operation : e.operation + " " + e.layout;
@@ -754,10 +810,11 @@ void PrintTable(const Results& results, const std::vector<RoundRatios>& ratios, 
     }
     std::printf("\n");
   }
-  std::printf("\nbest, GB/s, GFLOP/s: the best round. ratio, of peak, x stream: the median over the "
-              "rounds\nof each round's ratio to the same round's baseline (min-max: their range)\n"
-              "ratio: GB/s over the in-place bandwidth; of peak: over the float32 FMA peak\n"
-              "x stream time: a decode step's time over one read of its KV cache\n");
+  std::printf(
+      "\nbest, GB/s, GFLOP/s: the best round. ratio, of peak, x stream: the median over the "
+      "rounds\nof each round's ratio to the same round's baseline (min-max: their range)\n"
+      "ratio: GB/s over the in-place bandwidth; of peak: over the float32 FMA peak\n"
+      "x stream time: a decode step's time over one read of its KV cache\n");
   PrintWarnings(context.warnings);
 }
 
@@ -778,20 +835,13 @@ void AddRatios(nlohmann::json& entry, const std::string& key, const std::vector<
 }
 
 nlohmann::json CpuJson(const CpuInfo& cpu) {
-  return {{"model_name", cpu.model_name},
-          {"vendor", cpu.vendor},
-          {"family", cpu.family},
-          {"model", cpu.model},
-          {"stepping", cpu.stepping},
-          {"microarchitecture", cpu.microarchitecture},
-          {"hypervisor", cpu.hypervisor},
-          {"avx2", cpu.avx2},
-          {"avx512f", cpu.avx512f},
-          {"avx512_bf16", cpu.avx512_bf16},
-          {"avx512_fp16", cpu.avx512_fp16},
-          {"amx_tile", cpu.amx_tile},
-          {"amx_bf16", cpu.amx_bf16},
-          {"amx_permitted", cpu.amx_permitted}};
+  return {{"model_name", cpu.model_name},   {"vendor", cpu.vendor},
+          {"family", cpu.family},           {"model", cpu.model},
+          {"stepping", cpu.stepping},       {"microarchitecture", cpu.microarchitecture},
+          {"hypervisor", cpu.hypervisor},   {"avx2", cpu.avx2},
+          {"avx512f", cpu.avx512f},         {"avx512_bf16", cpu.avx512_bf16},
+          {"avx512_fp16", cpu.avx512_fp16}, {"amx_tile", cpu.amx_tile},
+          {"amx_bf16", cpu.amx_bf16},       {"amx_permitted", cpu.amx_permitted}};
 }
 
 nlohmann::json LoadJson(const bench_stats::MachineLoad& load) {
@@ -799,9 +849,8 @@ nlohmann::json LoadJson(const bench_stats::MachineLoad& load) {
     if (!s.valid) return nullptr;
     return {{"load_average_1m", s.load_1m}, {"runnable_others", s.runnable_others}};
   };
-  nlohmann::json out = {{"cores", load.cores},
-                        {"before", sample(load.before)},
-                        {"after", sample(load.after)}};
+  nlohmann::json out = {
+      {"cores", load.cores}, {"before", sample(load.before)}, {"after", sample(load.after)}};
   out["others_cpu_share"] = load.others_share >= 0 ? nlohmann::json(load.others_share) : nullptr;
   out["steal_share"] = load.steal_share >= 0 ? nlohmann::json(load.steal_share) : nullptr;
   return out;

@@ -89,25 +89,22 @@ void SetShares(const CpuTimes& before, const CpuTimes& after, double own_cpu_s, 
   const double busy_s = (after.busy_ticks - before.busy_ticks) / ticks_per_s;
   // Clock ticks are coarse (10 ms): a short run can count less busy time than its own CPU time.
   load.others_share = std::max(0.0, busy_s - own_cpu_s) / machine_s;
-  load.steal_share = std::max(0.0, (after.steal_ticks - before.steal_ticks) / ticks_per_s) /
-                     machine_s;
+  load.steal_share =
+      std::max(0.0, (after.steal_ticks - before.steal_ticks) / ticks_per_s) / machine_s;
 }
 
-std::vector<std::string> Warnings(const std::vector<Baseline>& baselines,
-                                  const MachineLoad& load) {
+std::vector<std::string> Warnings(const std::vector<Baseline>& baselines, const MachineLoad& load) {
   std::vector<std::string> warnings;
   char text[240];
   for (const Baseline& b : baselines) {
     const double drift = Drift(b.seconds);
     if (drift > kMaxBaselineDrift) {
-      std::snprintf(text, sizeof text,
-                    "the %s baseline moved %.2fx between rounds (limit %.2fx)", b.name.c_str(),
-                    drift, kMaxBaselineDrift);
+      std::snprintf(text, sizeof text, "the %s baseline moved %.2fx between rounds (limit %.2fx)",
+                    b.name.c_str(), drift, kMaxBaselineDrift);
       warnings.push_back(text);
     }
   }
-  if (load.before.valid && load.cores > 0 &&
-      load.before.load_1m > kBusyLoadPerCore * load.cores) {
+  if (load.before.valid && load.cores > 0 && load.before.load_1m > kBusyLoadPerCore * load.cores) {
     std::snprintf(text, sizeof text, "load average %.2f on %d cores before the run",
                   load.before.load_1m, load.cores);
     warnings.push_back(text);

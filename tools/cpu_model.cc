@@ -25,29 +25,52 @@ struct Range {
 // Intel family 6 display models (Linux's arch/x86/include/asm/intel-family.h). Model 0x55 is
 // split by stepping below.
 constexpr Range kIntelFamily6[] = {
-    {0x1A, 0x1A, "Nehalem"},          {0x1E, 0x1F, "Nehalem"},
-    {0x2E, 0x2E, "Nehalem-EX"},       {0x25, 0x25, "Westmere"},
-    {0x2C, 0x2C, "Westmere-EP"},      {0x2F, 0x2F, "Westmere-EX"},
-    {0x2A, 0x2A, "Sandy Bridge"},     {0x2D, 0x2D, "Sandy Bridge-EP"},
-    {0x3A, 0x3A, "Ivy Bridge"},       {0x3E, 0x3E, "Ivy Bridge-EP"},
-    {0x3C, 0x3C, "Haswell"},          {0x45, 0x46, "Haswell"},
-    {0x3F, 0x3F, "Haswell-EP"},       {0x3D, 0x3D, "Broadwell"},
-    {0x47, 0x47, "Broadwell"},        {0x4F, 0x4F, "Broadwell-EP"},
-    {0x56, 0x56, "Broadwell-DE"},     {0x4E, 0x4E, "Skylake"},
-    {0x5E, 0x5E, "Skylake"},          {0x8E, 0x8E, "Kaby Lake / Coffee Lake"},
-    {0x9E, 0x9E, "Kaby Lake / Coffee Lake"}, {0xA5, 0xA6, "Comet Lake"},
-    {0x66, 0x66, "Cannon Lake"},      {0x7D, 0x7E, "Ice Lake"},
-    {0x6A, 0x6A, "Ice Lake-SP"},      {0x6C, 0x6C, "Ice Lake-SP"},
-    {0x8C, 0x8D, "Tiger Lake"},       {0xA7, 0xA7, "Rocket Lake"},
-    {0x97, 0x97, "Alder Lake"},       {0x9A, 0x9A, "Alder Lake"},
-    {0xBE, 0xBE, "Alder Lake-N"},     {0xB7, 0xB7, "Raptor Lake"},
-    {0xBA, 0xBA, "Raptor Lake"},      {0xBF, 0xBF, "Raptor Lake"},
-    {0xAA, 0xAA, "Meteor Lake"},      {0xAC, 0xAC, "Meteor Lake"},
-    {0xBD, 0xBD, "Lunar Lake"},       {0xC5, 0xC6, "Arrow Lake"},
-    {0xCC, 0xCC, "Panther Lake"},     {0x8F, 0x8F, "Sapphire Rapids"},
-    {0xCF, 0xCF, "Emerald Rapids"},   {0xAD, 0xAE, "Granite Rapids"},
-    {0xAF, 0xAF, "Sierra Forest"},    {0xB6, 0xB6, "Grand Ridge"},
-    {0xDD, 0xDD, "Clearwater Forest"}, {0x57, 0x57, "Knights Landing"},
+    {0x1A, 0x1A, "Nehalem"},
+    {0x1E, 0x1F, "Nehalem"},
+    {0x2E, 0x2E, "Nehalem-EX"},
+    {0x25, 0x25, "Westmere"},
+    {0x2C, 0x2C, "Westmere-EP"},
+    {0x2F, 0x2F, "Westmere-EX"},
+    {0x2A, 0x2A, "Sandy Bridge"},
+    {0x2D, 0x2D, "Sandy Bridge-EP"},
+    {0x3A, 0x3A, "Ivy Bridge"},
+    {0x3E, 0x3E, "Ivy Bridge-EP"},
+    {0x3C, 0x3C, "Haswell"},
+    {0x45, 0x46, "Haswell"},
+    {0x3F, 0x3F, "Haswell-EP"},
+    {0x3D, 0x3D, "Broadwell"},
+    {0x47, 0x47, "Broadwell"},
+    {0x4F, 0x4F, "Broadwell-EP"},
+    {0x56, 0x56, "Broadwell-DE"},
+    {0x4E, 0x4E, "Skylake"},
+    {0x5E, 0x5E, "Skylake"},
+    {0x8E, 0x8E, "Kaby Lake / Coffee Lake"},
+    {0x9E, 0x9E, "Kaby Lake / Coffee Lake"},
+    {0xA5, 0xA6, "Comet Lake"},
+    {0x66, 0x66, "Cannon Lake"},
+    {0x7D, 0x7E, "Ice Lake"},
+    {0x6A, 0x6A, "Ice Lake-SP"},
+    {0x6C, 0x6C, "Ice Lake-SP"},
+    {0x8C, 0x8D, "Tiger Lake"},
+    {0xA7, 0xA7, "Rocket Lake"},
+    {0x97, 0x97, "Alder Lake"},
+    {0x9A, 0x9A, "Alder Lake"},
+    {0xBE, 0xBE, "Alder Lake-N"},
+    {0xB7, 0xB7, "Raptor Lake"},
+    {0xBA, 0xBA, "Raptor Lake"},
+    {0xBF, 0xBF, "Raptor Lake"},
+    {0xAA, 0xAA, "Meteor Lake"},
+    {0xAC, 0xAC, "Meteor Lake"},
+    {0xBD, 0xBD, "Lunar Lake"},
+    {0xC5, 0xC6, "Arrow Lake"},
+    {0xCC, 0xCC, "Panther Lake"},
+    {0x8F, 0x8F, "Sapphire Rapids"},
+    {0xCF, 0xCF, "Emerald Rapids"},
+    {0xAD, 0xAE, "Granite Rapids"},
+    {0xAF, 0xAF, "Sierra Forest"},
+    {0xB6, 0xB6, "Grand Ridge"},
+    {0xDD, 0xDD, "Clearwater Forest"},
+    {0x57, 0x57, "Knights Landing"},
     {0x85, 0x85, "Knights Mill"},
 };
 
@@ -55,8 +78,8 @@ constexpr Range kIntelFamily6[] = {
 // (arch/x86/kernel/cpu/amd.c, bsp_init_amd).
 constexpr Range kAmd17[] = {{0x00, 0x2F, "Zen"},   {0x50, 0x5F, "Zen"},   {0x30, 0x4F, "Zen 2"},
                             {0x60, 0x7F, "Zen 2"}, {0x90, 0x91, "Zen 2"}, {0xA0, 0xAF, "Zen 2"}};
-constexpr Range kAmd19[] = {{0x00, 0x0F, "Zen 3"}, {0x20, 0x5F, "Zen 3"}, {0x10, 0x1F, "Zen 4"},
-                            {0x60, 0xAF, "Zen 4"}};
+constexpr Range kAmd19[] = {
+    {0x00, 0x0F, "Zen 3"}, {0x20, 0x5F, "Zen 3"}, {0x10, 0x1F, "Zen 4"}, {0x60, 0xAF, "Zen 4"}};
 constexpr Range kAmd1A[] = {{0x00, 0x2F, "Zen 5"}, {0x40, 0x4F, "Zen 5"}, {0x60, 0x7F, "Zen 5"},
                             {0x50, 0x5F, "Zen 6"}, {0x80, 0xAF, "Zen 6"}, {0xC0, 0xCF, "Zen 6"}};
 
@@ -114,9 +137,9 @@ CpuInfo Detect() {
   cpu.hypervisor = (c >> 31) & 1;
   const bool osxsave = (c >> 27) & 1;
   const uint64_t xcr0 = osxsave ? Xcr0() : 0;
-  const bool os_avx = (xcr0 & 0x6) == 0x6;           // XMM and YMM state
+  const bool os_avx = (xcr0 & 0x6) == 0x6;                 // XMM and YMM state
   const bool os_avx512 = os_avx && (xcr0 & 0xE0) == 0xE0;  // opmask, ZMM_Hi256, Hi16_ZMM
-  const bool os_amx = (xcr0 & 0x60000) == 0x60000;   // XTILECFG and XTILEDATA
+  const bool os_amx = (xcr0 & 0x60000) == 0x60000;         // XTILECFG and XTILEDATA
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
     cpu.avx2 = os_avx && ((b >> 5) & 1);
@@ -200,7 +223,7 @@ std::string CpuIdentity(const CpuInfo& cpu) {
 
 std::string CpuExtensions(const CpuInfo& cpu) {
   const auto yes = [](bool b) { return b ? "yes" : "no"; };
-  std::string amx = !cpu.amx_bf16        ? "no"
+  std::string amx = !cpu.amx_bf16       ? "no"
                     : cpu.amx_permitted ? "yes"
                                         : "on the CPU, refused by the kernel";
   return std::string("AVX-512 ") + yes(cpu.avx512f) + ", AVX512-BF16 " + yes(cpu.avx512_bf16) +

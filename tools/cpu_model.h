@@ -8,8 +8,8 @@
 namespace posenc::cli {
 
 struct CpuInfo {
-  std::string model_name = "unknown";  // the brand string ("AMD EPYC 9B45 128-Core Processor")
-  std::string vendor = "unknown";      // CPUID leaf 0: "GenuineIntel", "AuthenticAMD"
+  std::string model_name = "unknown";       // the brand string ("AMD EPYC 9B45 128-Core Processor")
+  std::string vendor = "unknown";           // CPUID leaf 0: "GenuineIntel", "AuthenticAMD"
   int family = 0, model = 0, stepping = 0;  // display family and model (extended fields added)
   std::string microarchitecture = "unknown";
   bool hypervisor = false;  // CPUID says it runs under a hypervisor (a VM: the brand may be vague)

@@ -16,7 +16,8 @@ void AddDemoCommand(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* demo = app.add_subcommand(
       "demo", "Reproduce the lesson on positional encodings: a report, figures and report.html");
-  demo->add_option("--out", options->out, "Folder for figures and report.html")->capture_default_str();
+  demo->add_option("--out", options->out, "Folder for figures and report.html")
+      ->capture_default_str();
   demo->add_flag("--json", options->json, "Print the numbers as one JSON object instead of text");
   demo->callback([options] {
     using namespace posenc::demo;

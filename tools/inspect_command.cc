@@ -54,19 +54,22 @@ void RenderChart(const std::filesystem::path& path, const std::vector<PairRow>& 
                   shown(rows[i].wavelength));
     data += line;
   }
-  std::string script = "set title " + demo::GnuplotString(title) + " noenhanced\n"
+  std::string script = "set title " + demo::GnuplotString(title) +
+                       " noenhanced\n"
                        "set xlabel 'pair i'\nset ylabel 'wavelength (positions)'\n"
                        "set logscale y\nset format y '10^{%L}'\nset key top left\n"
-                       "set xrange [0:" + std::to_string(rows.size() - 1) + "]\n";
+                       "set xrange [0:" +
+                       std::to_string(rows.size() - 1) + "]\n";
   if (context) {
-    script += "set arrow from graph 0, first " + std::to_string(*context) +
-              " to graph 1, first " + std::to_string(*context) +
+    script += "set arrow from graph 0, first " + std::to_string(*context) + " to graph 1, first " +
+              std::to_string(*context) +
               " nohead dt 2 lc rgb '#444444'\nset label 'original context " +
-              std::to_string(*context) + "' at graph 0.02, first " +
-              std::to_string(*context) + " offset 0,0.7 tc rgb '#444444'\n";
+              std::to_string(*context) + "' at graph 0.02, first " + std::to_string(*context) +
+              " offset 0,0.7 tc rgb '#444444'\n";
   }
-  script += "plot $wavelengths using 1:2 with linespoints ls 1 pt 7 ps 0.5 title 'before scaling', "
-            "\\\n     $wavelengths using 1:3 with linespoints ls 2 pt 7 ps 0.5 title 'after scaling'";
+  script +=
+      "plot $wavelengths using 1:2 with linespoints ls 1 pt 7 ps 0.5 title 'before scaling', "
+      "\\\n     $wavelengths using 1:3 with linespoints ls 2 pt 7 ps 0.5 title 'after scaling'";
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
   std::filesystem::create_directories(dir);
   demo::Render({.file_stem = path.stem().string(),
@@ -94,8 +97,8 @@ void PrintDualChunk(const Json& r) {
             << " (dual chunk attention, as vLLM serves it)\n"
             << "              chunks of " << l << " positions: keys rotate at pos mod " << l
             << "; queries at pos mod " << l << " for keys in their chunk, min(pos mod " << l
-            << " + " << l << ", " << c << ") for the chunk before, "
-            << d["inter_query_position"] << " for earlier chunks\n"
+            << " + " << l << ", " << c << ") for the chunk before, " << d["inter_query_position"]
+            << " for earlier chunks\n"
             << "              no scored distance exceeds " << c << " at any length";
   if (!r["max_position_embeddings"].is_null()) {
     std::cout << ": max_position_embeddings " << Number(r["max_position_embeddings"])
@@ -118,8 +121,8 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows,
   std::cout << "scheme        RoPE ("
             << (r["model_type"] == "" ? "model_type not given"
                                       : Printable(r["model_type"].get<std::string>()))
-            << "), " << r["layout"].get<std::string>() << " pairs, "
-            << r["num_attention_heads"] << " heads (" << r["num_key_value_heads"] << " kv)\n";
+            << "), " << r["layout"].get<std::string>() << " pairs, " << r["num_attention_heads"]
+            << " heads (" << r["num_key_value_heads"] << " kv)\n";
   if (r["layer_types"].size() > 1) {
     std::cout << "layer types   " << Printable(r["layer_types"].dump()) << "; showing "
               << Printable(r["layer_type"].get<std::string>());
@@ -141,8 +144,7 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows,
                           " (--yarn-rules: transformers5, transformers4_50, transformers4_51)\n")
             << "attention     factor " << Number(r["attention_factor"])
             << " (multiplies cos and sin, so logits gain its square)\n";
-  const int64_t head_dim = r["head_dim"], rotary_dim = r["rotary_dim"],
-                offset = r["rotary_offset"];
+  const int64_t head_dim = r["head_dim"], rotary_dim = r["rotary_dim"], offset = r["rotary_offset"];
   if (offset > 0 || rotary_dim < head_dim) {
     // DeepSeek MLA: 192 = 128 unrotated + 64 rotated; ChatGLM: 128 = 64 rotated + 64 unrotated.
     std::cout << "rotary        features [" << offset << ", " << offset + rotary_dim
@@ -176,8 +178,8 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows,
                       PairClass::kUnrotated}) {
     std::printf("%-13s %s\n", Name(c), Ranges(rows, c).c_str());
   }
-  std::printf("\n%5s  %-14s %-14s %-14s %-9s %s\n", "pair", "inv_freq", "wavelength",
-              "before", "ratio", "class");
+  std::printf("\n%5s  %-14s %-14s %-14s %-9s %s\n", "pair", "inv_freq", "wavelength", "before",
+              "ratio", "class");
   for (size_t i = 0; i < rows.size(); ++i) {
     std::printf("%5zu  %-14.8g %-14.8g %-14.8g %-9.5g %s\n", i, rows[i].inv_freq,
                 rows[i].wavelength, rows[i].original_wavelength, rows[i].ratio,
@@ -196,7 +198,8 @@ void PrintRope(const Json& r, const std::vector<PairRow>& rows,
   for (const auto& note : r["notes"]) {
     std::cout << "note: " << Printable(note.get<std::string>()) << "\n";
   }
-  if (r.contains("chart")) std::cout << "chart: " << Printable(r["chart"].get<std::string>()) << "\n";
+  if (r.contains("chart"))
+    std::cout << "chart: " << Printable(r["chart"].get<std::string>()) << "\n";
 }
 
 // The run-length per-layer view, after the model-level report.
@@ -222,8 +225,10 @@ void ValidateChartPath(const std::string& chart) {
 
 // Only RoPE has wavelengths to draw; a chart asked for elsewhere is an error, not silence.
 void RequireNoChart(const std::optional<std::string>& chart, const std::string& scheme) {
-  Require(!chart, "inspect", "--chart", "be left out for this config (only RoPE configs have "
-          "wavelengths to draw)", "a config whose scheme is " + scheme);
+  Require(!chart, "inspect", "--chart",
+          "be left out for this config (only RoPE configs have "
+          "wavelengths to draw)",
+          "a config whose scheme is " + scheme);
 }
 
 }  // namespace
@@ -235,8 +240,8 @@ void AddInspectCommand(CLI::App& app) {
     std::optional<std::string> chart;
   };
   auto options = std::make_shared<Options>();
-  CLI::App* inspect = app.add_subcommand(
-      "inspect", "Show what a Hugging Face config.json does to positions");
+  CLI::App* inspect =
+      app.add_subcommand("inspect", "Show what a Hugging Face config.json does to positions");
   inspect->footer(
       "Prints the scheme; for RoPE the rope type, head_dim, rotary_dim, every pair's inverse "
       "frequency and wavelength before and after scaling against the original context "
@@ -290,8 +295,8 @@ void AddInspectCommand(CLI::App& app) {
               "be left out for this config (only RoPE configs have layers to choose from)",
               options->model.layer);
       if (const auto* alibi = std::get_if<AlibiScheme>(&model.scheme)) {
-        out["slopes"] = AlibiSlopes(Alibi{.num_heads = alibi->num_heads,
-                                          .max_bias = alibi->max_bias});
+        out["slopes"] =
+            AlibiSlopes(Alibi{.num_heads = alibi->num_heads, .max_bias = alibi->max_bias});
       }
     }
     if (options->json) {
@@ -306,8 +311,8 @@ void AddInspectCommand(CLI::App& app) {
         std::cout << " (row of position 0: the table has max_positions + " << value.dump()
                   << " rows)";
       } else if (key == "bidirectional") {
-        std::cout << " (the encoder's " << out["encoder_layers"].dump()
-                  << " layers; the decoder's " << out["decoder_layers"].dump()
+        std::cout << " (the encoder's " << out["encoder_layers"].dump() << " layers; the decoder's "
+                  << out["decoder_layers"].dump()
                   << " are causal, keys after the query in bucket 0)";
       } else if (key == "bias_in_every_layer" && !value.get<bool>()) {
         std::cout << " (the first layer of each stack holds the table; the others reuse it)";

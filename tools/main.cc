@@ -1,8 +1,8 @@
 // posenc: the position signals of transformers, on the command line.
 #include <algorithm>
 #include <cerrno>
-#include <cstdint>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iostream>

@@ -10,31 +10,36 @@ namespace posenc::cli {
 
 void ModelRopeOptions::AddTo(CLI::App* command, const std::string& seq_len_help) {
   command->add_option("config", config, "Hugging Face config.json")->required();
-  command->add_option("--seq-len", seq_len,
-                      "Length L for dynamic and longrope (max position + 1, as Hugging Face's "
-                      "forward uses); " + seq_len_help)
+  command
+      ->add_option("--seq-len", seq_len,
+                   "Length L for dynamic and longrope (max position + 1, as Hugging Face's "
+                   "forward uses); " +
+                       seq_len_help)
       ->transform(DecimalInteger(1));
   AddIntegerList(command, "--positions", positions, "Token positions, e.g. 0,1,4095,131071", 0);
-  command->add_option("--precision", precision,
-                      "reference: inverse frequencies rounded to float32 exactly as Hugging Face "
-                      "computes them (what the models were trained with); exact: double "
-                      "throughout")
+  command
+      ->add_option("--precision", precision,
+                   "reference: inverse frequencies rounded to float32 exactly as Hugging Face "
+                   "computes them (what the models were trained with); exact: double "
+                   "throughout")
       ->check(CLI::IsMember({"reference", "exact"}))
       ->capture_default_str();
-  command->add_option("--yarn-rules", yarn_rules,
-                      "YaRN as a transformers release computes it: transformers5 (4.56.2 and "
-                      "later, the paper's), transformers4_50 (4.45-4.50: the correction range "
-                      "over max_position_embeddings, no mscale) or transformers4_51 "
-                      "(4.51.0-4.56.1: factor = max_position_embeddings / L0); default: the "
-                      "release named by the "
-                      "config's transformers_version (before 4.51: transformers4_50), else "
-                      "transformers5")
+  command
+      ->add_option("--yarn-rules", yarn_rules,
+                   "YaRN as a transformers release computes it: transformers5 (4.56.2 and "
+                   "later, the paper's), transformers4_50 (4.45-4.50: the correction range "
+                   "over max_position_embeddings, no mscale) or transformers4_51 "
+                   "(4.51.0-4.56.1: factor = max_position_embeddings / L0); default: the "
+                   "release named by the "
+                   "config's transformers_version (before 4.51: transformers4_50), else "
+                   "transformers5")
       ->check(CLI::IsMember({"transformers5", "transformers4_50", "transformers4_51"}));
   limit.AddTo(command);
-  command->add_option("--layer", layer,
-                      "Layer of a per-layer config: a layer type (e.g. full_attention) or a layer index "
-                      "(e.g. 3, a RoPE layer); default: the config's first RoPE setting "
-                      "(docs/MODELS.md, \"Choosing a layer\")");
+  command->add_option(
+      "--layer", layer,
+      "Layer of a per-layer config: a layer type (e.g. full_attention) or a layer index "
+      "(e.g. 3, a RoPE layer); default: the config's first RoPE setting "
+      "(docs/MODELS.md, \"Choosing a layer\")");
 }
 
 RopeFrequencyOptions ModelRopeOptions::Frequencies() const {

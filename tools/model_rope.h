@@ -16,10 +16,10 @@ namespace posenc::cli {
 
 struct ModelRopeOptions {
   std::string config;
-  std::string layer;                  // a layer type or a layer index; "" = the first RoPE type
+  std::string layer;  // a layer type or a layer index; "" = the first RoPE type
   std::string precision = "reference";
   std::optional<int64_t> seq_len;
-  std::string yarn_rules;             // a YarnRules name; "" = the release that wrote the config
+  std::string yarn_rules;  // a YarnRules name; "" = the release that wrote the config
   std::vector<int64_t> positions;
   OutputLimit limit;
   // How errors about the layer name their source: the CLI's flag by default; another front end

@@ -34,14 +34,14 @@ bool ParseWhole(const std::string& text, T& value, std::errc& error) {
 }
 
 // The value of text, or the message that says why it is not a decimal integer in [min, max].
-std::variant<int64_t, std::string> ParseDecimal(const std::string& text, int64_t min,
-                                                int64_t max) {
+std::variant<int64_t, std::string> ParseDecimal(const std::string& text, int64_t min, int64_t max) {
   const std::string rule = "must be a decimal integer in " + Range(min, max);
   int64_t value = 0;
   std::errc error{};
   if (!ParseWhole(text, value, error)) {
-    return rule + (error == std::errc::result_out_of_range ? " (it does not fit in 64 bits), "
-                                                           : ", ") + Got(text);
+    return rule +
+           (error == std::errc::result_out_of_range ? " (it does not fit in 64 bits), " : ", ") +
+           Got(text);
   }
   if (value < min || value > max) return rule + ", " + Got(text);
   return value;

@@ -56,8 +56,8 @@ void AddRopeCommand(CLI::App& app) {
     const auto input_bytes = std::filesystem::file_size(options->input, no_size);
     if (!no_size) model.limit.Check("rope", "--input", static_cast<double>(input_bytes), 1);
     NpyArray x = ReadNpy(options->input, static_cast<uint64_t>(model.limit.bytes));
-    Require(x.shape.size() == 3, "rope", "--input",
-            "have shape [tokens, heads, head_dim]", NpyShapeString(x.shape));
+    Require(x.shape.size() == 3, "rope", "--input", "have shape [tokens, heads, head_dim]",
+            NpyShapeString(x.shape));
     Require(x.shape[2] == rope_params.head_dim, "rope", "--input",
             "have head_dim " + std::to_string(rope_params.head_dim) + " (from the config)",
             NpyShapeString(x.shape));

@@ -115,19 +115,17 @@ void Attention(const AttentionOptions& options, Heads<const float> q, Heads<cons
 // A decode step equals the last row of the prefill either way. RoPE rotates q and k by the
 // bfloat16 ApplyRope (float32 rotation, one rounding back to bfloat16, as a bfloat16 model would
 // store them). Its reference is AttentionReference on the widened inputs.
-void Attention(const AttentionOptions& options, Heads<const BFloat16> q,
-               Heads<const BFloat16> k, Heads<const BFloat16> v,
-               std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
-               Heads<float> out);
+void Attention(const AttentionOptions& options, Heads<const BFloat16> q, Heads<const BFloat16> k,
+               Heads<const BFloat16> v, std::span<const int64_t> query_pos,
+               std::span<const int64_t> key_pos, Heads<float> out);
 
 // Validate only: the twins of the two Attention overloads above, with the same arguments, make
 // exactly their checks (through the same code, in the same order), throw the same posenc::Error,
 // and write nothing. For callers that must refuse a set of calls before running the first (the
 // Python bindings run a batch one call per element and validate every element first).
-void ValidateAttention(const AttentionOptions& options, Heads<const float> q,
-                       Heads<const float> k, Heads<const float> v,
-                       std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
-                       Heads<float> out);
+void ValidateAttention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
+                       Heads<const float> v, std::span<const int64_t> query_pos,
+                       std::span<const int64_t> key_pos, Heads<float> out);
 void ValidateAttention(const AttentionOptions& options, Heads<const BFloat16> q,
                        Heads<const BFloat16> k, Heads<const BFloat16> v,
                        std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
@@ -137,9 +135,8 @@ void ValidateAttention(const AttentionOptions& options, Heads<const BFloat16> q,
 // sum), the definition every fast attention kernel must match. Same contract as Attention, but
 // assumes validated input. RoPE is applied by ApplyRopeReference into float copies of q and k
 // (the standalone op's own rotation); scores, softmax and the weighted sum are in double.
-void AttentionReference(const AttentionOptions& options, Heads<const float> q,
-                        Heads<const float> k, Heads<const float> v,
-                        std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
-                        Heads<float> out);
+void AttentionReference(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
+                        Heads<const float> v, std::span<const int64_t> query_pos,
+                        std::span<const int64_t> key_pos, Heads<float> out);
 
 }  // namespace posenc

@@ -30,8 +30,8 @@ template <typename T>
 
 // Throws posenc::Error with the canonical message unless `ok`.
 template <typename T>
-void Require(bool ok, std::string_view function, std::string_view parameter,
-             std::string_view rule, const T& value) {
+void Require(bool ok, std::string_view function, std::string_view parameter, std::string_view rule,
+             const T& value) {
   if (!ok) throw Error(ErrorMessage(function, parameter, rule, value));
 }
 

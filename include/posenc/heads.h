@@ -71,7 +71,7 @@ bool Overlaps(const Heads<A>& a, const Heads<B>& b) {
 
 // The rows of a view in bytes, for the exact aliasing check below.
 struct RowLayout {
-  intptr_t base;  // address of row (0, 0)
+  intptr_t base;                                                    // address of row (0, 0)
   int64_t tokens, token_stride, num_heads, head_stride, row_bytes;  // strides in bytes
 
   template <typename T>

@@ -103,7 +103,7 @@ struct VisionRopeScheme {
   int64_t image_size = 0;           // Pixtral, Llama 4: pixels per side of the largest image
   int64_t window_size = 0;          // Qwen2.5-VL: window-attention side in pixels (112)
   std::vector<int64_t> fullatt_block_indexes;  // Qwen2.5-VL: blocks that attend to everything
-  double tokens_per_second = 0;     // Qwen2.5-VL: time positions per second of video
+  double tokens_per_second = 0;                // Qwen2.5-VL: time positions per second of video
 
   // image_size / patch_size: Pixtral's max_width (position id = row * it + column), Llama 4's
   // patches per side (its tower sees side^2 patches and a class token). 0 for the Qwen towers.

@@ -160,9 +160,8 @@ class KvCacheBatch {
 
   // Each row's real queries against that row's cache (KvCache::Attend: the existing attention
   // over the row's keys and positions); out [batch * n, heads, value_dim], zero at pads.
-  void Attend(const AttentionOptions& options, Heads<const T> q,
-              std::span<const int64_t> query_pos, std::span<const uint8_t> mask,
-              Heads<float> out) const;
+  void Attend(const AttentionOptions& options, Heads<const T> q, std::span<const int64_t> query_pos,
+              std::span<const uint8_t> mask, Heads<float> out) const;
 
  private:
   std::vector<KvCache<T>> rows_;

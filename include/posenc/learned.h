@@ -62,7 +62,6 @@ class LearnedPositions {
 void LookupLearnedRows(std::span<const float> table, int64_t d_model,
                        std::span<const int64_t> positions, std::span<float> out);
 void AccumulateLearnedGradient(std::span<float> grad, int64_t d_model,
-                               std::span<const int64_t> positions,
-                               std::span<const float> grad_out);
+                               std::span<const int64_t> positions, std::span<const float> grad_out);
 
 }  // namespace posenc

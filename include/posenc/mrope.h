@@ -44,7 +44,7 @@ namespace posenc {
 
 // How M-RoPE sections are laid over the pairs.
 enum class MropeSections {
-  kBlocks,       // Qwen2-VL, Qwen2.5-VL: stream s takes sections[s] consecutive pairs
+  kBlocks,  // Qwen2-VL, Qwen2.5-VL: stream s takes sections[s] consecutive pairs
   // Qwen3-VL (Hugging Face's apply_interleaved_mrope): with n sections, pair i takes stream
   // s = i % n when s > 0 and i < n * sections[s], stream 0 otherwise. sections[0] only has to
   // make the sum; time takes whatever the others leave, as in the reference.

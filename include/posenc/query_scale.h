@@ -17,10 +17,10 @@
 namespace posenc {
 
 struct LogFloorQueryScale {
-  std::string rule;         // what set it, for reports: "llama4_attn_temperature", "llama_4_scaling"
-  double beta = 0.0;        // finite, >= 0
-  double floor_scale = 1.0; // finite, >= 1
-  int64_t offset = 0;       // 0 or 1
+  std::string rule;   // what set it, for reports: "llama4_attn_temperature", "llama_4_scaling"
+  double beta = 0.0;  // finite, >= 0
+  double floor_scale = 1.0;  // finite, >= 1
+  int64_t offset = 0;        // 0 or 1
 
   // Throws posenc::Error naming the field, value and rule.
   void Validate() const;

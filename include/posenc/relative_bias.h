@@ -37,9 +37,9 @@ int64_t RelativePositionBucket(const RelativeBuckets& buckets, int64_t relative_
 // layers reuse its output).
 struct RelativeBias {
   RelativeBuckets buckets;
-  int64_t num_heads = 0;          // heads of the layer, > 0
-  std::span<const float> table;   // [num_buckets, num_heads], row-major: T5's
-                                  // relative_attention_bias.weight (nn.Embedding(buckets, heads))
+  int64_t num_heads = 0;         // heads of the layer, > 0
+  std::span<const float> table;  // [num_buckets, num_heads], row-major: T5's
+                                 // relative_attention_bias.weight (nn.Embedding(buckets, heads))
   // Throws posenc::Error: buckets valid, num_heads > 0, table.size() == num_buckets * num_heads,
   // every entry finite.
   void Validate() const;

@@ -67,8 +67,8 @@ struct Rope {
   int64_t head_dim = 0;
   int64_t rotary_dim = 0;  // even, 2 <= rotary_dim <= head_dim - rotary_offset
   RopeLayout layout = RopeLayout::kHalfSplit;
-  std::vector<double> inv_freq;    // rotary_dim / 2 entries, finite and >= 0
-  double attention_factor = 1.0;   // finite and > 0; multiplies cos and sin
+  std::vector<double> inv_freq;   // rotary_dim / 2 entries, finite and >= 0
+  double attention_factor = 1.0;  // finite and > 0; multiplies cos and sin
   // Features [rotary_offset, rotary_offset + rotary_dim) rotate, in `layout` with pairs counted
   // from rotary_offset; all others pass through untouched. rotary_offset >= 0 (odd is allowed)
   // and rotary_offset + rotary_dim <= head_dim. Last, so that positional initialisers of the
@@ -100,8 +100,8 @@ void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float
 // In place, q [tokens, num_heads, head_dim] and k [tokens, num_kv_heads, head_dim] in one call:
 // the angles of a token are shared by all its heads. Everything is validated before either
 // buffer is written.
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
-               Heads<float> k, RopeDirection direction = RopeDirection::kForward);
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q, Heads<float> k,
+               RopeDirection direction = RopeDirection::kForward);
 
 // Out of place: writes the rotated x_in into x_out (same shape; must not overlap x_in).
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> x_in,
@@ -203,8 +203,7 @@ void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
 // The twins for bfloat16 and float16 storage: the double result is rounded to float, then to the
 // storage type.
 void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
-                        Heads<const BFloat16> x_in, Heads<BFloat16> x_out,
-                        RopeDirection direction);
+                        Heads<const BFloat16> x_in, Heads<BFloat16> x_out, RopeDirection direction);
 void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
                         Heads<const Float16> x_in, Heads<Float16> x_out, RopeDirection direction);
 // float64 storage keeps the double result unrounded: the path for gradient checks in double.

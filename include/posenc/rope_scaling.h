@@ -117,10 +117,10 @@ struct LongRopeScaling {
 };
 
 struct Llama3Scaling {
-  double factor = 1.0;                  // s: finite, >= 1
-  double low_freq_factor = 1.0;         // alpha: finite, > 0
-  double high_freq_factor = 4.0;        // beta: finite, >= alpha (equal: a hard cutoff, Llama 4)
-  int64_t original_max_positions = 0;   // L0, > 0
+  double factor = 1.0;                 // s: finite, >= 1
+  double low_freq_factor = 1.0;        // alpha: finite, > 0
+  double high_freq_factor = 4.0;       // beta: finite, >= alpha (equal: a hard cutoff, Llama 4)
+  int64_t original_max_positions = 0;  // L0, > 0
 };
 
 // Gemma 4's global layers. Pass head_dim as the rotary_dim of ComputeRopeFrequencies: the result

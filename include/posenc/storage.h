@@ -49,11 +49,17 @@ enum class StorageType { kFloat32, kBFloat16, kFloat16 };
 template <typename T>
 constexpr StorageType StorageTypeOf();
 template <>
-constexpr StorageType StorageTypeOf<float>() { return StorageType::kFloat32; }
+constexpr StorageType StorageTypeOf<float>() {
+  return StorageType::kFloat32;
+}
 template <>
-constexpr StorageType StorageTypeOf<BFloat16>() { return StorageType::kBFloat16; }
+constexpr StorageType StorageTypeOf<BFloat16>() {
+  return StorageType::kBFloat16;
+}
 template <>
-constexpr StorageType StorageTypeOf<Float16>() { return StorageType::kFloat16; }
+constexpr StorageType StorageTypeOf<Float16>() {
+  return StorageType::kFloat16;
+}
 
 // float -> T and T -> float for any storage type, float included (the identity).
 template <typename T>

@@ -52,6 +52,8 @@ import json
 import os
 import sys
 
+from posenc import _core
+from posenc._arguments import ArgumentTypeError, checked_types
 from posenc._core import (
     MAX_OUTPUT_BYTES,
     Alibi,
@@ -94,8 +96,6 @@ from posenc._core import (
     sinusoidal,
     sinusoidal_table,
 )
-from posenc import _core
-from posenc._arguments import ArgumentTypeError, checked_types
 
 
 def _pretrained_config_dict(config):
@@ -174,22 +174,17 @@ def rope_from_hf_config(
     )
 
 
-def _layer_config_call(
-    config, from_text, from_file, layer, layer_type, **options
-):
+def _layer_config_call(config, from_text, from_file, layer, layer_type, **options):
     """_config_call for a reader of one layer (rope_from_hf_config,
     mrope_from_hf_config): layer is an index or None, or a string, which
     means a layer type."""
     if isinstance(layer, str):
         if layer_type is not None:
             raise Error(
-                "[hf_config] layer must be an index when layer_type is "
-                f"given, got {layer!r}"
+                f"[hf_config] layer must be an index when layer_type is given, got {layer!r}"
             )
         layer, layer_type = None, layer
-    elif layer is not None and (
-        isinstance(layer, bool) or not isinstance(layer, int)
-    ):
+    elif layer is not None and (isinstance(layer, bool) or not isinstance(layer, int)):
         raise Error(
             "[hf_config] layer must be a layer index (int) or a layer type "
             f"(str), got {type(layer).__name__}"
@@ -286,15 +281,10 @@ class LayerPositions:
         return {name: getattr(self, name) for name in self._FIELDS}
 
     def __eq__(self, other):
-        return (
-            isinstance(other, LayerPositions)
-            and self.to_dict() == other.to_dict()
-        )
+        return isinstance(other, LayerPositions) and self.to_dict() == other.to_dict()
 
     def __repr__(self):
-        fields = ", ".join(
-            f"{name}={getattr(self, name)!r}" for name in self._FIELDS
-        )
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._FIELDS)
         return f"LayerPositions({fields})"
 
 
@@ -327,8 +317,7 @@ class ModelPositions:
         if name in data:
             return data[name]
         raise AttributeError(
-            f"{type(self).__name__} of a {data.get('scheme')} model has no "
-            f"attribute {name!r}"
+            f"{type(self).__name__} of a {data.get('scheme')} model has no attribute {name!r}"
         )
 
     def __dir__(self):
@@ -382,9 +371,7 @@ def model_positions(config):
         model.layers[3].query_scale   # {"rule": "llama4_attn_temperature", ...}
         rope = posenc.rope_from_hf_config(config, layer=0)
     """
-    text, summary = _config_call(
-        config, _core.model_positions_text, _core.model_positions_file
-    )
+    text, summary = _config_call(config, _core.model_positions_text, _core.model_positions_file)
     data = json.loads(text)
     if data.get("layout") == "half-split":
         data["layout"] = "half_split"  # RopeLayout's spelling, as elsewhere in Python
@@ -507,6 +494,7 @@ __all__ = [
     "relative_position_bucket",
     "rope_angle",
     "rope_from_hf_config",
+    "self_extend_attention",
     "sinusoidal",
     "sinusoidal_table",
     "vision_rope_from_hf_config",

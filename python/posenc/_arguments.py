@@ -49,9 +49,7 @@ def _argument_error(name, error, args, kwargs):
         text = text.replace(spelled, plain)
     signatures = _SIGNATURE.findall(text)
     rule = " or ".join(signatures) if signatures else "have the documented types"
-    return ArgumentTypeError(
-        f"[{name}] arguments must be {rule}, got {_got(args, kwargs)}"
-    )
+    return ArgumentTypeError(f"[{name}] arguments must be {rule}, got {_got(args, kwargs)}")
 
 
 def _checked(function, name, skip_self=False):

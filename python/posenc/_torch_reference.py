@@ -209,8 +209,18 @@ def _weighted_values(scores, seen, v, sinks=None):
 
 
 def self_extend_attention(
-    q, k, v, query_positions, key_positions, *, group_size, neighbor_window, rope, causal=False,
-    scale=None, window=0,
+    q,
+    k,
+    v,
+    query_positions,
+    key_positions,
+    *,
+    group_size,
+    neighbor_window,
+    rope,
+    causal=False,
+    scale=None,
+    window=0,
 ):
     """Self-Extend (posenc/self_extend.h) composed of PyTorch operations: keys closer than W
     scored at their own positions, farther ones at floor(p / G) (queries at floor(p / G) + W -
@@ -230,8 +240,17 @@ def self_extend_attention(
 
 
 def dual_chunk_attention(
-    q, k, v, query_positions, key_positions, *, chunk_size, local_size,
-    original_max_position_embeddings=0, rope, scale=None,
+    q,
+    k,
+    v,
+    query_positions,
+    key_positions,
+    *,
+    chunk_size,
+    local_size,
+    original_max_position_embeddings=0,
+    rope,
+    scale=None,
 ):
     """Dual chunk attention (posenc/dual_chunk.h) composed of PyTorch operations: keys rotated
     at p mod L (L = chunk_size - local_size), each query at p mod L, min(p mod L + L, chunk_size)
@@ -251,7 +270,7 @@ def dual_chunk_attention(
             torch.full_like(offset, min(2 * length - 1, chunk_size)),
         )
     ]
-    lag = (query_positions[..., :, None] // length - key_positions[..., None, :] // length)
+    lag = query_positions[..., :, None] // length - key_positions[..., None, :] // length
     lag = lag[..., None, :, :]  # over the heads
     scores = torch.where(lag <= 0, parts[0], torch.where(lag == 1, parts[1], parts[2]))
     if original_max_position_embeddings > 0 and key_positions.shape[-1] > 0:

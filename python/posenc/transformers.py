@@ -72,8 +72,11 @@ def _seen_keys(attention_mask, batch, q_tokens, kv_tokens):
     it."""
     mask = attention_mask
     if not isinstance(mask, torch.Tensor):
-        raise _error("attention_mask", "be None or a torch.Tensor (not a flex BlockMask)",
-                     type(mask).__name__)
+        raise _error(
+            "attention_mask",
+            "be None or a torch.Tensor (not a flex BlockMask)",
+            type(mask).__name__,
+        )
     if (
         mask.dim() != 4
         or mask.shape[0] not in (1, batch)
@@ -165,8 +168,16 @@ def _attend(q, k, v, lo, hi, any_key, begin, window, options):
     if bool((begin > 0).any()):
         padding = key_positions[None, :] > begin[:, None]
     return attention(
-        q, k, v, query_positions, key_positions, causal=True, window=window,
-        attention_mask=padding, qkv_format="bshd", **options,
+        q,
+        k,
+        v,
+        query_positions,
+        key_positions,
+        causal=True,
+        window=window,
+        attention_mask=padding,
+        qkv_format="bshd",
+        **options,
     )
 
 
@@ -207,8 +218,10 @@ def attention_forward(
     None). See the module's docstring for the mask and the options."""
     if dropout and getattr(module, "training", False):
         raise _error(
-            "dropout", "be 0 in training (posenc's attention has no dropout; set the "
-            "config's attention_dropout to 0 or use another attn_implementation)", dropout,
+            "dropout",
+            "be 0 in training (posenc's attention has no dropout; set the "
+            "config's attention_dropout to 0 or use another attn_implementation)",
+            dropout,
         )
     for name, given in (("position_bias", position_bias), ("alibi", alibi)):
         if given is not None:
@@ -233,7 +246,14 @@ def attention_forward(
     if causal and q.shape[1] > 1:
         positions = torch.arange(k.shape[1])
         return attention(
-            q, k, v, positions[: q.shape[1]], positions, causal=True,
-            window=sliding_window or 0, qkv_format="bshd", **options,
+            q,
+            k,
+            v,
+            positions[: q.shape[1]],
+            positions,
+            causal=True,
+            window=sliding_window or 0,
+            qkv_format="bshd",
+            **options,
         ), None
     return attention(q, k, v, qkv_format="bshd", **options), None

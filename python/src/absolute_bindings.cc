@@ -112,7 +112,7 @@ max_positions is an error, never a wrap or clamp.)")
             return LearnedPositions::Random(max_positions, d_model, seed, stddev);
           },
           py::arg("max_positions"), py::arg("d_model"), py::arg("seed"), py::arg("stddev") = 0.02,
-                  "A table drawn from N(0, stddev^2) with a fixed seed (reproducible).")
+          "A table drawn from N(0, stddev^2) with a fixed seed (reproducible).")
       .def_static("load", &LearnedPositions::Load, py::arg("path"),
                   "Loads a 2-D float32 or float64 .npy file [max_positions, d_model].")
       .def("save", &LearnedPositions::Save, py::arg("path"),

@@ -25,8 +25,7 @@ std::vector<float> SinkValues(const py::object& value, std::string_view function
   if (value.is_none()) return {};
   const py::array array = AsArray(value, function, "sinks");
   RequireDtype<float>(array, function, "sinks");
-  Require(array.ndim() == 1, function, "sinks.shape", "be [num_heads] (1-D)",
-          ShapeString(array));
+  Require(array.ndim() == 1, function, "sinks.shape", "be [num_heads] (1-D)", ShapeString(array));
   const auto values = py::array_t<float>(array).unchecked<1>();
   std::vector<float> sinks(static_cast<size_t>(values.shape(0)));
   for (size_t h = 0; h < sinks.size(); ++h) sinks[h] = values(static_cast<py::ssize_t>(h));
@@ -71,8 +70,8 @@ void RequirePositions(std::string_view function, const py::array& positions,
   using Contiguous = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
   const Contiguous array = Contiguous::ensure(positions);  // a strided one is copied: small
   const std::span<const int64_t> all(array.data(), static_cast<size_t>(array.size()));
-  const auto bad = std::find_if(all.begin(), all.end(),
-                                [](int64_t p) { return p < 0 || p > kMaxPosition; });
+  const auto bad =
+      std::find_if(all.begin(), all.end(), [](int64_t p) { return p < 0 || p > kMaxPosition; });
   if (bad == all.end()) return;
   if (array.ndim() == 0) return ValidatePosition(function, name, *bad);
   // The bad entry's row is named by its index over the leading dims; ValidatePositions names
@@ -116,11 +115,11 @@ bool OutputFits(std::span<const int64_t> shape, int64_t item_bytes) {
 
 void RequireOutputSize(std::span<const int64_t> shape, int64_t item_bytes,
                        std::string_view function, std::string_view name, std::string_view dtype) {
-  Require(OutputFits(shape, item_bytes), function, name,
-          "hold at most " + std::to_string(kMaxOutputBytes) +
-              " bytes (16 GiB, the cap on arrays posenc allocates)",
-          NpyShapeString(std::vector<int64_t>(shape.begin(), shape.end())) + " " +
-              std::string(dtype));
+  Require(
+      OutputFits(shape, item_bytes), function, name,
+      "hold at most " + std::to_string(kMaxOutputBytes) +
+          " bytes (16 GiB, the cap on arrays posenc allocates)",
+      NpyShapeString(std::vector<int64_t>(shape.begin(), shape.end())) + " " + std::string(dtype));
 }
 
 py::array_t<float> OutputArray(const py::object& out, const std::vector<int64_t>& shape,

@@ -199,8 +199,7 @@ class BatchPositions {
 // The one position rule of every API (posenc/positions.h: each position in [0, kMaxPosition]),
 // checked over a whole int64 array of any shape before any work. The first bad entry is named as
 // Python indexes it, name[i][j]...; a 0-d array is named `name` alone.
-void RequirePositions(std::string_view function, const py::array& positions,
-                      std::string_view name);
+void RequirePositions(std::string_view function, const py::array& positions, std::string_view name);
 
 // Field `index` of a pickled state as T. A tampered state whose field has the wrong type is a
 // posenc::Error naming the field ("[rope] pickled state[0] (head_dim) must be an int, got str"),
@@ -212,8 +211,8 @@ T StateField(const py::tuple& state, size_t index, std::string_view function,
     return state[index].cast<T>();
   } catch (const py::cast_error&) {
     throw Error(ErrorMessage(
-        function, "pickled state[" + std::to_string(index) + "] (" + std::string(field) + ")",
-        rule, std::string(py::str(py::type::of(state[index]).attr("__name__")))));
+        function, "pickled state[" + std::to_string(index) + "] (" + std::string(field) + ")", rule,
+        std::string(py::str(py::type::of(state[index]).attr("__name__")))));
   }
 }
 

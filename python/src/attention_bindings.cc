@@ -29,8 +29,7 @@ void RequireBatchOf(const BatchedHeads<A>& q, const BatchedHeads<B>& view, std::
 // scale None is the library's 0: 1 / sqrt(head_dim), as in posenc.torch.
 // options.sinks points into `sinks`, which must outlive the options.
 AttentionOptions KeywordOptions(bool causal, std::optional<Alibi> alibi, std::optional<Rope> rope,
-                                std::optional<double> scale, int64_t window,
-                                double softcap = 0.0,
+                                std::optional<double> scale, int64_t window, double softcap = 0.0,
                                 std::span<const float> sinks = {}) {
   AttentionOptions options;
   options.causal = causal;
@@ -42,7 +41,6 @@ AttentionOptions KeywordOptions(bool causal, std::optional<Alibi> alibi, std::op
   options.sinks = sinks;
   return options;
 }
-
 
 // Attention, Self-Extend or dual chunk attention on one batch element: call(validate_only, q, k, v, query_pos,
 // key_pos, out) makes the checks alone, or the checks and the computation.
@@ -101,10 +99,9 @@ py::object AttentionOf(const py::object& q_arg, const py::object& k_arg, const p
   const std::vector<int64_t> given = ShapeOf(AsArray(out_object, kFn, "out"));
   Require(given == out_shape, kFn, "out.shape", "be " + NpyShapeString(out_shape),
           NpyShapeString(given));
-  BatchPositions query_pos(query_positions, q.batch_shape, q.first.tokens, kFn,
-                           "query_positions");
-  BatchPositions key_pos(key_positions.is_none() ? query_positions : key_positions,
-                         k.batch_shape, k.first.tokens, kFn, "key_positions");
+  BatchPositions query_pos(query_positions, q.batch_shape, q.first.tokens, kFn, "query_positions");
+  BatchPositions key_pos(key_positions.is_none() ? query_positions : key_positions, k.batch_shape,
+                         k.first.tokens, kFn, "key_positions");
   // Never folded into tokens: a query would see the keys of other batch elements.
   const auto run = [&](bool validate_only, int64_t b) {
     call(validate_only, q.At(b), k.At(b), v.At(b), query_pos.At(b), key_pos.At(b), out.At(b));
@@ -205,8 +202,12 @@ py::tuple ForwardOf(const AttentionOptions& options, const py::object& q_arg,
 
 // The validators take out as written; they read no element of it.
 Heads<float> AsWritten(Heads<const float> view) {
-  return {const_cast<float*>(view.data), view.tokens,       view.num_heads,
-          view.head_dim,                 view.token_stride, view.head_stride};
+  return {const_cast<float*>(view.data),
+          view.tokens,
+          view.num_heads,
+          view.head_dim,
+          view.token_stride,
+          view.head_stride};
 }
 
 // A float32 argument of the backward pass with exactly `shape`.
@@ -234,8 +235,7 @@ py::tuple BackwardOf(const AttentionOptions& options, const py::object& q_arg,
   const py::array lse_array = AsArray(lse_arg, kBackwardFn, "lse");
   RequireDtype<float>(lse_array, kBackwardFn, "lse");
   Require(ShapeOf(lse_array) == in.lse_shape, kBackwardFn, "lse.shape",
-          "be " + NpyShapeString(in.lse_shape) + " (q's tokens and heads)",
-          ShapeString(lse_array));
+          "be " + NpyShapeString(in.lse_shape) + " (q's tokens and heads)", ShapeString(lse_array));
   // The library reads each element's lse as one dense span.
   Require((lse_array.flags() & py::array::c_style) != 0, kBackwardFn, "lse", "be C-contiguous",
           "a strided array");
@@ -274,15 +274,14 @@ py::tuple BackwardOf(const AttentionOptions& options, const py::object& q_arg,
                       std::span<const int64_t>(), std::span<const int64_t>(),
                       AsWritten(NoTokens(out)));
   } else {
-    RunEachElement(kBackwardFn, in.q.BatchCount(), run, in.q, in.k, in.v, out, d_out, dq, dk,
-                   dv);
+    RunEachElement(kBackwardFn, in.q.BatchCount(), run, in.q, in.k, in.v, out, d_out, dq, dk, dv);
   }
   if (!sinks) return py::make_tuple(dq_array, dk_array, dv_array);
   // Made as dq is, and written through its pointer: pybind11 before 2.12 (Debian 12 has 2.10)
   // sizes a 1-D array_t(count)'s strides and mutable_at()'s index with the element size read in
   // numpy 1's descriptor layout, which numpy 2 changed (every head's gradient then read as one).
-  py::array_t<float> d_sinks = NewFloatArray(
-      {static_cast<int64_t>(total_sinks.size())}, kBackwardFn, "d_sinks");
+  py::array_t<float> d_sinks =
+      NewFloatArray({static_cast<int64_t>(total_sinks.size())}, kBackwardFn, "d_sinks");
   float* d_sinks_data = d_sinks.mutable_data();
   for (size_t h = 0; h < total_sinks.size(); ++h) {
     d_sinks_data[h] = static_cast<float>(total_sinks[h]);
@@ -298,14 +297,13 @@ void BindAttention(py::module_& m) {
       [](const py::object& q, const py::object& k, const py::object& v,
          const py::object& query_positions, const py::object& key_positions, bool causal,
          std::optional<Alibi> alibi, std::optional<Rope> rope, std::optional<double> scale,
-         int64_t window,
-         double softcap, const py::object& sinks_arg, const py::object& out, bool bfloat16) {
+         int64_t window, double softcap, const py::object& sinks_arg, const py::object& out,
+         bool bfloat16) {
         const std::vector<float> sinks = SinkValues(sinks_arg, kFn);
         const PlainAttention call{KeywordOptions(causal, std::move(alibi), std::move(rope), scale,
                                                  window, softcap, sinks)};
-        return bfloat16
-                   ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
-                   : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
+        return bfloat16 ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
+                        : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("causal") = false,
@@ -342,8 +340,7 @@ output within 2^-9 max|v| of the exact result), at about 1.8x the float32 speed.
       [](const py::object& q, const py::object& k, const py::object& v,
          const py::object& query_positions, const py::object& key_positions, bool causal,
          std::optional<Alibi> alibi, std::optional<Rope> rope, std::optional<double> scale,
-         int64_t window,
-         double softcap, const py::object& sinks_arg, bool bfloat16) {
+         int64_t window, double softcap, const py::object& sinks_arg, bool bfloat16) {
         const std::vector<float> sinks = SinkValues(sinks_arg, kForwardFn);
         const AttentionOptions options = KeywordOptions(causal, std::move(alibi), std::move(rope),
                                                         scale, window, softcap, sinks);
@@ -365,11 +362,10 @@ attention_backward takes both back.)");
   m.def(
       "attention_backward",
       [](const py::object& q, const py::object& k, const py::object& v,
-         const py::object& query_positions, const py::object& key_positions,
-         const py::object& out, const py::object& lse, const py::object& d_out, bool causal,
-         std::optional<Alibi> alibi, std::optional<Rope> rope, std::optional<double> scale,
-         int64_t window,
-         double softcap, const py::object& sinks_arg, bool bfloat16) {
+         const py::object& query_positions, const py::object& key_positions, const py::object& out,
+         const py::object& lse, const py::object& d_out, bool causal, std::optional<Alibi> alibi,
+         std::optional<Rope> rope, std::optional<double> scale, int64_t window, double softcap,
+         const py::object& sinks_arg, bool bfloat16) {
         const std::vector<float> sinks = SinkValues(sinks_arg, kBackwardFn);
         const AttentionOptions options = KeywordOptions(causal, std::move(alibi), std::move(rope),
                                                         scale, window, softcap, sinks);
@@ -400,13 +396,11 @@ summed over the batch, -sum_i exp(sinks[h] - lse_i) (d_out_i . out_i) over the r
       [](const py::object& q, const py::object& k, const py::object& v,
          const py::object& query_positions, const py::object& key_positions, int64_t group_size,
          int64_t neighbor_window, const Rope& rope, bool causal, std::optional<double> scale,
-         int64_t window,
-         const py::object& out, bool bfloat16) {
+         int64_t window, const py::object& out, bool bfloat16) {
         const GroupedAttention call{KeywordOptions(causal, std::nullopt, rope, scale, window),
                                     SelfExtend{group_size, neighbor_window}};
-        return bfloat16
-                   ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
-                   : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
+        return bfloat16 ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
+                        : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("group_size"),
@@ -426,12 +420,11 @@ q and k are the un-rotated projections. Runs the tiled kernel twice (no T x T bu
          const py::object& query_positions, const py::object& key_positions, int64_t chunk_size,
          int64_t local_size, int64_t original_max_position_embeddings, const Rope& rope,
          std::optional<double> scale, const py::object& out, bool bfloat16) {
-        const DualChunkCall call{KeywordOptions(true, std::nullopt, rope, scale, 0),
-                                 DualChunk{chunk_size, local_size,
-                                           original_max_position_embeddings}};
-        return bfloat16
-                   ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
-                   : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
+        const DualChunkCall call{
+            KeywordOptions(true, std::nullopt, rope, scale, 0),
+            DualChunk{chunk_size, local_size, original_max_position_embeddings}};
+        return bfloat16 ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
+                        : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("query_positions"),
       py::arg("key_positions") = py::none(), py::kw_only(), py::arg("chunk_size"),

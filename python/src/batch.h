@@ -22,10 +22,10 @@ struct RowSet {
   struct Dim {
     int64_t count, stride;
   };
-  intptr_t base = 0;       // start of the lowest row
-  intptr_t end = 0;        // one past the highest byte
+  intptr_t base = 0;  // start of the lowest row
+  intptr_t end = 0;   // one past the highest byte
   int64_t row_bytes = 0;
-  std::vector<Dim> dims;   // count > 1 and stride >= 0 (negative ones flipped), largest first
+  std::vector<Dim> dims;  // count > 1 and stride >= 0 (negative ones flipped), largest first
 
   RowSet(intptr_t data, std::vector<Dim> all_dims, int64_t row_bytes);
   int64_t Rows() const;

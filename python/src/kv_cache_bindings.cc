@@ -143,8 +143,8 @@ void AppendTo(PyKvCache& self, KvCache<T>& cache, const py::object& positions_ar
   const Heads<const T> k = SequenceView<const T>(k_arg, "k");
   const Heads<const T> v = SequenceView<const T>(v_arg, "v");
   py::array_t<int64_t> positions_array, streams_array;
-  const std::span<const int64_t> positions = IntList(positions_arg, positions_array, kFn,
-                                                     "positions");
+  const std::span<const int64_t> positions =
+      IntList(positions_arg, positions_array, kFn, "positions");
   if (streams_arg.is_none()) {
     self.Locked([&] { cache.Append(positions, k, v); });
     return;
@@ -161,8 +161,8 @@ py::object AttendTo(PyKvCache& self, const KvCache<T>& cache, const py::object& 
                     const AttentionOptions& options, const py::object& out_arg) {
   const Heads<const T> q = SequenceView<const T>(q_arg, "q");
   py::array_t<int64_t> positions_array, streams_array;
-  const std::span<const int64_t> query_pos = IntList(query_pos_arg, positions_array, kFn,
-                                                     "query_pos");
+  const std::span<const int64_t> query_pos =
+      IntList(query_pos_arg, positions_array, kFn, "query_pos");
   std::optional<PositionStreams> query_streams;
   if (!query_streams_arg.is_none()) {
     Require(cache.options().mrope.has_value(), kFn, "query_streams",
@@ -189,20 +189,19 @@ SinkPositions ModeOf(const py::object& mode) {
 
 // LongRoPE's long factors (KvCacheOptions::long_rope): None, or a posenc.Rope with the
 // threshold L0 and the crossing rule "recompute" (Phi-3's generate()) or "keep_rotation".
-void SetLongRope(KvCacheOptions& options, const py::object& long_rope,
-                 const py::object& threshold, const py::object& crossing) {
+void SetLongRope(KvCacheOptions& options, const py::object& long_rope, const py::object& threshold,
+                 const py::object& crossing) {
   options.long_rope = OptionalArg<Rope>(long_rope, kFn, "long_rope",
                                         "be None or a posenc.Rope (LongRoPE's long factors)");
   options.long_rope_threshold =
       IntArg(threshold, kFn, "long_rope_threshold", "be an int (original_max_position_embeddings)");
-  const bool known = py::isinstance<py::str>(crossing) &&
-                     (crossing.cast<std::string>() == "recompute" ||
-                      crossing.cast<std::string>() == "keep_rotation");
+  const bool known =
+      py::isinstance<py::str>(crossing) && (crossing.cast<std::string>() == "recompute" ||
+                                            crossing.cast<std::string>() == "keep_rotation");
   Require(known, kFn, "crossing", "be 'recompute' or 'keep_rotation'",
           std::string(py::repr(crossing)));
-  options.crossing = crossing.cast<std::string>() == "recompute"
-                         ? LongRopeCrossing::kRecompute
-                         : LongRopeCrossing::kKeepRotation;
+  options.crossing = crossing.cast<std::string>() == "recompute" ? LongRopeCrossing::kRecompute
+                                                                 : LongRopeCrossing::kKeepRotation;
 }
 
 std::string CrossingName(LongRopeCrossing crossing) {
@@ -248,8 +247,7 @@ Heads<T> StepView(const py::object& value, std::string_view name, int64_t batch)
   Require(shaped, kBatchFn, std::string(name) + ".shape",
           "be [batch = " + std::to_string(batch) + ", tokens, heads, dim]",
           ShapeString(AsArray(value, kBatchFn, name)));
-  Require(view.Fold(), kBatchFn, name, "step evenly over its batch dim (C-contiguous)",
-          "strided");
+  Require(view.Fold(), kBatchFn, name, "step evenly over its batch dim (C-contiguous)", "strided");
   return view.first;
 }
 
@@ -296,9 +294,7 @@ class PyKvCacheBatch {
     const std::lock_guard<std::mutex> lock(mutex_);
     return f();
   }
-  bool BFloat16Storage() const {
-    return std::holds_alternative<KvCacheBatch<BFloat16>>(cache_);
-  }
+  bool BFloat16Storage() const { return std::holds_alternative<KvCacheBatch<BFloat16>>(cache_); }
 
  private:
   using Variant = std::variant<KvCacheBatch<float>, KvCacheBatch<BFloat16>>;
@@ -354,8 +350,8 @@ void BindKvCacheBatch(py::module_& m) {
               const Heads<const T> v = StepView<const T>(v_arg, "v", batch);
               const int64_t n = k.tokens / batch;
               py::array_t<int64_t> positions_array;
-              const auto positions = StepPositions(positions_arg, positions_array, "positions",
-                                                   batch, n);
+              const auto positions =
+                  StepPositions(positions_arg, positions_array, "positions", batch, n);
               const std::vector<uint8_t> mask = StepMask(mask_arg, batch, n);
               self.Locked([&] { cache.Append(positions, mask, k, v); });
             });
@@ -389,8 +385,8 @@ void BindKvCacheBatch(py::module_& m) {
               const Heads<const T> q = StepView<const T>(q_arg, "q", batch);
               const int64_t n = q.tokens / batch;
               py::array_t<int64_t> positions_array;
-              const auto query_pos = StepPositions(query_pos_arg, positions_array, "query_pos",
-                                                   batch, n);
+              const auto query_pos =
+                  StepPositions(query_pos_arg, positions_array, "query_pos", batch, n);
               const std::vector<uint8_t> mask = StepMask(mask_arg, batch, n);
               const int64_t value_dim = cache.Row(0).options().value_dim;
               py::array_t<float> out =
@@ -483,8 +479,8 @@ void BindKvCache(py::module_& m) {
           "sequence.")
       .def(
           "append",
-          [](PyKvCache& self, const py::object& positions, const py::object& k,
-             const py::object& v, const py::object& streams) {
+          [](PyKvCache& self, const py::object& positions, const py::object& k, const py::object& v,
+             const py::object& streams) {
             self.Visit([&](auto& cache) { AppendTo(self, cache, positions, k, v, streams); });
           },
           py::arg("positions"), py::arg("k"), py::arg("v"), py::kw_only(),
@@ -499,8 +495,7 @@ posenc.Error, and the cache is untouched.)")
           [](PyKvCache& self, const py::object& q, const py::object& query_pos,
              const py::object& causal, const py::object& alibi, const py::object& scale,
              const py::object& window, const py::object& chunk_size, const py::object& softcap,
-             const py::object& sinks_arg, const py::object& query_streams,
-             const py::object& out) {
+             const py::object& sinks_arg, const py::object& query_streams, const py::object& out) {
             const std::vector<float> sinks = SinkValues(sinks_arg, kFn);
             AttentionOptions options;
             options.causal = py::bool_(causal);
@@ -588,8 +583,7 @@ sinks + window <= capacity.)")
           "capacity", [](PyKvCache& self) { return self.Options().capacity; }, "Slots.")
       .def_property_readonly("kv_heads", [](PyKvCache& self) { return self.Options().kv_heads; })
       .def_property_readonly("head_dim", [](PyKvCache& self) { return self.Options().head_dim; })
-      .def_property_readonly("value_dim",
-                             [](PyKvCache& self) { return self.Options().value_dim; })
+      .def_property_readonly("value_dim", [](PyKvCache& self) { return self.Options().value_dim; })
       .def_property_readonly("bfloat16", &PyKvCache::BFloat16Storage,
                              "Whether keys and values are stored as bfloat16.")
       .def_property_readonly(

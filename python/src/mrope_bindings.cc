@@ -381,8 +381,7 @@ std::string Described(const ModelPositions& model) {
 
 // MakeMRope of a described config: M-RoPE for a Qwen-VL config, one stream for 1-D RoPE.
 MRope MRopeFromModel(const ModelPositions& model, const std::optional<std::string>& layer_type,
-                     const std::optional<int64_t>& layer,
-                     const RopeFrequencyOptions& frequencies) {
+                     const std::optional<int64_t>& layer, const RopeFrequencyOptions& frequencies) {
   const auto* rope = std::get_if<RopeScheme>(&model.scheme);
   Require(rope != nullptr, kConfigFn, "config", "describe a RoPE model", Described(model));
   return MakeMRope(*rope, ChooseRopeLayer(model, layer_type, layer), frequencies);
@@ -504,8 +503,7 @@ f_1, f_3, ...; half-split. head_dim a multiple of 4.)")
             Require(state.size() == 3, "mrope", "pickled state", "hold 3 fields", state.size());
             MRope mrope{
                 .rope = StateField<Rope>(state, 0, "mrope", "rope", "be a posenc.Rope"),
-                .num_streams =
-                    StateField<int64_t>(state, 2, "mrope", "num_streams", "be an int"),
+                .num_streams = StateField<int64_t>(state, 2, "mrope", "num_streams", "be an int"),
                 .pair_stream = StateField<std::vector<int64_t>>(state, 1, "mrope", "pair_stream",
                                                                 "be a list of ints")};
             mrope.Validate();
@@ -605,10 +603,9 @@ From a config: posenc.qwen_vl_tokens(config, rules=None).)")
       "(position_ids int64 [3, batch, seq_len], rope_deltas int64 [batch, 1]); see "
       "posenc.qwen_vl_rope_index.");
 
-  DefLayerReaders(
-      m, "mrope_from_hf_config", &MRopeFromModel,
-      "The MRope of a config.json given as text; see posenc.mrope_from_hf_config.",
-      "The MRope of a config.json file; see posenc.mrope_from_hf_config.");
+  DefLayerReaders(m, "mrope_from_hf_config", &MRopeFromModel,
+                  "The MRope of a config.json given as text; see posenc.mrope_from_hf_config.",
+                  "The MRope of a config.json file; see posenc.mrope_from_hf_config.");
   m.def(
       "vision_rope_from_hf_config_text",
       [](std::string_view json_text) { return VisionRopeFromModel(DescribeModel(json_text)); },

@@ -26,7 +26,8 @@ void BindRelativeBias(py::module_& m) {
         py::array_t<int64_t> out(shape);
         const int64_t* from = in.data();
         int64_t* to = out.mutable_data();
-        for (py::ssize_t i = 0; i < in.size(); ++i) to[i] = RelativePositionBucket(buckets, from[i]);
+        for (py::ssize_t i = 0; i < in.size(); ++i)
+          to[i] = RelativePositionBucket(buckets, from[i]);
         return out;
       },
       py::arg("relative_position"), py::arg("num_buckets") = 32, py::arg("max_distance") = 128,

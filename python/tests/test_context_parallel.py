@@ -39,8 +39,9 @@ CASES = {
     "window_not_causal": dict(window=5),
     "bfloat16_causal_alibi": dict(causal=True, alibi=posenc.Alibi(HEADS), dtype=torch.bfloat16),
     "rope_module_bhsd": dict(
-        causal=True, rope=pt.RotaryEmbedding(DIM, layout="interleaved",
-            qkv_format="bshd"), qkv_format="bhsd"
+        causal=True,
+        rope=pt.RotaryEmbedding(DIM, layout="interleaved", qkv_format="bshd"),
+        qkv_format="bhsd",
     ),
 }
 # Ring attention with soft-capping and sinks (a tensor of the given dtype, drawn from the seed):
@@ -50,7 +51,12 @@ SOFTCAP_SINKS_CASES = {
     "softcap_causal": dict(causal=True, softcap=1.5),
     "sinks_causal": dict(causal=True, sinks=torch.float32),
     "softcap_sinks_window_alibi_rope": dict(
-        causal=True, window=7, alibi=posenc.Alibi(HEADS), rope=ROPE, scale=0.3, softcap=0.8,
+        causal=True,
+        window=7,
+        alibi=posenc.Alibi(HEADS),
+        rope=ROPE,
+        scale=0.3,
+        softcap=0.8,
         sinks=torch.float32,
     ),
     "sinks_float64_full_batched_bhsd": dict(
@@ -89,9 +95,7 @@ def full_inputs(case, seed):
 
 
 def options_of(case):
-    options = {
-        key: value for key, value in case.items() if key not in ("batch", "dtype", "sinks")
-    }
+    options = {key: value for key, value in case.items() if key not in ("batch", "dtype", "sinks")}
     return dict({"qkv_format": "bshd"}, **options)
 
 
@@ -118,8 +122,15 @@ def sink_term_sizes(q, k, v, d_out, out, sinks, case, held):
     the output of attention with every value 1."""
     ones = torch.ones_like(to_format(v, case))
     positions = torch.arange(T, dtype=torch.int64) + OFFSET
-    keys = pt.attention(to_format(q, case), to_format(k, case), ones, positions, positions,
-                        sinks=sinks, **options_of(case))
+    keys = pt.attention(
+        to_format(q, case),
+        to_format(k, case),
+        ones,
+        positions,
+        positions,
+        sinks=sinks,
+        **options_of(case),
+    )
     p_sink = 1 - to_format(keys, case)[..., 0].double()
     sizes = p_sink * (d_out.double() * out.double()).sum(-1).abs()
     return sizes.index_select(tokens_dim(case), held).reshape(-1, HEADS).sum(0)
@@ -183,8 +194,9 @@ def run_case(name, case, scheme, rank, world, seed):
             kept = torch.zeros_like(d_out)
             held = cp.shard_positions(T, world, r, scheme)
             kept.index_copy_(dim, held, d_out.index_select(dim, held))
-            (expect,) = torch.autograd.grad(ref, sinks_ref, to_format(kept, case),
-                                            retain_graph=True)
+            (expect,) = torch.autograd.grad(
+                ref, sinks_ref, to_format(kept, case), retain_graph=True
+            )
             full.append(share)
             want.append(expect)
             labels.append(f"d_sinks of rank {r}'s queries")
@@ -203,7 +215,10 @@ def worker(rank, world, port, scheme_list, seed, results, die_rank, table):
     with die_rank, dies mid-ring on that rank) and reports to results."""
     try:
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
             timeout=datetime.timedelta(seconds=TIMEOUT_S),
         )
         if die_rank in ("mismatch", "bad_position", "bad_sinks"):
@@ -239,8 +254,9 @@ def worker(rank, world, port, scheme_list, seed, results, die_rank, table):
             q, k, v = (t.index_select(0, index).requires_grad_() for t in (q, k, v))
             # The forward and backward rings: a rank downstream of the dead one may have
             # received all it needs for the forward pass before the death, never the backward.
-            cp.context_parallel_attention(q, k, v, index, causal=True,
-                qkv_format="bshd").sum().backward()
+            cp.context_parallel_attention(
+                q, k, v, index, causal=True, qkv_format="bshd"
+            ).sum().backward()
             results.put((rank, "finished", None))
             return
         report = {}
@@ -271,7 +287,8 @@ def run_ranks(world, schemes=("zigzag", "contiguous"), die_rank=None, table="bas
     port = free_port()
     processes = [
         context.Process(
-            target=worker, args=(rank, world, port, schemes, 1234, results, die_rank, table),
+            target=worker,
+            args=(rank, world, port, schemes, 1234, results, die_rank, table),
             daemon=True,
         )
         for rank in range(world)
@@ -396,8 +413,11 @@ def test_shard_positions():
         for scheme in ("zigzag", "contiguous"):
             every = torch.cat([cp.shard_positions(24, world, r, scheme) for r in range(world)])
             assert sorted(every.tolist()) == list(range(24))
-    with pytest.raises(posenc.Error, match=r"\[shard_positions\] seq_len must be a positive "
-                       r"multiple of 4 .*got 6"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"\[shard_positions\] seq_len must be a positive "
+        r"multiple of 4 .*got 6",
+    ):
         cp.shard_positions(6, 2, 0)
     with pytest.raises(posenc.Error, match=r"\[shard_positions\] rank must be in \[0, world\)"):
         cp.shard_positions(8, 2, 2)
@@ -417,21 +437,37 @@ def test_arguments_checked_before_the_ring():
     with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] q must have dtype"):
         cp.context_parallel_attention(q.double(), q, q, pos, qkv_format="bshd")
     # softcap and sinks as posenc.torch.attention takes them, named for this function.
-    with pytest.raises(posenc.Error, match=r"^\[context_parallel_attention\] softcap must be a "
-                       r"finite number >= 0 \(0: off\), got -1.0$"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"^\[context_parallel_attention\] softcap must be a "
+        r"finite number >= 0 \(0: off\), got -1.0$",
+    ):
         cp.context_parallel_attention(q, q, q, pos, softcap=-1.0, qkv_format="bshd")
-    with pytest.raises(posenc.Error, match=r"^\[context_parallel_attention\] softcap must be a "
-                       r"finite number >= 0 \(0: off\), got str$"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"^\[context_parallel_attention\] softcap must be a "
+        r"finite number >= 0 \(0: off\), got str$",
+    ):
         cp.context_parallel_attention(q, q, q, pos, softcap="1", qkv_format="bshd")
-    with pytest.raises(posenc.Error, match=r"^\[context_parallel_attention\] sinks.shape must be "
-                       r"\(2,\) \(one logit per query head\), got \(3,\)$"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"^\[context_parallel_attention\] sinks.shape must be "
+        r"\(2,\) \(one logit per query head\), got \(3,\)$",
+    ):
         cp.context_parallel_attention(q, q, q, pos, sinks=torch.zeros(3), qkv_format="bshd")
-    with pytest.raises(posenc.Error, match=r"^\[context_parallel_attention\] sinks must have a "
-                       r"floating dtype, got int64$"):
-        cp.context_parallel_attention(q, q, q, pos, sinks=torch.zeros(2, dtype=torch.int64),
-                                      qkv_format="bshd")
-    with pytest.raises(posenc.Error, match=r"^\[context_parallel_attention\] sinks must be None "
-                       r"or a torch.Tensor \[num_heads\], got list$"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"^\[context_parallel_attention\] sinks must have a "
+        r"floating dtype, got int64$",
+    ):
+        cp.context_parallel_attention(
+            q, q, q, pos, sinks=torch.zeros(2, dtype=torch.int64), qkv_format="bshd"
+        )
+    with pytest.raises(
+        posenc.Error,
+        match=r"^\[context_parallel_attention\] sinks must be None "
+        r"or a torch.Tensor \[num_heads\], got list$",
+    ):
         cp.context_parallel_attention(q, q, q, pos, sinks=[0.0, 0.0], qkv_format="bshd")
     if not dist.is_initialized():
         with pytest.raises(posenc.Error, match=r"\[context_parallel_attention\] group must"):

@@ -8,9 +8,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pytest
-
 import posenc
+import pytest
 
 GOLDEN = Path(__file__).resolve().parents[2] / "tests" / "golden" / "dca_vllm"
 
@@ -37,9 +36,11 @@ def formula(q, k, v, qpos, kpos, chunk_size, local_size, original, base=10000.0)
     f = max(1.0, 0.1 * math.log(n / original) + 1) if original > 0 else 1.0
     scale = f * f / math.sqrt(q.shape[-1])
     keys = rotate(k, kpos % length, base)
-    queries = [rotate(q, qpos % length, base),
-               rotate(q, np.minimum(qpos % length + length, chunk_size), base),
-               rotate(q, np.full_like(qpos, min(2 * length - 1, chunk_size)), base)]
+    queries = [
+        rotate(q, qpos % length, base),
+        rotate(q, np.minimum(qpos % length + length, chunk_size), base),
+        rotate(q, np.full_like(qpos, min(2 * length - 1, chunk_size)), base),
+    ]
     lag = qpos[:, None] // length - kpos[None, :] // length
     part = np.clip(lag, 0, 2)
     group = q.shape[1] // k.shape[1]
@@ -55,16 +56,25 @@ def formula(q, k, v, qpos, kpos, chunk_size, local_size, original, base=10000.0)
 
 def qkv(tokens, heads=4, kv_heads=2, dim=16, seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((tokens, heads, dim)).astype(np.float32),
-            rng.standard_normal((tokens, kv_heads, dim)).astype(np.float32),
-            rng.standard_normal((tokens, kv_heads, dim)).astype(np.float32))
+    return (
+        rng.standard_normal((tokens, heads, dim)).astype(np.float32),
+        rng.standard_normal((tokens, kv_heads, dim)).astype(np.float32),
+        rng.standard_normal((tokens, kv_heads, dim)).astype(np.float32),
+    )
 
 
 ROPE = posenc.Rope.default(16, 10000.0)
 
 
-@pytest.mark.parametrize("name", ["prefill_qwen_1m_shrunk", "prefill_chunk24_local8",
-                                  "prefill_chunk20_local12", "decode_qwen_1m_shrunk"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "prefill_qwen_1m_shrunk",
+        "prefill_chunk24_local8",
+        "prefill_chunk20_local12",
+        "decode_qwen_1m_shrunk",
+    ],
+)
 def test_matches_vllm(name):
     c = json.loads((GOLDEN / f"{name}.json").read_text())
     tokens = c.get("tokens", c.get("cached_tokens", 0) + 1)
@@ -74,21 +84,34 @@ def test_matches_vllm(name):
     k = golden_input(tokens, c["num_kv_heads"], dim, 2)
     v = golden_input(tokens, c["num_kv_heads"], dim, 3)
     out = posenc.dual_chunk_attention(
-        q, k, v, np.arange(first, tokens), np.arange(tokens), chunk_size=c["chunk_size"],
+        q,
+        k,
+        v,
+        np.arange(first, tokens),
+        np.arange(tokens),
+        chunk_size=c["chunk_size"],
         local_size=c["local_size"],
         original_max_position_embeddings=c["original_max_position_embeddings"],
-        rope=posenc.Rope.default(dim, c["rope_theta"]))
+        rope=posenc.Rope.default(dim, c["rope_theta"]),
+    )
     want = np.array(c["out"]).reshape(out.shape)
     np.testing.assert_allclose(out, want, rtol=0, atol=4e-5)
 
 
-@pytest.mark.parametrize("chunk_size, local_size, original",
-                         [(8, 3, 0), (12, 2, 10), (20, 12, 0)])
+@pytest.mark.parametrize("chunk_size, local_size, original", [(8, 3, 0), (12, 2, 10), (20, 12, 0)])
 def test_numpy_equals_the_formula(chunk_size, local_size, original):
     q, k, v = qkv(60)
     pos = np.arange(60)
-    out = posenc.dual_chunk_attention(q, k, v, pos, chunk_size=chunk_size, local_size=local_size,
-                                      original_max_position_embeddings=original, rope=ROPE)
+    out = posenc.dual_chunk_attention(
+        q,
+        k,
+        v,
+        pos,
+        chunk_size=chunk_size,
+        local_size=local_size,
+        original_max_position_embeddings=original,
+        rope=ROPE,
+    )
     want = formula(q, k, v, pos, pos, chunk_size, local_size, original)
     np.testing.assert_allclose(out, want, rtol=0, atol=2e-5)
 
@@ -107,8 +130,9 @@ def test_a_batch_is_each_element_alone():
     pos = np.array([np.arange(30), np.arange(30) + 50])
     out = posenc.dual_chunk_attention(q, k, v, pos, chunk_size=10, local_size=3, rope=ROPE)
     for b in range(2):
-        alone = posenc.dual_chunk_attention(q[b], k[b], v[b], pos[b], chunk_size=10,
-                                            local_size=3, rope=ROPE)
+        alone = posenc.dual_chunk_attention(
+            q[b], k[b], v[b], pos[b], chunk_size=10, local_size=3, rope=ROPE
+        )
         np.testing.assert_array_equal(out[b], alone)
 
 
@@ -124,8 +148,9 @@ def test_bfloat16_is_near_float32():
         return (b.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
     qb, kb, vb = bits(q), bits(k), bits(v)
-    out = posenc.dual_chunk_attention(qb, kb, vb, pos, chunk_size=8, local_size=3, rope=ROPE,
-                                      bfloat16=True)
+    out = posenc.dual_chunk_attention(
+        qb, kb, vb, pos, chunk_size=8, local_size=3, rope=ROPE, bfloat16=True
+    )
     want = formula(widened(qb), widened(kb), widened(vb), pos, pos, 8, 3, 0)
     np.testing.assert_allclose(out, want, rtol=0, atol=2e-2)
 
@@ -133,8 +158,11 @@ def test_bfloat16_is_near_float32():
 def test_bad_input_is_an_error():
     q, k, v = qkv(4)
     pos = np.arange(4)
-    with pytest.raises(posenc.Error, match=r"^\[dual_chunk\] chunk_size must be > local_size "
-                       r"\(8\): the chunk length chunk_size - local_size must be >= 1, got 8$"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"^\[dual_chunk\] chunk_size must be > local_size "
+        r"\(8\): the chunk length chunk_size - local_size must be >= 1, got 8$",
+    ):
         posenc.dual_chunk_attention(q, k, v, pos, chunk_size=8, local_size=8, rope=ROPE)
     with pytest.raises(posenc.Error, match=r"^\[dual_chunk\] local_size must be >= 1, got 0$"):
         posenc.dual_chunk_attention(q, k, v, pos, chunk_size=8, local_size=0, rope=ROPE)
@@ -150,8 +178,13 @@ def test_torch_kernel_and_definition_equal_the_formula():
 
     q, k, v = qkv(40, seed=5)
     pos = np.arange(40)
-    options = dict(rope=ROPE, chunk_size=12, local_size=2, original_max_position_embeddings=10,
-                   qkv_format="bshd")
+    options = dict(
+        rope=ROPE,
+        chunk_size=12,
+        local_size=2,
+        original_max_position_embeddings=10,
+        qkv_format="bshd",
+    )
     want = formula(q, k, v, pos, pos, 12, 2, 10)
     kernel = pt.dual_chunk_attention(*(torch.from_numpy(x)[None] for x in (q, k, v)), **options)
     np.testing.assert_allclose(kernel[0].numpy(), want, rtol=0, atol=2e-5)
@@ -161,4 +194,6 @@ def test_torch_kernel_and_definition_equal_the_formula():
     definition.square().sum().backward()
     assert q64.grad is not None and torch.isfinite(q64.grad).all()
     with pytest.raises(posenc.Error, match=r"^\[dual_chunk\] chunk_size and local_size must "):
-        pt.dual_chunk_attention(q64, k64, v64, rope=ROPE, chunk_size=4, local_size=4, qkv_format="bshd")
+        pt.dual_chunk_attention(
+            q64, k64, v64, rope=ROPE, chunk_size=4, local_size=4, qkv_format="bshd"
+        )

@@ -10,7 +10,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("llama_block", ROOT / "examples" / "llama_block.py")
+    spec = importlib.util.spec_from_file_location(
+        "llama_block", ROOT / "examples" / "llama_block.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -6,18 +6,12 @@ import json
 import pathlib
 
 import numpy as np
+import posenc
+import posenc.torch as pt
 import pytest
 import torch
 
-import posenc
-import posenc.torch as pt
-
-GOLDEN = (
-    pathlib.Path(__file__).resolve().parents[2]
-    / "tests"
-    / "golden"
-    / "hf_rope"
-)
+GOLDEN = pathlib.Path(__file__).resolve().parents[2] / "tests" / "golden" / "hf_rope"
 # The golden config_input is what Hugging Face was given (plain attribute
 # objects); the model_type is the model each file names.
 MODEL_TYPES = {
@@ -49,14 +43,10 @@ def test_frequencies_match_hugging_face(name, tmp_path):
     expected = np.array(golden["inv_freq_hf_f32"], dtype=np.float32)
     ulps = np.abs(np.array(rope.inv_freq) - expected) / np.spacing(expected)
     assert np.all(ulps <= 1), ulps
-    assert rope.attention_factor == pytest.approx(
-        golden["attention_factor"], rel=1e-12
-    )
+    assert rope.attention_factor == pytest.approx(golden["attention_factor"], rel=1e-12)
     config_file = tmp_path / "config.json"
     config_file.write_text(json.dumps(config))
-    from_file = posenc.rope_from_hf_config(
-        config_file, seq_len=golden["seq_len"]
-    )
+    from_file = posenc.rope_from_hf_config(config_file, seq_len=golden["seq_len"])
     assert from_file.inv_freq == rope.inv_freq
 
 
@@ -77,9 +67,7 @@ def test_rotary_embedding_from_a_config():
     )
     q, k = torch.randn(1, 3, 4, 16), torch.randn(1, 3, 4, 16)
     q_rot, _ = module(q, k, torch.arange(3))
-    torch.testing.assert_close(
-        q_rot[:, 0], q[:, 0]
-    )  # position 0 is the identity
+    torch.testing.assert_close(q_rot[:, 0], q[:, 0])  # position 0 is the identity
 
 
 def test_configs_that_are_not_rope_or_are_malformed():
@@ -174,9 +162,7 @@ def _q_input(head_dim):
     heads 0 and 1, one token: [1, 2, head_dim]."""
     d = np.arange(head_dim, dtype=np.float32)
     h = np.arange(2, dtype=np.float32)[:, None]
-    return (
-        np.float32(0.01) * (d + np.float32(1)) - np.float32(0.3) * h
-    ).astype(np.float32)[None]
+    return (np.float32(0.01) * (d + np.float32(1)) - np.float32(0.3) * h).astype(np.float32)[None]
 
 
 @pytest.mark.parametrize("name", REAL)
@@ -196,9 +182,7 @@ def test_model_positions_match_the_reference_layer_by_layer(name):
         assert ours.rope_theta == want["rope_theta"]
         assert (ours.rope_type is None) == (want["rope_theta"] is None)
         assert ours.causal == (not bidirectional)
-        assert ours.symmetric_window == (
-            bidirectional and want["sliding_window"] is not None
-        )
+        assert ours.symmetric_window == (bidirectional and want["sliding_window"] is not None)
     assert model.head_dim == golden["layout"]["head_dim"]
     assert model.rotary_dim == golden["layout"]["rotary_dim"]
     assert model.rotary_offset == 0
@@ -210,9 +194,7 @@ def test_model_positions_match_the_reference_layer_by_layer(name):
 def test_llama4_nope_layers_scale_queries_as_the_reference():
     golden = _model_golden("llama4-scout-17b-16e")
     q = golden["query_scale"]
-    model = posenc.model_positions(
-        CONFIGS / "real" / "llama4-scout-17b-16e.json"
-    )
+    model = posenc.model_positions(CONFIGS / "real" / "llama4-scout-17b-16e.json")
     assert model.config_prefix == "text_config."
     for layer, want in zip(model.layers, golden["layers"]):
         if not want["attn_temperature_tuning"]:
@@ -226,9 +208,7 @@ def test_llama4_nope_layers_scale_queries_as_the_reference():
             "offset": 1,
         }
         p = np.array(q["temperature_positions"])
-        ours = 1 + scale["beta"] * np.log1p(
-            np.floor((p + scale["offset"]) / scale["floor_scale"])
-        )
+        ours = 1 + scale["beta"] * np.log1p(np.floor((p + scale["offset"]) / scale["floor_scale"]))
         np.testing.assert_allclose(ours, q["temperature_scales"], atol=1e-6)
     text = repr(model)
     assert text.startswith("ModelPositions(scheme='rope', model_type=")
@@ -288,9 +268,7 @@ def test_rope_from_a_layer_index():
 def test_rope_rotates_like_the_reference(name):
     golden = _model_golden(name)
     config = (
-        CONFIGS / f"{name}.json"
-        if name == "deepseek-v3"
-        else CONFIGS / "real" / f"{name}.json"
+        CONFIGS / f"{name}.json" if name == "deepseek-v3" else CONFIGS / "real" / f"{name}.json"
     )
     rope = posenc.rope_from_hf_config(config)
     layout = golden["layout"]
@@ -309,9 +287,7 @@ def test_rope_rotates_like_the_reference(name):
         want = np.array(layout["rotated_q"][str(position)])[:, order]
         # The reference's angles are float32 products: at 1000 they are off
         # by up to 1000 * 2^-24 rad; posenc's are exact.
-        np.testing.assert_allclose(
-            out[0], want, atol=2e-6 if position < 100 else 1e-4, rtol=0
-        )
+        np.testing.assert_allclose(out[0], want, atol=2e-6 if position < 100 else 1e-4, rtol=0)
 
 
 def test_deepseek_head_split():
@@ -321,9 +297,7 @@ def test_deepseek_head_split():
     assert model.rotary_dim == golden["heads"]["qk_rope_head_dim"]
     assert model.rotary_offset == golden["heads"]["qk_nope_head_dim"]
     assert model.layers == []  # the subset gives no layer count
-    assert model.softmax_scale == pytest.approx(
-        golden["query_scale"]["scaling"], rel=1e-12
-    )
+    assert model.softmax_scale == pytest.approx(golden["query_scale"]["scaling"], rel=1e-12)
     with pytest.raises(ValueError, match=r"gives no layer count"):
         posenc.rope_from_hf_config(CONFIGS / "deepseek-v3.json", layer=0)
 
@@ -384,18 +358,14 @@ def test_opt_learned_offset():
     assert model.scheme == "learned"
     assert model.offset == golden["offset"]
     # Position p reads row p + offset: the reference's rows for a full mask.
-    assert golden["cases"][0]["embedding_rows"] == [
-        p + model.offset for p in range(5)
-    ]
+    assert golden["cases"][0]["embedding_rows"] == [p + model.offset for p in range(5)]
     assert {layer.scheme for layer in model.layers} == {"learned"}
 
 
 T5_BUCKETS = ROOT / "tests" / "golden" / "t5_buckets"
 
 
-@pytest.mark.parametrize(
-    "name", sorted(p.stem for p in T5_BUCKETS.glob("*.json"))
-)
+@pytest.mark.parametrize("name", sorted(p.stem for p in T5_BUCKETS.glob("*.json")))
 def test_relative_position_bucket_matches_hugging_face(name):
     golden = json.loads((T5_BUCKETS / f"{name}.json").read_text())
     relative = np.array(golden["relative_position"], dtype=np.int64)
@@ -435,9 +405,7 @@ def test_relative_position_bucket_pairs_and_errors():
         posenc.relative_position_bucket(np.array([0.5]))
     with pytest.raises(ValueError, match=r"be an int64 array or a sequence of ints"):
         posenc.relative_position_bucket([0.5])
-    np.testing.assert_array_equal(
-        posenc.relative_position_bucket([0, 1, -1]), [0, 17, 1]
-    )
+    np.testing.assert_array_equal(posenc.relative_position_bucket([0, 1, -1]), [0, 17, 1])
     with pytest.raises(ValueError):
         posenc.relative_position_bucket(np.array([2**33]))
     with pytest.raises(ValueError):
@@ -461,9 +429,7 @@ def test_mrope_sections():
     )
     assert model.mrope_section == [16, 24, 24]
     assert model.rotary_dim == 2 * sum(model.mrope_section)
-    assert model.summary() == [
-        "all 28 layers: RoPE theta 1e6 [full_attention]"
-    ]
+    assert model.summary() == ["all 28 layers: RoPE theta 1e6 [full_attention]"]
 
 
 # ------------------------------------------ transformers 5.23.0's rope rules
@@ -474,9 +440,7 @@ def test_mrope_sections():
 # agrees with the releases posenc follows on all of them, so posenc must match
 # these numbers from the v5 form and from the file as published.
 GOLDEN_V5 = GOLDEN.parent / "hf_rope_v5"
-V5_FILES = sorted(
-    p.stem for p in GOLDEN_V5.glob("*.json") if p.name != "index.json"
-)
+V5_FILES = sorted(p.stem for p in GOLDEN_V5.glob("*.json") if p.name != "index.json")
 CONFIGS = GOLDEN.parents[1] / "configs"
 
 
@@ -487,8 +451,7 @@ def v5_cases():
             lt = entry["layer_type"]
             yield name, lt, None, entry["inv_freq_f32"], entry["attention_factor"]
             for s in entry["by_seq_len"]:
-                yield (name, lt, s["seq_len"], s["inv_freq_f32"],
-                       s["attention_factor"])
+                yield (name, lt, s["seq_len"], s["inv_freq_f32"], s["attention_factor"])
 
 
 V5_CASES = list(v5_cases())
@@ -512,9 +475,7 @@ def test_transformers5_sweep_covers_the_configs():
     V5_CASES,
     ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in V5_CASES],
 )
-def test_frequencies_match_transformers5(
-    name, layer_type, seq_len, inv_freq, attention_factor
-):
+def test_frequencies_match_transformers5(name, layer_type, seq_len, inv_freq, attention_factor):
     golden = json.loads((GOLDEN_V5 / f"{name}.json").read_text())
     published = json.loads((CONFIGS / golden["config_file"]).read_text())
     expected = np.array(inv_freq, dtype=np.float32)
@@ -542,9 +503,7 @@ RULES_OF_RELEASE = {
 }
 
 
-@pytest.mark.parametrize(
-    "name", sorted(p.stem for p in YARN_RELEASES.glob("*.json"))
-)
+@pytest.mark.parametrize("name", sorted(p.stem for p in YARN_RELEASES.glob("*.json")))
 def test_yarn_rules_match_each_release(name):
     golden = json.loads((YARN_RELEASES / f"{name}.json").read_text())
     rope = posenc.rope_from_hf_config(
@@ -578,8 +537,6 @@ def test_torch_rotary_embedding_takes_yarn_rules():
     name = "qwen2.5-7b-instruct-yarn-128k"
     config = str(CONFIGS / f"{name}.json")
     for release, rules in (("4.50.3", None), ("5.23.0", "transformers5")):
-        golden = json.loads(
-            (YARN_RELEASES / f"{name}__transformers-{release}.json").read_text()
-        )
+        golden = json.loads((YARN_RELEASES / f"{name}__transformers-{release}.json").read_text())
         module = pt.RotaryEmbedding.from_hf_config(config, yarn_rules=rules, qkv_format="bshd")
         assert module.rope.inv_freq == golden["inv_freq_f32"]

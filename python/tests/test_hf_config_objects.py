@@ -5,6 +5,8 @@ frequencies equal those transformers 5.23.0's own rotary modules compute from th
 import json
 import pathlib
 
+import posenc
+import posenc.torch as pt
 import pytest
 import torch
 import transformers
@@ -16,9 +18,6 @@ from transformers.models.qwen2_vl.modeling_qwen2_vl import (
     apply_rotary_pos_emb_vision,
 )
 from transformers.vision_utils import get_vision_position_ids
-
-import posenc
-import posenc.torch as pt
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "configs"
 
@@ -34,15 +33,18 @@ def test_rope_readers_take_a_config_object():
     want = LlamaRotaryEmbedding(config).inv_freq.double()
     rope = posenc.rope_from_hf_config(config)
     assert rope.inv_freq == posenc.rope_from_hf_config(config.to_dict()).inv_freq
-    torch.testing.assert_close(torch.tensor(rope.inv_freq, dtype=torch.float64), want, rtol=0, atol=0)
+    torch.testing.assert_close(
+        torch.tensor(rope.inv_freq, dtype=torch.float64), want, rtol=0, atol=0
+    )
     module = pt.RotaryEmbedding.from_hf_config(config, qkv_format="bhsd")
     torch.testing.assert_close(module.inv_freq, want, rtol=0, atol=0)
     cache = pt.KVCache.from_hf_config(config, capacity=8, layer=0)
     assert cache.rope.inv_freq == rope.inv_freq
     assert cache.kv_heads == config.num_key_value_heads
-    assert posenc.model_positions(config).to_dict() == posenc.model_positions(
-        config.to_dict()
-    ).to_dict()
+    assert (
+        posenc.model_positions(config).to_dict()
+        == posenc.model_positions(config.to_dict()).to_dict()
+    )
 
 
 def test_mrope_readers_take_a_config_object():
@@ -50,7 +52,9 @@ def test_mrope_readers_take_a_config_object():
     text = config.get_text_config()
     want = Qwen2VLRotaryEmbedding(text).inv_freq.double()
     mrope = posenc.mrope_from_hf_config(config)
-    torch.testing.assert_close(torch.tensor(mrope.rope.inv_freq, dtype=torch.float64), want, rtol=0, atol=0)
+    torch.testing.assert_close(
+        torch.tensor(mrope.rope.inv_freq, dtype=torch.float64), want, rtol=0, atol=0
+    )
     module = pt.MultimodalRotaryEmbedding.from_hf_config(config, qkv_format="bhsd")
     torch.testing.assert_close(module.inv_freq, want, rtol=0, atol=0)
     assert pt.KVCache.from_hf_config(config, capacity=8).mrope.pair_stream == mrope.pair_stream
@@ -66,7 +70,9 @@ def test_another_object_is_refused_by_name():
 def test_a_length_rule_module_keeps_a_config_objects_text():
     """Dynamic NTK's module rebuilds its Rope per call length from the config it keeps."""
     config = transformers.LlamaConfig(
-        hidden_size=64, num_attention_heads=4, max_position_embeddings=32,
+        hidden_size=64,
+        num_attention_heads=4,
+        max_position_embeddings=32,
         rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
     )
     from_object = pt.RotaryEmbedding.from_hf_config(config, qkv_format="bshd")
@@ -74,9 +80,10 @@ def test_a_length_rule_module_keeps_a_config_objects_text():
     for length in (16, 100):
         positions = torch.arange(length)
         assert from_object.rope_at(positions).inv_freq == from_dict.rope_at(positions).inv_freq
-    assert from_object.rope_at(torch.arange(16)).inv_freq != from_object.rope_at(
-        torch.arange(100)
-    ).inv_freq
+    assert (
+        from_object.rope_at(torch.arange(16)).inv_freq
+        != from_object.rope_at(torch.arange(100)).inv_freq
+    )
 
 
 # Vision towers of Qwen2-VL and Qwen2.5-VL as transformers 5.23.0 builds them from the published
@@ -85,16 +92,30 @@ def test_a_length_rule_module_keeps_a_config_objects_text():
 # "axial", "rope_theta": ...}). "theta 5000": the same with a base of its own in rope_parameters,
 # which transformers 5's module reads.
 VISION_TOWERS = {
-    "qwen2-vl": ("real/qwen2_vl-qwen2-vl-7b-instruct.json", Qwen2VLVisionRotaryEmbedding,
-                 dict(embed_dim=32, num_heads=2, hidden_size=64), None),
-    "qwen2-vl theta 5000": ("real/qwen2_vl-qwen2-vl-7b-instruct.json",
-                            Qwen2VLVisionRotaryEmbedding,
-                            dict(embed_dim=32, num_heads=2, hidden_size=64), 5000.0),
-    "qwen2.5-vl": ("real/qwen2_5_vl-qwen2.5-vl-7b-instruct.json", Qwen2_5_VLVisionRotaryEmbedding,
-                   dict(hidden_size=32, num_heads=2, out_hidden_size=64), None),
-    "qwen2.5-vl theta 5000": ("real/qwen2_5_vl-qwen2.5-vl-7b-instruct.json",
-                              Qwen2_5_VLVisionRotaryEmbedding,
-                              dict(hidden_size=32, num_heads=2, out_hidden_size=64), 5000.0),
+    "qwen2-vl": (
+        "real/qwen2_vl-qwen2-vl-7b-instruct.json",
+        Qwen2VLVisionRotaryEmbedding,
+        dict(embed_dim=32, num_heads=2, hidden_size=64),
+        None,
+    ),
+    "qwen2-vl theta 5000": (
+        "real/qwen2_vl-qwen2-vl-7b-instruct.json",
+        Qwen2VLVisionRotaryEmbedding,
+        dict(embed_dim=32, num_heads=2, hidden_size=64),
+        5000.0,
+    ),
+    "qwen2.5-vl": (
+        "real/qwen2_5_vl-qwen2.5-vl-7b-instruct.json",
+        Qwen2_5_VLVisionRotaryEmbedding,
+        dict(hidden_size=32, num_heads=2, out_hidden_size=64),
+        None,
+    ),
+    "qwen2.5-vl theta 5000": (
+        "real/qwen2_5_vl-qwen2.5-vl-7b-instruct.json",
+        Qwen2_5_VLVisionRotaryEmbedding,
+        dict(hidden_size=32, num_heads=2, out_hidden_size=64),
+        5000.0,
+    ),
 }
 
 

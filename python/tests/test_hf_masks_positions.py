@@ -6,17 +6,16 @@ and chunked attention; the expected outputs from torch's scaled_dot_product_atte
 same mask, and the expected positions from generate()'s own position_ids
 (GenerationMixin._prepare_position_ids_for_generation: cumsum - 1, padding 0)."""
 
+import posenc
+import posenc.torch as pt
 import pytest
 import torch
 import torch.nn.functional as F
+from posenc import _core
 from transformers import LlamaConfig
 from transformers import masking_utils as hf_masks
 from transformers.generation.utils import GenerationMixin
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
-
-import posenc
-import posenc.torch as pt
-from posenc import _core
 
 torch.manual_seed(0)
 HEADS, KV_HEADS, DIM = 4, 2, 16
@@ -88,8 +87,10 @@ def test_four_d_masks_equal_sdpa_with_the_same_mask(call, kind, float_mask):
     padding = PADDING[:, : q_offset + q_length]
     mask = hf_mask(kind, float_mask, q_length, kv_length, q_offset, padding)
     q, k, v = qkv_hf(q_length, kv_length)
-    positions = dict(query_positions=torch.arange(q_offset, q_offset + q_length),
-                     key_positions=torch.arange(kv_length))
+    positions = dict(
+        query_positions=torch.arange(q_offset, q_offset + q_length),
+        key_positions=torch.arange(kv_length),
+    )
     out = pt.attention(q, k, v, **positions, attention_mask=mask, qkv_format="bhsd")
     want = sdpa(q, k, v, mask)
     rows = seen_rows(mask)
@@ -118,8 +119,9 @@ def test_four_d_masks_in_float64_run_the_definition_and_equal_sdpa():
     padding = PADDING[:, :8]
     mask = hf_mask("sliding", True, 3, 12, 5, padding)
     q, k, v = qkv_hf(3, 12, dtype=torch.float64)
-    out = pt.attention(q, k, v, torch.arange(5, 8), torch.arange(12), attention_mask=mask,
-                       qkv_format="bhsd")
+    out = pt.attention(
+        q, k, v, torch.arange(5, 8), torch.arange(12), attention_mask=mask, qkv_format="bhsd"
+    )
     rows = seen_rows(mask)
     torch.testing.assert_close(out * rows, sdpa(q, k, v, mask) * rows, rtol=1e-12, atol=1e-12)
 
@@ -150,7 +152,9 @@ def hf_rope(config, q, k, position_ids):
 
 
 LLAMA = LlamaConfig(
-    hidden_size=HEADS * DIM, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+    hidden_size=HEADS * DIM,
+    num_attention_heads=HEADS,
+    num_key_value_heads=KV_HEADS,
     rope_theta=500.0,
 )
 
@@ -173,11 +177,17 @@ def test_default_positions_of_a_four_d_mask_are_generates(call, float_mask):
     rope = pt.RotaryEmbedding.from_hf_config(LLAMA.to_dict())
     out = pt.attention(q, k, v, rope=rope, attention_mask=mask, qkv_format="bhsd")
     rows = seen_rows(mask)
-    torch.testing.assert_close(
-        out * rows, sdpa(q_rot, k_rot, v, mask) * rows, rtol=1e-5, atol=1e-5
+    torch.testing.assert_close(out * rows, sdpa(q_rot, k_rot, v, mask) * rows, rtol=1e-5, atol=1e-5)
+    explicit = pt.attention(
+        q,
+        k,
+        v,
+        position_ids[:, q_offset:],
+        key_ids,
+        rope=rope,
+        attention_mask=mask,
+        qkv_format="bhsd",
     )
-    explicit = pt.attention(q, k, v, position_ids[:, q_offset:], key_ids, rope=rope,
-                            attention_mask=mask, qkv_format="bhsd")
     assert torch.equal(out, explicit)
 
 
@@ -194,14 +204,23 @@ def test_default_positions_of_a_padding_mask_are_generates(padding):
     rope = pt.RotaryEmbedding.from_hf_config(LLAMA.to_dict())
     ids = hf_position_ids(padding)
     out = pt.attention(q, k, v, rope=rope, attention_mask=padding, qkv_format="bhsd")
-    explicit = pt.attention(q, k, v, ids, ids, rope=rope, attention_mask=padding,
-                            qkv_format="bhsd")
+    explicit = pt.attention(q, k, v, ids, ids, rope=rope, attention_mask=padding, qkv_format="bhsd")
     assert torch.equal(out, explicit)
     # One query per row at the last position after a cache of the row's keys.
-    last = pt.attention(q[..., -1:, :], k, v, rope=rope, attention_mask=padding,
-                        qkv_format="bhsd")
-    assert torch.equal(last, pt.attention(q[..., -1:, :], k, v, ids[:, -1:], ids, rope=rope,
-                                          attention_mask=padding, qkv_format="bhsd"))
+    last = pt.attention(q[..., -1:, :], k, v, rope=rope, attention_mask=padding, qkv_format="bhsd")
+    assert torch.equal(
+        last,
+        pt.attention(
+            q[..., -1:, :],
+            k,
+            v,
+            ids[:, -1:],
+            ids,
+            rope=rope,
+            attention_mask=padding,
+            qkv_format="bhsd",
+        ),
+    )
 
 
 def test_padding_positions_against_sdpa_with_hf_rotation():
@@ -213,8 +232,9 @@ def test_padding_positions_against_sdpa_with_hf_rotation():
     rope = pt.RotaryEmbedding.from_hf_config(LLAMA.to_dict())
     out = pt.attention(q, k, v, rope=rope, causal=True, attention_mask=mask, qkv_format="bhsd")
     rows = seen_rows(causal)
-    torch.testing.assert_close(out * rows, sdpa(q_rot, k_rot, v, causal) * rows, rtol=1e-5,
-                               atol=1e-5)
+    torch.testing.assert_close(
+        out * rows, sdpa(q_rot, k_rot, v, causal) * rows, rtol=1e-5, atol=1e-5
+    )
 
 
 # ------------------------------------------------------------------------- refused

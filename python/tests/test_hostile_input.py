@@ -12,19 +12,15 @@ import subprocess
 import sys
 
 import numpy as np
+import posenc
+import posenc.torch as pt
+import posenc.torch.distributed as cp
 import pytest
 import torch
 from numpy.lib.stride_tricks import as_strided
 
-import posenc
-import posenc.torch as pt
-import posenc.torch.distributed as cp
-
 ROPE = posenc.Rope.default(8)
-CAP = (
-    "must hold at most 17179869184 bytes (16 GiB, the cap on arrays posenc "
-    "allocates)"
-)
+CAP = "must hold at most 17179869184 bytes (16 GiB, the cap on arrays posenc allocates)"
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "configs"
 
 
@@ -76,9 +72,7 @@ def qk_out_overlaps_k_across_batch():
     buf, q = data(3, 3, 2, 8), data(2, 3, 2, 8)
     k, k_out = buf[1::-1], buf[2:0:-1]
     return (
-        lambda: posenc.apply_rope_qk(
-            ROPE, np.arange(3), q, k, q_out=np.empty_like(q), k_out=k_out
-        ),
+        lambda: posenc.apply_rope_qk(ROPE, np.arange(3), q, k, q_out=np.empty_like(q), k_out=k_out),
         [buf, q],
     )
 
@@ -97,9 +91,7 @@ def hf_layout_overlap_across_batch_torch():
     buf = tensor(3, 2, 3, 8)
     q, k = buf[0:2].transpose(1, 2), buf[1:3].transpose(1, 2)
     return (
-        lambda: posenc.apply_rope_qk_inplace(
-            ROPE, np.arange(3), q.numpy(), k.numpy()
-        ),
+        lambda: posenc.apply_rope_qk_inplace(ROPE, np.arange(3), q.numpy(), k.numpy()),
         [buf.numpy()],
     )
 
@@ -144,8 +136,10 @@ def masked_attention_out_later_row_bad():
 
 def attention_out_requires_grad():
     q, out = tensor(2, 3, 2, 8), torch.zeros(2, 3, 2, 8, requires_grad=True)
-    return lambda: pt.attention(q, q, q, out=out,
-        qkv_format="bshd"), [q.numpy(), out.detach().numpy()]
+    return lambda: pt.attention(q, q, q, out=out, qkv_format="bshd"), [
+        q.numpy(),
+        out.detach().numpy(),
+    ]
 
 
 def torch_positions_past_limit(call, dtype):
@@ -218,8 +212,7 @@ ERRORS = {
     ),
     "inplace, batch elements share memory": (
         inplace_batch_elements_share_memory,
-        "[rope] x must not have batch elements that share memory, "
-        "got strides (0, 64, 32, 4)",
+        "[rope] x must not have batch elements that share memory, got strides (0, 64, 32, 4)",
     ),
     "torch HF layout, q and k overlap across batch": (
         hf_layout_overlap_across_batch_torch,
@@ -239,34 +232,28 @@ ERRORS = {
         "[rope] positions must be an int64 array or a sequence of ints, got list",
     ),
     "numpy, float array": (
-        float_positions(
-            lambda x: posenc.apply_rope_inplace(ROPE, np.array([0.9, 1.9, 2.0]), x)
-        ),
+        float_positions(lambda x: posenc.apply_rope_inplace(ROPE, np.array([0.9, 1.9, 2.0]), x)),
         "[rope] positions must have dtype int64, got float64",
     ),
     "numpy, list of bools": (
-        float_positions(
-            lambda x: posenc.apply_rope_inplace(ROPE, [True, False, True], x)
-        ),
+        float_positions(lambda x: posenc.apply_rope_inplace(ROPE, [True, False, True], x)),
         "[rope] positions must be an int64 array or a sequence of ints, got list",
     ),
     "numpy attention, float key positions": (
         float_positions(lambda x: posenc.attention(x, x, x, np.arange(3), [0.5, 1, 2])),
-        "[attention] key_positions must be an int64 array or a sequence of ints, "
-        "got list",
+        "[attention] key_positions must be an int64 array or a sequence of ints, got list",
     ),
     "torch, list of floats": (
-        torch_float_positions(lambda q: pt.apply_rope(ROPE, [0.9, 1.9, 2.0], q, q,
-            qkv_format="bshd")),
-        "[rope] positions must be an int64 tensor or a sequence of ints, "
-        "got list of float32",
+        torch_float_positions(
+            lambda q: pt.apply_rope(ROPE, [0.9, 1.9, 2.0], q, q, qkv_format="bshd")
+        ),
+        "[rope] positions must be an int64 tensor or a sequence of ints, got list of float32",
     ),
     "torch, float64 numpy array": (
         torch_float_positions(
             lambda q: pt.apply_rope(ROPE, np.array([0.9, 1.9, 2.0]), q, q, qkv_format="bshd")
         ),
-        "[rope] positions must be an int64 tensor or a sequence of ints, "
-        "got ndarray of float64",
+        "[rope] positions must be an int64 tensor or a sequence of ints, got ndarray of float64",
     ),
     "torch, float tensor": (
         torch_float_positions(
@@ -275,10 +262,10 @@ ERRORS = {
         "[rope] positions must have dtype int64, got float32",
     ),
     "torch, list of bools": (
-        torch_float_positions(lambda q: pt.apply_rope(ROPE, [True, False, True], q, q,
-            qkv_format="bshd")),
-        "[rope] positions must be an int64 tensor or a sequence of ints, "
-        "got list of bool",
+        torch_float_positions(
+            lambda q: pt.apply_rope(ROPE, [True, False, True], q, q, qkv_format="bshd")
+        ),
+        "[rope] positions must be an int64 tensor or a sequence of ints, got list of bool",
     ),
     "torch attention, float positions": (
         torch_float_positions(lambda q: pt.attention(q, q, q, [0.0, 1.0, 2.0], qkv_format="bshd")),
@@ -287,13 +274,11 @@ ERRORS = {
     ),
     "torch sinusoidal, float positions": (
         call_only(lambda: pt.SinusoidalPositions(8)([0.5, 1.5])),
-        "[sinusoidal] positions must be an int64 tensor or a sequence of ints, "
-        "got list of float32",
+        "[sinusoidal] positions must be an int64 tensor or a sequence of ints, got list of float32",
     ),
     "torch alibi, float positions": (
         call_only(lambda: pt.alibi_bias(4, [0, 1], [0.5, 1.5])),
-        "[alibi] key_positions must be an int64 tensor or a sequence of ints, "
-        "got list of float32",
+        "[alibi] key_positions must be an int64 tensor or a sequence of ints, got list of float32",
     ),
     # Positions: the library's one rule, checked for every batch element
     # before the first is written (the index is the entry's in the array given).
@@ -322,8 +307,12 @@ ERRORS = {
     "torch attention, kept keys not one interval, position past the limit": (
         torch_positions_past_limit(
             lambda q: pt.attention(
-                q[None], q[None], q[None], [0, 1, 2**33],
-                attention_mask=torch.tensor([[True, False, True]]), qkv_format="bshd",
+                q[None],
+                q[None],
+                q[None],
+                [0, 1, 2**33],
+                attention_mask=torch.tensor([[True, False, True]]),
+                qkv_format="bshd",
             ),
             torch.float32,
         ),
@@ -332,8 +321,14 @@ ERRORS = {
     "torch float64 self_extend, position past the limit": (
         torch_positions_past_limit(
             lambda q: pt.self_extend_attention(
-                q, q, q, [0, 1, 2**62], rope=ROPE, group_size=2, neighbor_window=2,
-                    qkv_format="bshd"
+                q,
+                q,
+                q,
+                [0, 1, 2**62],
+                rope=ROPE,
+                group_size=2,
+                neighbor_window=2,
+                qkv_format="bshd",
             ),
             torch.float64,
         ),
@@ -387,8 +382,7 @@ ERRORS = {
     ),
     "sinusoidal_table, product past int64": (
         call_only(lambda: posenc.sinusoidal_table(2**62, 2**20)),
-        f"[sinusoidal] [tokens, dim] {CAP}, got (4611686018427387904, 1048576) "
-        "float32",
+        f"[sinusoidal] [tokens, dim] {CAP}, got (4611686018427387904, 1048576) float32",
     ),
     "sinusoidal, huge dim": (
         call_only(lambda: posenc.sinusoidal(np.arange(4), 2**40)),
@@ -396,8 +390,7 @@ ERRORS = {
     ),
     "LearnedPositions 2^40 rows": (
         call_only(lambda: posenc.LearnedPositions(2**40, 1024)),
-        f"[learned] [max_positions, d_model] {CAP}, got (1099511627776, 1024) "
-        "float32",
+        f"[learned] [max_positions, d_model] {CAP}, got (1099511627776, 1024) float32",
     ),
     "alibi_bias 2^17 x 2^17": (
         call_only(lambda: posenc.alibi_bias(posenc.Alibi(8), np.arange(2**17))),
@@ -416,8 +409,10 @@ ERRORS = {
     "torch apply_rope of a huge expand": (
         call_only(
             lambda: pt.apply_rope(
-                ROPE, torch.arange(2**20), *[torch.zeros(8).expand(2**20, 2**20, 1, 8)] * 2,
-                    qkv_format="bshd"
+                ROPE,
+                torch.arange(2**20),
+                *[torch.zeros(8).expand(2**20, 2**20, 1, 8)] * 2,
+                qkv_format="bshd",
             )
         ),
         f"[rope] out.shape {CAP}, got (1048576, 1048576, 1, 8) float32",
@@ -430,35 +425,35 @@ ERRORS = {
     ),
     # Arguments of the wrong type: posenc's message, not pybind11's signature.
     "torch attention, scale 0": (
-        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale=0.0,
-            qkv_format="bshd")),
-        "[attention] scale must be None (1 / sqrt(head_dim)) or a positive finite number, "
-        "got 0.0",
+        torch_float_positions(
+            lambda q: pt.attention(q, q, q, [0, 1, 2], scale=0.0, qkv_format="bshd")
+        ),
+        "[attention] scale must be None (1 / sqrt(head_dim)) or a positive finite number, got 0.0",
     ),
     "torch attention, scale as a string": (
-        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], scale="1.5",
-            qkv_format="bshd")),
-        "[attention] scale must be None (1 / sqrt(head_dim)) or a positive finite number, "
-        "got str",
+        torch_float_positions(
+            lambda q: pt.attention(q, q, q, [0, 1, 2], scale="1.5", qkv_format="bshd")
+        ),
+        "[attention] scale must be None (1 / sqrt(head_dim)) or a positive finite number, got str",
     ),
     "torch attention, a sinusoidal module as rope": (
         torch_float_positions(
-            lambda q: pt.attention(q, q, q, [0, 1, 2], rope=pt.SinusoidalPositions(8),
-                qkv_format="bshd")
+            lambda q: pt.attention(
+                q, q, q, [0, 1, 2], rope=pt.SinusoidalPositions(8), qkv_format="bshd"
+            )
         ),
         "[attention] rope must be None, a posenc.Rope, a posenc.torch.RotaryEmbedding, or for "
         "attention a posenc.MRope or a posenc.torch.MultimodalRotaryEmbedding, got "
         "SinusoidalPositions",
     ),
     "torch attention, float window": (
-        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], window=1.5,
-            qkv_format="bshd")),
+        torch_float_positions(
+            lambda q: pt.attention(q, q, q, [0, 1, 2], window=1.5, qkv_format="bshd")
+        ),
         "[attention] window must be an int >= 0 (0: no window), got 1.5",
     ),
     "torch attention, bad qkv_format": (
-        torch_float_positions(
-            lambda q: pt.attention(q, q, q, [0, 1, 2], qkv_format="sbhd")
-        ),
+        torch_float_positions(lambda q: pt.attention(q, q, q, [0, 1, 2], qkv_format="sbhd")),
         "[attention] qkv_format must be 'bshd' ([..., tokens, heads, head_dim], posenc's) "
         "or 'bhsd' ([..., heads, tokens, head_dim], Hugging Face's), stated (no default: a "
         "[b, 8, 8, d] tensor reads either way), got 'sbhd'",
@@ -521,9 +516,7 @@ ERRORS = {
         "[rope] pickled state[3] (inv_freq) must be a list of floats, got str",
     ),
     "pickled MRope, rope a dict": (
-        call_only(
-            tampered_state(posenc.MRope, posenc.MRope.sections(ROPE, [2, 1, 1]), 0, {})
-        ),
+        call_only(tampered_state(posenc.MRope, posenc.MRope.sections(ROPE, [2, 1, 1]), 0, {})),
         "[mrope] pickled state[0] (rope) must be a posenc.Rope, got dict",
     ),
     "pickled Alibi, max_bias a string": (
@@ -552,8 +545,7 @@ ERRORS = {
                 q, q, q, rope=ROPE, group_size=2**70, neighbor_window=2, qkv_format="bshd"
             )
         ),
-        "[self_extend] group_size must be an int in [-2^63, 2^63), got "
-        "1180591620717411303424",
+        "[self_extend] group_size must be an int in [-2^63, 2^63), got 1180591620717411303424",
     ),
     # Silent casts: a result is never truncated to an integer dtype.
     "KVCache.attend, out_dtype int64": (
@@ -561,15 +553,22 @@ ERRORS = {
         "[kv_cache] out_dtype must be float32, float64, bfloat16 or float16, got int64",
     ),
     "torch attention, out_dtype int64": (
-        torch_float_positions(lambda q: pt.attention(q, q, q, out_dtype=torch.int64,
-            qkv_format="bshd")),
+        torch_float_positions(
+            lambda q: pt.attention(q, q, q, out_dtype=torch.int64, qkv_format="bshd")
+        ),
         "[attention] out_dtype must be float32, float64, bfloat16 or float16, got int64",
     ),
     "torch self_extend, out_dtype int32": (
         torch_float_positions(
             lambda q: pt.self_extend_attention(
-                q, q, q, rope=ROPE, group_size=2, neighbor_window=2, out_dtype=torch.int32,
-                    qkv_format="bshd"
+                q,
+                q,
+                q,
+                rope=ROPE,
+                group_size=2,
+                neighbor_window=2,
+                out_dtype=torch.int32,
+                qkv_format="bshd",
             )
         ),
         "[self_extend] out_dtype must be float32, float64, bfloat16 or float16, got int32",
@@ -715,8 +714,10 @@ def test_masked_attention_into_out_overlapping_a_later_rows_query():
     q, out = buf[0:2], buf[1:3]
     mask = torch.tensor([[True, True, True], [False, True, True]])
     expect = pt.attention(q.clone(), q.clone(), q.clone(), attention_mask=mask, qkv_format="bshd")
-    assert pt.attention(q, q.clone(), q.clone(), attention_mask=mask, out=out,
-        qkv_format="bshd") is out
+    assert (
+        pt.attention(q, q.clone(), q.clone(), attention_mask=mask, out=out, qkv_format="bshd")
+        is out
+    )
     torch.testing.assert_close(out, expect, rtol=0, atol=0)
 
 
@@ -752,13 +753,15 @@ EMPTY = {
         (0, 3, 2, 8),
     ),
     "torch rope, zero tokens": (
-        lambda: pt.apply_rope(ROPE, [], tensor(2, 0, 4, 8), tensor(2, 0, 2, 8),
-            qkv_format="bshd")[0],
+        lambda: pt.apply_rope(ROPE, [], tensor(2, 0, 4, 8), tensor(2, 0, 2, 8), qkv_format="bshd")[
+            0
+        ],
         (2, 0, 4, 8),
     ),
     "torch rope, empty HF layout": (
-        lambda: pt.apply_rope(ROPE, [], *[tensor(2, 4, 0, 8).transpose(1, 2)] * 2,
-            qkv_format="bshd")[0],
+        lambda: pt.apply_rope(
+            ROPE, [], *[tensor(2, 4, 0, 8).transpose(1, 2)] * 2, qkv_format="bshd"
+        )[0],
         (2, 0, 4, 8),
     ),
     "torch attention, zero batch": (
@@ -790,15 +793,11 @@ EMPTY_WRONG_HEAD_DIM = {
         "[rope] x.head_dim must equal rope.head_dim (8), got 4",
     ),
     "rope, zero heads, transposed": (
-        lambda: posenc.apply_rope(
-            ROPE, np.arange(3), data(2, 0, 3, 4).transpose(0, 2, 1, 3)
-        ),
+        lambda: posenc.apply_rope(ROPE, np.arange(3), data(2, 0, 3, 4).transpose(0, 2, 1, 3)),
         "[rope] x_in.head_dim must equal rope.head_dim (8), got 4",
     ),
     "rope qk, zero batch": (
-        lambda: posenc.apply_rope_qk(
-            ROPE, np.arange(3), data(0, 3, 4, 8), data(0, 3, 2, 4)
-        ),
+        lambda: posenc.apply_rope_qk(ROPE, np.arange(3), data(0, 3, 4, 8), data(0, 3, 2, 4)),
         "[rope] k_in.head_dim must equal rope.head_dim (8), got 4",
     ),
     "attention, zero queries": (

@@ -7,11 +7,10 @@ import gc
 import re
 
 import numpy as np
-import pytest
-import torch
-
 import posenc
 import posenc.torch as pt
+import pytest
+import torch
 
 HEAD_DIM = 16
 KV_HEADS = 2
@@ -80,9 +79,7 @@ def test_attention_options_pass_through():
     chunked = cache.attend(q, pos, causal=True, chunk_size=4)
     for start in (0, 4, 8):
         part = slice(start, start + 4)
-        expect = posenc.attention(
-            q[part], k[part], v[part], pos[part], causal=True, rope=ROPE
-        )
+        expect = posenc.attention(q[part], k[part], v[part], pos[part], causal=True, rope=ROPE)
         np.testing.assert_allclose(chunked[part], expect, rtol=0, atol=1e-6)
 
 
@@ -131,12 +128,8 @@ def test_context_shift_equals_attention_from_scratch_at_the_shifted_positions():
     t = len(kept)
     cache.append([t], k[n : n + 1], v[n : n + 1])
     keys, values = np.concatenate([k[kept], k[n:]]), np.concatenate([v[kept], v[n:]])
-    expect = posenc.attention(
-        q[n:], keys, values, [t], np.arange(t + 1), causal=True, rope=ROPE
-    )
-    np.testing.assert_allclose(
-        cache.attend(q[n:], [t], causal=True), expect, rtol=0, atol=1e-5
-    )
+    expect = posenc.attention(q[n:], keys, values, [t], np.arange(t + 1), causal=True, rope=ROPE)
+    np.testing.assert_allclose(cache.attend(q[n:], [t], causal=True), expect, rtol=0, atol=1e-5)
 
 
 def test_remove_and_shift_positions_are_the_two_halves():
@@ -172,9 +165,7 @@ def test_sink_roll(mode):
     np.testing.assert_array_equal(cache.values, v[stayed])
     if mode == "text":
         expect_pos = np.array(stayed)
-        np.testing.assert_array_equal(
-            cache.keys, posenc.apply_rope(ROPE, expect_pos, k[stayed])
-        )
+        np.testing.assert_array_equal(cache.keys, posenc.apply_rope(ROPE, expect_pos, k[stayed]))
     else:
         expect_pos = np.arange(sinks + window)
         np.testing.assert_allclose(
@@ -185,9 +176,7 @@ def test_sink_roll(mode):
     expect = posenc.attention(
         q[-1:], k[stayed], v[stayed], last, expect_pos, causal=True, rope=ROPE
     )
-    np.testing.assert_allclose(
-        cache.attend(q[-1:], last, causal=True), expect, rtol=0, atol=1e-5
-    )
+    np.testing.assert_allclose(cache.attend(q[-1:], last, causal=True), expect, rtol=0, atol=1e-5)
 
 
 def test_roll_with_room_drops_nothing():
@@ -215,9 +204,7 @@ def test_bfloat16_decode_equals_bfloat16_attention():
         got.append(cache.attend(q[t : t + 1], pos[t : t + 1], causal=True))
     np.testing.assert_allclose(np.concatenate(got), expect, rtol=0, atol=1e-6)
     assert cache.keys.dtype == np.int16 and cache.values.dtype == np.int16
-    np.testing.assert_array_equal(
-        cache.keys, posenc.apply_rope(ROPE, pos, k, bfloat16=True)
-    )
+    np.testing.assert_array_equal(cache.keys, posenc.apply_rope(ROPE, pos, k, bfloat16=True))
     # A float32 array is refused, never converted.
     with pytest.raises(
         posenc.Error,
@@ -275,7 +262,7 @@ def test_mrope_cache_with_streams():
     kept = np.r_[0:3, 5:n]
     moved = streams[:, kept].copy()
     moved[:, 3:] -= 2
-    np.testing.assert_array_equal(cache.positions, np.r_[0:3, 3:n - 2])
+    np.testing.assert_array_equal(cache.positions, np.r_[0:3, 3 : n - 2])
     np.testing.assert_allclose(
         cache.keys, posenc.apply_mrope(mrope, moved, k[kept]), rtol=0, atol=1e-5
     )
@@ -299,9 +286,7 @@ def test_mrope_cache_needs_streams_and_a_plain_cache_refuses_them():
             "(positions alone rotate its keys), got an array"
         ),
     ):
-        posenc.KvCache(4, KV_HEADS, HEAD_DIM, rope=ROPE).append(
-            [0, 1], k, v, streams=[[0, 1]] * 3
-        )
+        posenc.KvCache(4, KV_HEADS, HEAD_DIM, rope=ROPE).append([0, 1], k, v, streams=[[0, 1]] * 3)
     assert cache.size == 0
 
 
@@ -446,8 +431,14 @@ def test_torch_decode_loop_equals_attention(dtype):
     assert cache.rope.head_dim == HEAD_DIM and cache.mrope is None
     with torch.no_grad():
         expect = pt.attention(
-            q, k, v, torch.arange(n), causal=True, rope=cache.rope, out_dtype=torch.float32,
-                qkv_format="bshd"
+            q,
+            k,
+            v,
+            torch.arange(n),
+            causal=True,
+            rope=cache.rope,
+            out_dtype=torch.float32,
+            qkv_format="bshd",
         )
         cache.append(k[:prefill], v[:prefill])  # positions 0 .. prefill - 1
         got = [cache.attend(q[:prefill], out_dtype=torch.float32)]  # causal
@@ -472,8 +463,9 @@ def test_torch_hugging_face_layout_and_explicit_positions():
         )
         out = cache.attend(q[-1:])
     assert torch.equal(cache.positions, torch.arange(10, 15))
-    expect = pt.attention(q[-1:], k, v, [14], torch.arange(10, 15), causal=True, rope=ROPE,
-        qkv_format="bshd")
+    expect = pt.attention(
+        q[-1:], k, v, [14], torch.arange(10, 15), causal=True, rope=ROPE, qkv_format="bshd"
+    )
     torch.testing.assert_close(out, expect, rtol=0, atol=1e-6)
 
 

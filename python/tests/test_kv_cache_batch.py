@@ -4,9 +4,8 @@ through its own posenc.KvCache (to the bit); errors name the row and change
 no row."""
 
 import numpy as np
-import pytest
-
 import posenc
+import pytest
 
 HEAD_DIM, KV_HEADS, HEADS = 16, 2, 4
 ROPE = posenc.Rope.default(HEAD_DIM, 10000.0)
@@ -86,9 +85,8 @@ def test_bad_input_names_the_row_and_changes_no_row():
 
 
 def test_torch_batch_decode_equals_each_sequence_alone():
-    import torch
-
     import posenc.torch as pt
+    import torch
 
     lengths = [5, 9, 2]
     batch_cache = pt.KVCacheBatch(3, 16, KV_HEADS, HEAD_DIM, rope=ROPE)

@@ -8,9 +8,8 @@ import json
 import pathlib
 
 import numpy as np
-import pytest
-
 import posenc
+import pytest
 
 GOLDEN = json.loads(
     (
@@ -29,9 +28,7 @@ def cache(crossing, long_rope=True):
         1,
         96,
         rope=short,
-        long_rope=posenc.rope_from_hf_config(config, seq_len=L0 + 1)
-        if long_rope
-        else None,
+        long_rope=posenc.rope_from_hf_config(config, seq_len=L0 + 1) if long_rope else None,
         long_rope_threshold=L0,
         crossing=crossing,
     )
@@ -82,9 +79,7 @@ def test_bad_long_rope_options_are_clear_errors():
     with pytest.raises(posenc.Error, match="long_rope must be None or a posenc.Rope"):
         posenc.KvCache(4, 1, 96, rope=posenc.Rope.default(96), long_rope=3)
     with pytest.raises(posenc.Error, match="long_rope_threshold must be >= 1"):
-        posenc.KvCache(
-            4, 1, 96, rope=posenc.Rope.default(96), long_rope=posenc.Rope.default(96)
-        )
+        posenc.KvCache(4, 1, 96, rope=posenc.Rope.default(96), long_rope=posenc.Rope.default(96))
     c = cache("keep_rotation")
     assert c.crossing == "keep_rotation" and c.long_rope_threshold == L0
     with pytest.raises(posenc.Error, match="long_rope must be unset to move"):
@@ -92,9 +87,8 @@ def test_bad_long_rope_options_are_clear_errors():
 
 
 def test_torch_kv_cache_from_a_phi3_config_switches_as_generate_does():
-    import torch
-
     import posenc.torch as pt
+    import torch
 
     c = pt.KVCache.from_hf_config(GOLDEN["config"], capacity=32, layer=0)
     assert c.long_rope_threshold == L0 and c.crossing == "recompute"

@@ -8,12 +8,10 @@ import pathlib
 import re
 
 import numpy as np
-import pytest
-import torch
-from numpy.lib.stride_tricks import as_strided
-
 import posenc
 import posenc.torch as pt
+import pytest
+import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "mrope"
@@ -54,9 +52,7 @@ def text_case(name):
     rotation built on the file's float64 frequencies."""
     g = golden(name)
     d, t = g["head_dim"], g["tokens"]
-    rope = posenc.Rope(
-        d, d, posenc.RopeLayout.HALF_SPLIT, g["inv_freq_f64"]
-    )
+    rope = posenc.Rope(d, d, posenc.RopeLayout.HALF_SPLIT, g["inv_freq_f64"])
     mrope = posenc.MRope.sections(rope, g["mrope_section"], TEXT[name])
     q = np.array(g["q"], np.float32).reshape(t, g["num_heads_q"], d)
     k = None
@@ -164,17 +160,13 @@ def test_explicit_pair_stream_and_equality():
 def test_text_golden_float64_is_the_reference(name):
     g, mrope, positions, q, k = text_case(name)
     out = posenc.apply_mrope(mrope, positions, q.astype(np.float64))
-    np.testing.assert_allclose(
-        out.reshape(-1), g["q_out_f64"], rtol=0, atol=F64_TOL
-    )
+    np.testing.assert_allclose(out.reshape(-1), g["q_out_f64"], rtol=0, atol=F64_TOL)
     if k is not None:
         q_out, k_out = posenc.apply_mrope_qk(
             mrope, positions, q.astype(np.float64), k.astype(np.float64)
         )
         np.testing.assert_array_equal(q_out, out)
-        np.testing.assert_allclose(
-            k_out.reshape(-1), g["k_out_f64"], rtol=0, atol=F64_TOL
-        )
+        np.testing.assert_allclose(k_out.reshape(-1), g["k_out_f64"], rtol=0, atol=F64_TOL)
 
 
 @pytest.mark.parametrize("name", TEXT)
@@ -193,7 +185,9 @@ def test_text_golden_float32(name):
     np.testing.assert_allclose(out[small], hf32[small], rtol=0, atol=F32_TOL)
     if k is not None:
         rope32 = posenc.Rope(
-            g["head_dim"], g["head_dim"], posenc.RopeLayout.HALF_SPLIT,
+            g["head_dim"],
+            g["head_dim"],
+            posenc.RopeLayout.HALF_SPLIT,
             [float(np.float32(f)) for f in g["inv_freq_f32"]],
         )
         m32 = posenc.MRope.sections(rope32, g["mrope_section"], TEXT[name])
@@ -271,9 +265,7 @@ def per_element(mrope, positions, x):
 def test_batched_streams_match_per_element_reference(batch):
     mrope, positions, x = random_case(batch=batch)
     want = per_element(mrope, positions, x)
-    np.testing.assert_allclose(
-        posenc.apply_mrope(mrope, positions, x), want, rtol=0, atol=F32_TOL
-    )
+    np.testing.assert_allclose(posenc.apply_mrope(mrope, positions, x), want, rtol=0, atol=F32_TOL)
     shared = positions[(slice(None),) + (0,) * len(batch)]
     want_shared = per_element(
         mrope, np.broadcast_to(shared[(slice(None),) + (None,) * len(batch)], positions.shape), x
@@ -297,9 +289,7 @@ def test_four_forms_and_inverse():
     posenc.apply_mrope_qk_inplace(mrope, positions, qi, ki)
     np.testing.assert_array_equal(qi, q_out)
     np.testing.assert_array_equal(ki, k_out)
-    back = posenc.apply_mrope(
-        mrope, positions, out, direction=posenc.RopeDirection.INVERSE
-    )
+    back = posenc.apply_mrope(mrope, positions, out, direction=posenc.RopeDirection.INVERSE)
     np.testing.assert_allclose(back, x, rtol=0, atol=1e-5)
     into = np.empty_like(x)
     assert posenc.apply_mrope(mrope, positions, x, out=into) is into
@@ -317,9 +307,7 @@ def test_strided_positions_and_activations_are_read_in_place():
     hf = np.ascontiguousarray(x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
     for p in (tbs, wide[:, :, ::2]):
         for xs in (x, hf):
-            np.testing.assert_allclose(
-                posenc.apply_mrope(mrope, p, xs), want, rtol=0, atol=F32_TOL
-            )
+            np.testing.assert_allclose(posenc.apply_mrope(mrope, p, xs), want, rtol=0, atol=F32_TOL)
     # Reversed (negative strides) is copied, not refused.
     np.testing.assert_allclose(
         posenc.apply_mrope(mrope, positions[::-1][::-1], x), want, rtol=0, atol=F32_TOL
@@ -507,8 +495,9 @@ def hf_mrope_reference(q, position_ids, inv_freq, section, interleaved):
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_module_matches_hugging_face_lines(interleaved):
     section = [24, 20, 20] if interleaved else [16, 24, 24]
-    rot = pt.MultimodalRotaryEmbedding(128, section, 5e6, interleaved=interleaved,
-        qkv_format="bshd")
+    rot = pt.MultimodalRotaryEmbedding(
+        128, section, 5e6, interleaved=interleaved, qkv_format="bshd"
+    )
     q, k = torch.randn(2, 7, 4, 128), torch.randn(2, 7, 2, 128)
     position_ids = torch.randint(0, 20000, (3, 2, 7))
     q_rot, k_rot = rot(q, k, position_ids)
@@ -725,8 +714,9 @@ TORCH_ERRORS = {
         "Qwen2-VL, Qwen2.5-VL, Qwen3-VL), got qwen2 (rope, no mrope_section)",
     ),
     "functional with a module": (
-        lambda: pt.apply_mrope(ROT, torch.zeros(3, 3, dtype=torch.int64), q8(3, 1, 8), q8(3, 1, 8),
-            qkv_format="bshd"),
+        lambda: pt.apply_mrope(
+            ROT, torch.zeros(3, 3, dtype=torch.int64), q8(3, 1, 8), q8(3, 1, 8), qkv_format="bshd"
+        ),
         "[mrope] mrope must be a posenc.MRope (of a MultimodalRotaryEmbedding: its .mrope), "
         "got MultimodalRotaryEmbedding",
     ),
@@ -822,8 +812,7 @@ def test_transformers5_golden_files_are_there():
 
 @pytest.mark.parametrize(
     "path",
-    [INDEX / f"{n}.json" for n in INDEX_FILES]
-    + [INDEX_V5 / f"{n}.json" for n in INDEX_FILES_V5],
+    [INDEX / f"{n}.json" for n in INDEX_FILES] + [INDEX_V5 / f"{n}.json" for n in INDEX_FILES_V5],
     ids=INDEX_FILES + [f"v5/{n}" for n in INDEX_FILES_V5],
 )
 def test_qwen_vl_rope_index_golden(path):
@@ -836,9 +825,7 @@ def test_qwen_vl_rope_index_golden(path):
     np.testing.assert_array_equal(deltas, g["rope_deltas"])
     # The torch twin, with tensors as Hugging Face holds them: int64 ids,
     # float32 seconds.
-    tensors = [
-        None if v is None else torch.tensor(v) for v in index_args(g)
-    ]
+    tensors = [None if v is None else torch.tensor(v) for v in index_args(g)]
     if tensors[3] is not None:
         tensors[3] = tensors[3].to(torch.float32)
     tokens = posenc.qwen_vl_tokens(
@@ -869,14 +856,18 @@ def test_rope_index_feeds_the_rotation_of_the_same_config():
     q1 = torch.randn(b, 1, 28, 128)
     q1_rot, _ = rot(q1, q1[:, :, :4], step)
     one_d = posenc.rope_from_hf_config(path)
-    assert torch.equal(q1_rot, pt.apply_rope(one_d, (t + deltas), q1, q1[:, :, :4],
-        qkv_format="bshd")[0])
+    assert torch.equal(
+        q1_rot, pt.apply_rope(one_d, (t + deltas), q1, q1[:, :, :4], qkv_format="bshd")[0]
+    )
 
 
 def test_rope_index_rules_and_repr():
     tokens = posenc.QwenVlTokens(
-        image_token_id=5, video_token_id=6, vision_start_token_id=4,
-        tokens_per_second=2, rules="qwen2_5_vl_int_seconds",
+        image_token_id=5,
+        video_token_id=6,
+        vision_start_token_id=4,
+        tokens_per_second=2,
+        rules="qwen2_5_vl_int_seconds",
     )
     assert tokens.rules == posenc.MropeIndexRules.QWEN2_5_VL_INT_SECONDS
     assert tokens.rules.rule_name == "qwen2_5_vl_int_seconds"
@@ -885,7 +876,10 @@ def test_rope_index_rules_and_repr():
     # released rule, at 0 with the int cast.
     ids = [[1, 4, 6, 6, 2]]
     released, _ = posenc.qwen_vl_rope_index(
-        tokens, ids, video_grid_thw=[[2, 2, 2]], second_per_grid_ts=[0.5],
+        tokens,
+        ids,
+        video_grid_thw=[[2, 2, 2]],
+        second_per_grid_ts=[0.5],
         rules="qwen2_5_vl",
     )
     cast, _ = posenc.qwen_vl_rope_index(
@@ -895,9 +889,7 @@ def test_rope_index_rules_and_repr():
     assert cast[0, 0].tolist() == [0, 1, 2, 2, 3]
 
 
-INDEX_TOKENS = posenc.QwenVlTokens(
-    image_token_id=5, video_token_id=6, vision_start_token_id=4
-)
+INDEX_TOKENS = posenc.QwenVlTokens(image_token_id=5, video_token_id=6, vision_start_token_id=4)
 INDEX_ERRORS = {
     "1-D input_ids": (
         lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [1, 2, 3]),
@@ -909,8 +901,7 @@ INDEX_ERRORS = {
     ),
     "grid rows": (
         lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [[4, 5]], [[1, 2]]),
-        "[mrope_index] image_grid_thw.shape must be (grids, 3): one (t, h, w) per grid, "
-        "got (1, 2)",
+        "[mrope_index] image_grid_thw.shape must be (grids, 3): one (t, h, w) per grid, got (1, 2)",
     ),
     "mask shape": (
         lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [[1, 2]], attention_mask=[[1]]),
@@ -928,8 +919,7 @@ INDEX_ERRORS = {
     ),
     "rules type": (
         lambda: posenc.qwen_vl_tokens(INDEX_TOKENS, 3),
-        "[mrope_index_config] rules must be None, a posenc.MropeIndexRules or its name, "
-        "got int",
+        "[mrope_index_config] rules must be None, a posenc.MropeIndexRules or its name, got int",
     ),
     "tokens type": (
         lambda: posenc._core.qwen_vl_rope_index_of_tokens("x", [[1]]),
@@ -1055,9 +1045,7 @@ def test_vision_positions_and_rotation_golden(name):
         merge = g["spatial_merge_size"]
         rot = pt.VisionRotaryEmbedding(kind, g["head_dim"], spatial_merge_size=merge)
         grids = g["grids_thw"]
-        np.testing.assert_array_equal(
-            posenc.qwen_vision_positions(grids, merge), g["positions"]
-        )
+        np.testing.assert_array_equal(posenc.qwen_vision_positions(grids, merge), g["positions"])
         np.testing.assert_array_equal(rot.positions(grids, window_order=False), g["positions"])
         positions = rot.positions(torch.tensor(grids))
         if kind == "qwen2_5_vl":

@@ -5,6 +5,8 @@ Qwen2-VL computes it (its rotary module and apply_rotary_pos_emb, then SDPA)."""
 import json
 import pathlib
 
+import posenc
+import posenc.torch as pt
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,13 +16,13 @@ from transformers.models.qwen2_vl.modeling_qwen2_vl import (
     apply_rotary_pos_emb,
 )
 
-import posenc
-import posenc.torch as pt
-
 CONFIG = json.loads(
     (
         pathlib.Path(__file__).resolve().parents[2]
-        / "tests" / "configs" / "real" / "qwen2_vl-qwen2-vl-7b-instruct.json"
+        / "tests"
+        / "configs"
+        / "real"
+        / "qwen2_vl-qwen2-vl-7b-instruct.json"
     ).read_text()
 )
 HEADS, KV_HEADS, DIM = 4, 2, 128  # Qwen2-VL's head_dim and mrope_section [16, 24, 24]
@@ -60,12 +62,14 @@ def test_mrope_attention_equals_qwen2_vl(module):
     v = torch.randn(2, KV_HEADS, tokens, DIM)
     ids = image_positions(2, tokens)
     rope = pt.MultimodalRotaryEmbedding.from_hf_config(CONFIG)
-    out = pt.attention(q, k, v, ids, ids, causal=True, qkv_format="bhsd",
-                       rope=rope if module else rope.mrope)
+    out = pt.attention(
+        q, k, v, ids, ids, causal=True, qkv_format="bhsd", rope=rope if module else rope.mrope
+    )
     torch.testing.assert_close(out, hf_attention(q, k, v, ids, ids), rtol=2e-5, atol=2e-5)
     # A decode step: one query after the image, its streams one past the last.
-    step = pt.attention(q[:, :, -1:], k, v, ids[..., -1:], ids, causal=True,
-                        qkv_format="bhsd", rope=rope)
+    step = pt.attention(
+        q[:, :, -1:], k, v, ids[..., -1:], ids, causal=True, qkv_format="bhsd", rope=rope
+    )
     torch.testing.assert_close(step, out[:, :, -1:], rtol=2e-5, atol=2e-5)
 
 
@@ -73,13 +77,15 @@ def test_streams_of_the_wrong_shape_are_named():
     rope = pt.MultimodalRotaryEmbedding.from_hf_config(CONFIG)
     q = torch.randn(1, 5, HEADS, DIM)
     with pytest.raises(posenc.Error, match=r"\[attention\] key_positions.shape must be"):
-        pt.attention(q, q, q, None, torch.zeros(3, 1, 4, dtype=torch.int64), rope=rope,
-                     qkv_format="bshd")
+        pt.attention(
+            q, q, q, None, torch.zeros(3, 1, 4, dtype=torch.int64), rope=rope, qkv_format="bshd"
+        )
 
 
 def test_self_extend_refuses_mrope_by_name():
     rope = pt.MultimodalRotaryEmbedding.from_hf_config(CONFIG)
     q = torch.randn(5, HEADS, DIM)
     with pytest.raises(posenc.Error, match=r"\[self_extend\] rope must be .*M-RoPE's position"):
-        pt.self_extend_attention(q, q, q, rope=rope, group_size=2, neighbor_window=2,
-                                 qkv_format="bshd")
+        pt.self_extend_attention(
+            q, q, q, rope=rope, group_size=2, neighbor_window=2, qkv_format="bshd"
+        )

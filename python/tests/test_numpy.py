@@ -6,28 +6,21 @@ import os
 import subprocess
 
 import numpy as np
-import pytest
-
 import posenc
+import pytest
 
 RNG_SEED = 1234
 
 
 def reference_inv_freq(rotary_dim, base=10000.0):
-    return base ** (
-        -np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
-    )
+    return base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
 
 
-def reference_rope(
-    x, positions, inv_freq, layout, attention_factor=1.0, sign=1.0
-):
+def reference_rope(x, positions, inv_freq, layout, attention_factor=1.0, sign=1.0):
     """x [..., tokens, heads, head_dim] rotated in float64."""
     x = np.asarray(x, dtype=np.float64)
     rotary_dim = 2 * len(inv_freq)
-    angles = (
-        np.asarray(positions, dtype=np.float64)[..., None] * inv_freq
-    )  # [..., tokens, half]
+    angles = np.asarray(positions, dtype=np.float64)[..., None] * inv_freq  # [..., tokens, half]
     cos = attention_factor * np.cos(angles)[..., None, :]
     sin = sign * attention_factor * np.sin(angles)[..., None, :]
     out = x.copy()
@@ -81,9 +74,7 @@ def test_float16_storage_rounds_once():
     positions = np.array([0, 1, 2, 3, 1000, 65536], dtype=np.int64)
     y = posenc.apply_rope(rope, positions, x)
     assert y.dtype == np.float16
-    exact = reference_rope(
-        x, positions, reference_inv_freq(8), posenc.RopeLayout.HALF_SPLIT
-    )
+    exact = reference_rope(x, positions, reference_inv_freq(8), posenc.RopeLayout.HALF_SPLIT)
     # Half a float16 ulp (2^-11 relative) from the one rounding, plus float32
     # arithmetic.
     assert np.all(np.abs(y - exact) <= 2.0**-11 * np.abs(exact) + 1e-6)
@@ -108,9 +99,7 @@ def test_partial_rotary_and_attention_factor():
     positions = np.array([3, 1, 4, 1], dtype=np.int64)
     y = posenc.apply_rope(rope, positions, x)
     np.testing.assert_array_equal(y[..., 4:], x[..., 4:])
-    expected = reference_rope(
-        x, positions, inv_freq, posenc.RopeLayout.HALF_SPLIT, 1.5
-    )
+    expected = reference_rope(x, positions, inv_freq, posenc.RopeLayout.HALF_SPLIT, 1.5)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -120,16 +109,10 @@ def test_per_batch_positions_and_transposed_views_without_copies():
     # heads, dim].
     hf = random((2, 3, 5, 8))
     x = hf.transpose(0, 2, 1, 3)
-    positions = np.array(
-        [[0, 1, 2, 3, 4], [10, 11, 12, 13, 14]], dtype=np.int64
-    )
-    expected = reference_rope(
-        x, positions, reference_inv_freq(8), posenc.RopeLayout.HALF_SPLIT
-    )
+    positions = np.array([[0, 1, 2, 3, 4], [10, 11, 12, 13, 14]], dtype=np.int64)
+    expected = reference_rope(x, positions, reference_inv_freq(8), posenc.RopeLayout.HALF_SPLIT)
     posenc.apply_rope_inplace(rope, positions, x)
-    np.testing.assert_allclose(
-        hf.transpose(0, 2, 1, 3), expected, rtol=1e-5, atol=1e-5
-    )
+    np.testing.assert_allclose(hf.transpose(0, 2, 1, 3), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_inverse_undoes_forward_in_place():
@@ -139,9 +122,7 @@ def test_inverse_undoes_forward_in_place():
     positions = np.arange(7, dtype=np.int64) * 100000
     posenc.apply_rope_inplace(rope, positions, x)
     assert not np.allclose(x, original)
-    posenc.apply_rope_inplace(
-        rope, positions, x, direction=posenc.RopeDirection.INVERSE
-    )
+    posenc.apply_rope_inplace(rope, positions, x, direction=posenc.RopeDirection.INVERSE)
     np.testing.assert_allclose(x, original, rtol=1e-5, atol=1e-5)
 
 
@@ -198,30 +179,24 @@ def test_rope_angle_and_default_inv_freq():
         ),
         (
             lambda r, x: posenc.apply_rope(r, np.arange(5), x),
-            "[rope] positions.shape must be (tokens,) = (4,) or the batch's "
-            "(2, 4), got (5,)",
+            "[rope] positions.shape must be (tokens,) = (4,) or the batch's (2, 4), got (5,)",
         ),
         (
-            lambda r, x: posenc.apply_rope(
-                r, np.arange(4), x.astype(np.int16)
-            ),
+            lambda r, x: posenc.apply_rope(r, np.arange(4), x.astype(np.int16)),
             "[rope] x must have dtype float32, float64 or float16 (or hold "
             "bfloat16 bits, with bfloat16=True), got int16",
         ),
         (
             lambda r, x: posenc.apply_rope(r, np.arange(4), x, bfloat16=True),
-            "[rope] x must have dtype int16 or uint16 (bfloat16 bits), "
-            "got float32",
+            "[rope] x must have dtype int16 or uint16 (bfloat16 bits), got float32",
         ),
         (
             lambda r, x: posenc.apply_rope(r, np.arange(4), x[0, 0]),
-            "[rope] x.shape must be [..., tokens, heads, head_dim] "
-            "(at least 3 dims), got (3, 8)",
+            "[rope] x.shape must be [..., tokens, heads, head_dim] (at least 3 dims), got (3, 8)",
         ),
         (
             lambda r, x: posenc.apply_rope(r, np.arange(4), x[..., ::2]),
-            "[rope] x.strides[-1] must be the item size (4 bytes): "
-            "head_dim must be contiguous",
+            "[rope] x.strides[-1] must be the item size (4 bytes): head_dim must be contiguous",
         ),
         (
             lambda r, x: posenc.apply_rope(r, np.arange(4), x[..., :6]),
@@ -239,13 +214,10 @@ def test_rope_angle_and_default_inv_freq():
             lambda r, x: posenc.apply_rope(
                 r, np.arange(4), x, out=np.empty((2, 4, 3, 7), np.float32)
             ),
-            "[rope] out.shape must equal x.shape (2, 4, 3, 8), "
-            "got (2, 4, 3, 7)",
+            "[rope] out.shape must equal x.shape (2, 4, 3, 8), got (2, 4, 3, 7)",
         ),
         (
-            lambda r, x: posenc.apply_rope_inplace(
-                r, np.arange(4), x.tolist()
-            ),
+            lambda r, x: posenc.apply_rope_inplace(r, np.arange(4), x.tolist()),
             "[rope] x must be a numpy array, got list",
         ),
         (
@@ -281,13 +253,9 @@ def test_read_only_array_is_refused_in_place():
 
 
 def test_bad_rope_configuration():
-    with pytest.raises(
-        ValueError, match=r"\[rope\] rotary_dim must be even and <= head_dim"
-    ):
+    with pytest.raises(ValueError, match=r"\[rope\] rotary_dim must be even and <= head_dim"):
         posenc.Rope.default(8, rotary_dim=9)
-    with pytest.raises(
-        ValueError, match=r"\[rope\] inv_freq.size\(\) must equal"
-    ):
+    with pytest.raises(ValueError, match=r"\[rope\] inv_freq.size\(\) must equal"):
         posenc.Rope(8, 8, posenc.RopeLayout.HALF_SPLIT, [1.0])
 
 
@@ -301,9 +269,7 @@ def test_rotary_offset_worked_example():
         posenc.RopeLayout.INTERLEAVED: [9, -2, 1, -3, -4, 8],
     }
     for layout, expected in want.items():
-        rope = posenc.Rope(
-            6, 4, layout, [math.pi / 2, math.pi], rotary_offset=1
-        )
+        rope = posenc.Rope(6, 4, layout, [math.pi / 2, math.pi], rotary_offset=1)
         assert rope.rotary_offset == 1
         y = posenc.apply_rope(rope, [1], x)
         np.testing.assert_allclose(y[0, 0], expected, atol=1e-6)
@@ -328,9 +294,7 @@ def test_rotary_offset_rotates_only_the_block(layout, dtype):
 
     def expected(x):
         out = np.asarray(x, dtype=np.float64).copy()
-        out[..., 128:] = reference_rope(
-            x[..., 128:], positions, inv_freq, layout
-        )
+        out[..., 128:] = reference_rope(x[..., 128:], positions, inv_freq, layout)
         return out
 
     tol = 1e-5 if dtype == np.float32 else 1e-12
@@ -346,9 +310,7 @@ def test_rotary_offset_rotates_only_the_block(layout, dtype):
     np.testing.assert_array_equal(q_in_place, q_out)
     np.testing.assert_array_equal(k_in_place, k_out)
     # The inverse undoes it.
-    back = posenc.apply_rope(
-        rope, positions, y, direction=posenc.RopeDirection.INVERSE
-    )
+    back = posenc.apply_rope(rope, positions, y, direction=posenc.RopeDirection.INVERSE)
     np.testing.assert_allclose(back, q, rtol=0, atol=10 * tol)
 
 
@@ -359,12 +321,8 @@ def test_bad_rotary_offset():
         r"\(8 - 4 = 4\), got 5$",
     ):
         posenc.Rope.default(8, rotary_dim=4, rotary_offset=5)
-    with pytest.raises(
-        ValueError, match=r"^\[rope\] rotary_offset must be >= 0, got -1$"
-    ):
-        posenc.Rope(
-            8, 4, posenc.RopeLayout.HALF_SPLIT, [1.0, 0.1], rotary_offset=-1
-        )
+    with pytest.raises(ValueError, match=r"^\[rope\] rotary_offset must be >= 0, got -1$"):
+        posenc.Rope(8, 4, posenc.RopeLayout.HALF_SPLIT, [1.0, 0.1], rotary_offset=-1)
     rope = posenc.Rope.default(8, rotary_dim=4)
     assert rope.rotary_offset == 0
     rope.rotary_offset = 5
@@ -396,9 +354,7 @@ def test_sinusoidal_by_hand_and_against_the_formula():
     positions = np.array([[0, 5], [1000000, 7]], dtype=np.int64)
     values = posenc.sinusoidal(positions, 9, 500.0)
     assert values.shape == (2, 2, 9) and values.dtype == np.float32
-    np.testing.assert_allclose(
-        values, reference_sinusoidal(positions, 9, 500.0), atol=1e-6
-    )
+    np.testing.assert_allclose(values, reference_sinusoidal(positions, 9, 500.0), atol=1e-6)
     spec = posenc.Sinusoidal(4)
     assert spec.frequency(2) == pytest.approx(0.01)
     assert spec.value(1, 1) == pytest.approx(math.cos(1))
@@ -407,26 +363,18 @@ def test_sinusoidal_by_hand_and_against_the_formula():
 def test_sinusoidal_errors():
     with pytest.raises(ValueError, match=r"\[sinusoidal\]"):
         posenc.sinusoidal([0, -1], 4)
-    with pytest.raises(
-        ValueError, match=r"\[sinusoidal\] out.shape must be \(2, 4\)"
-    ):
+    with pytest.raises(ValueError, match=r"\[sinusoidal\] out.shape must be \(2, 4\)"):
         posenc.sinusoidal([0, 1], 4, out=np.empty((2, 5), np.float32))
 
 
 def test_learned_table_lookup_gradient_and_npy(tmp_path):
     table = posenc.LearnedPositions(4, 3)
     view = table.table
-    view[:] = np.arange(12, dtype=np.float32).reshape(
-        4, 3
-    )  # writes through, no copy
+    view[:] = np.arange(12, dtype=np.float32).reshape(4, 3)  # writes through, no copy
     out = table.lookup(np.array([[3, 0], [1, 1]], dtype=np.int64))
-    np.testing.assert_array_equal(
-        out, [[[9, 10, 11], [0, 1, 2]], [[3, 4, 5], [3, 4, 5]]]
-    )
+    np.testing.assert_array_equal(out, [[[9, 10, 11], [0, 1, 2]], [[3, 4, 5], [3, 4, 5]]])
     table.accumulate_gradient([1, 1, 2], np.ones((3, 3), np.float32))
-    np.testing.assert_array_equal(
-        table.grad, [[0] * 3, [2] * 3, [1] * 3, [0] * 3]
-    )
+    np.testing.assert_array_equal(table.grad, [[0] * 3, [2] * 3, [1] * 3, [0] * 3])
     table.zero_gradient()
     assert not table.grad.any()
     with pytest.raises(
@@ -448,19 +396,13 @@ def test_embed_tokens():
     ids = np.array([3, 9, 3], dtype=np.int64)
     positions = np.array([0, 1, 2], dtype=np.int64)
     out = posenc.embed_tokens(tokens, ids, positions, posenc.Sinusoidal(6))
-    np.testing.assert_allclose(
-        out, tokens[ids] + reference_sinusoidal(positions, 6), atol=1e-6
-    )
+    np.testing.assert_allclose(out, tokens[ids] + reference_sinusoidal(positions, 6), atol=1e-6)
     learned = posenc.LearnedPositions.random(3, 6, seed=7)
     out = posenc.embed_tokens(tokens, ids, positions, learned)
-    np.testing.assert_allclose(
-        out, tokens[ids] + learned.table[positions], atol=1e-6
-    )
+    np.testing.assert_allclose(out, tokens[ids] + learned.table[positions], atol=1e-6)
     with pytest.raises(ValueError, match=r"ids"):
         posenc.embed_tokens(tokens, [10, 0, 0], positions, learned)
-    with pytest.raises(
-        ValueError, match=r"\[embed\] positions.shape must equal ids.shape"
-    ):
+    with pytest.raises(ValueError, match=r"\[embed\] positions.shape must equal ids.shape"):
         posenc.embed_tokens(tokens, ids, [0, 1], learned)
 
 
@@ -470,23 +412,15 @@ def test_alibi_slopes_and_bias_by_hand():
     )
     # 12 heads: the 8-head slopes, then every other slope of the 16-head
     # sequence.
-    twelve = [2.0**-k for k in range(1, 9)] + [
-        2.0 ** -(k + 0.5) for k in range(4)
-    ]
-    np.testing.assert_allclose(
-        posenc.alibi_slopes(posenc.Alibi(12)), twelve, rtol=1e-15
-    )
+    twelve = [2.0**-k for k in range(1, 9)] + [2.0 ** -(k + 0.5) for k in range(4)]
+    np.testing.assert_allclose(posenc.alibi_slopes(posenc.Alibi(12)), twelve, rtol=1e-15)
     shard = posenc.alibi_slopes(posenc.Alibi(8, head_offset=2, shard_heads=3))
     np.testing.assert_array_equal(shard, [2.0**-3, 2.0**-4, 2.0**-5])
     bias = posenc.alibi_bias(posenc.Alibi(2), [0, 1, 2], [0, 2])
     assert bias.shape == (2, 3, 2) and bias.dtype == np.float32
     # Head 0 slope 2^-4, head 1 slope 2^-8; bias = -slope * (i - j).
-    np.testing.assert_array_equal(
-        bias[0], [[0, 0.125], [-0.0625, 0.0625], [-0.125, 0]]
-    )
-    np.testing.assert_array_equal(
-        bias[1], -(2.0**-8) * np.subtract.outer([0, 1, 2], [0, 2])
-    )
+    np.testing.assert_array_equal(bias[0], [[0, 0.125], [-0.0625, 0.0625], [-0.125, 0]])
+    np.testing.assert_array_equal(bias[1], -(2.0**-8) * np.subtract.outer([0, 1, 2], [0, 2]))
     with pytest.raises(ValueError, match=r"\[alibi\] num_heads"):
         posenc.Alibi(0)
 
@@ -501,9 +435,7 @@ def reference_attention(q, k, v, qpos, kpos, causal, slopes=None):
         if slopes is not None:
             scores = scores - slopes[h] * np.subtract.outer(qpos, kpos)
         if causal:
-            scores = np.where(
-                np.subtract.outer(qpos, kpos) < 0, -np.inf, scores
-            )
+            scores = np.where(np.subtract.outer(qpos, kpos) < 0, -np.inf, scores)
         weights = np.exp(scores - scores.max(axis=1, keepdims=True))
         weights /= weights.sum(axis=1, keepdims=True)
         out[:, h] = weights @ v[:, g]
@@ -521,9 +453,7 @@ def test_attention_with_rope_alibi_gqa_and_a_batch():
     for b in range(2):
         q_rot = reference_rope(q[b], positions, freqs, half_split)
         k_rot = reference_rope(k[b], positions, freqs, half_split)
-        expected = reference_attention(
-            q_rot, k_rot, v[b], positions, positions, True
-        )
+        expected = reference_attention(q_rot, k_rot, v[b], positions, positions, True)
         np.testing.assert_allclose(out[b], expected, rtol=1e-4, atol=1e-5)
     slopes = [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
     out = posenc.attention(q[0], k[0], v[0], positions, alibi=posenc.Alibi(4))
@@ -537,9 +467,7 @@ def test_attention_with_rope_alibi_gqa_and_a_batch():
         slopes,
     )
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
-    with pytest.raises(
-        ValueError, match=r"\[attention\] v.shape\[:-3\] must equal q's batch"
-    ):
+    with pytest.raises(ValueError, match=r"\[attention\] v.shape\[:-3\] must equal q's batch"):
         posenc.attention(q, k, v[:1], positions)
 
 
@@ -606,12 +534,8 @@ def test_cli_sinusoidal_table_round_trip(tmp_path):
     )
     from_cli = np.load(path)
     assert from_cli.dtype == np.float32 and from_cli.shape == (50, 12)
-    np.testing.assert_array_equal(
-        from_cli, posenc.sinusoidal_table(50, 12, 1000.0)
-    )
-    np.testing.assert_allclose(
-        from_cli, reference_sinusoidal(np.arange(50), 12, 1000.0), atol=1e-6
-    )
+    np.testing.assert_array_equal(from_cli, posenc.sinusoidal_table(50, 12, 1000.0))
+    np.testing.assert_allclose(from_cli, reference_sinusoidal(np.arange(50), 12, 1000.0), atol=1e-6)
 
 
 def test_cli_alibi_round_trip():
@@ -622,9 +546,7 @@ def test_cli_alibi_round_trip():
         text=True,
     )
     slopes = json.loads(result.stdout)["slopes"]
-    np.testing.assert_array_equal(
-        posenc.alibi_slopes(posenc.Alibi(12)), slopes
-    )
+    np.testing.assert_array_equal(posenc.alibi_slopes(posenc.Alibi(12)), slopes)
 
 
 def test_cli_table_as_learned_positions(tmp_path):

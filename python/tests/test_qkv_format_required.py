@@ -3,12 +3,11 @@ read either way, so every call that takes activations states the layout, and a c
 not is refused by name (nothing is computed or written); stated, either layout gives the same
 values as torch's scaled_dot_product_attention on Hugging Face's layout."""
 
+import posenc
+import posenc.torch as pt
 import pytest
 import torch
 import torch.nn.functional as F
-
-import posenc
-import posenc.torch as pt
 
 ROPE = posenc.Rope.default(16)
 MROPE = pt.MultimodalRotaryEmbedding(16, [2, 3, 3])
@@ -54,11 +53,17 @@ def test_a_call_without_qkv_format_is_refused_and_writes_nothing(name):
 
 def test_modules_name_where_the_layout_may_be_given():
     q, k, _ = square()
-    with pytest.raises(posenc.Error, match=r"\[rope\] qkv_format must be .*, stated here or to "
-                                           r"RotaryEmbedding \(no default"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"\[rope\] qkv_format must be .*, stated here or to "
+        r"RotaryEmbedding \(no default",
+    ):
         pt.RotaryEmbedding(16)(q, k)
-    with pytest.raises(posenc.Error, match=r"\[mrope\] qkv_format must be .*, stated here or to "
-                                           r"MultimodalRotaryEmbedding \(no default"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"\[mrope\] qkv_format must be .*, stated here or to "
+        r"MultimodalRotaryEmbedding \(no default",
+    ):
         MROPE(q, k)
 
 

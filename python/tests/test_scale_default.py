@@ -4,11 +4,10 @@ the default everywhere; the expected values are the softmax written out in float
 import math
 
 import numpy as np
-import pytest
-import torch
-
 import posenc
 import posenc.torch as pt
+import pytest
+import torch
 
 HEADS, DIM, KEYS = 2, 16, 5
 rng = np.random.default_rng(0)
@@ -56,8 +55,7 @@ def test_numpy_cache_attend_defaults_to_none():
 def test_torch_attention_and_cache_default_to_none():
     q, k, v = (torch.from_numpy(x) for x in (Q, K, V))
     want = torch.from_numpy(WANT).float()
-    got = pt.attention(q, k, v, torch.from_numpy(QPOS), torch.from_numpy(KPOS),
-                       qkv_format="bshd")
+    got = pt.attention(q, k, v, torch.from_numpy(QPOS), torch.from_numpy(KPOS), qkv_format="bshd")
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     cache = pt.KVCache(8, HEADS, DIM)
     cache.append(k, v)

@@ -5,11 +5,10 @@ neighbour scores where the distance is below W, grouped scores elsewhere, one so
 import math
 
 import numpy as np
-import pytest
-import torch
-
 import posenc
 import posenc.torch as pt
+import pytest
+import torch
 from posenc import _torch_reference as reference
 
 ROPE = posenc.Rope.default(16, 10000.0)
@@ -45,17 +44,20 @@ def formula(q, k, v, qpos, kpos, g, w, causal):
 
 def qkv(tokens, heads=4, kv_heads=2, dim=16, seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((tokens, heads, dim)).astype(np.float32),
-            rng.standard_normal((tokens, kv_heads, dim)).astype(np.float32),
-            rng.standard_normal((tokens, kv_heads, dim)).astype(np.float32))
+    return (
+        rng.standard_normal((tokens, heads, dim)).astype(np.float32),
+        rng.standard_normal((tokens, kv_heads, dim)).astype(np.float32),
+        rng.standard_normal((tokens, kv_heads, dim)).astype(np.float32),
+    )
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_numpy_equals_the_formula(causal):
     q, k, v = qkv(40)
     pos = np.arange(40) * 3  # far keys beyond the window, grouped by 4
-    out = posenc.self_extend_attention(q, k, v, pos, group_size=4, neighbor_window=8,
-                                       rope=ROPE, causal=causal)
+    out = posenc.self_extend_attention(
+        q, k, v, pos, group_size=4, neighbor_window=8, rope=ROPE, causal=causal
+    )
     want = formula(q, k, v, pos, pos, 4, 8, causal)
     np.testing.assert_allclose(out, want, rtol=0, atol=2e-5)
 
@@ -63,19 +65,22 @@ def test_numpy_equals_the_formula(causal):
 def test_a_batch_is_each_element_alone():
     q, k, v = (np.stack([a, b]) for a, b in zip(qkv(12, seed=1), qkv(12, seed=2)))
     pos = np.array([np.arange(12), np.arange(12) + 50])
-    out = posenc.self_extend_attention(q, k, v, pos, group_size=3, neighbor_window=4,
-                                       rope=ROPE, causal=True)
+    out = posenc.self_extend_attention(
+        q, k, v, pos, group_size=3, neighbor_window=4, rope=ROPE, causal=True
+    )
     for b in range(2):
-        alone = posenc.self_extend_attention(q[b], k[b], v[b], pos[b], group_size=3,
-                                             neighbor_window=4, rope=ROPE, causal=True)
+        alone = posenc.self_extend_attention(
+            q[b], k[b], v[b], pos[b], group_size=3, neighbor_window=4, rope=ROPE, causal=True
+        )
         np.testing.assert_array_equal(out[b], alone)
 
 
 def test_group_size_one_is_rope_attention():
     q, k, v = qkv(20)
     pos = np.arange(20)
-    out = posenc.self_extend_attention(q, k, v, pos, group_size=1, neighbor_window=5,
-                                       rope=ROPE, causal=True)
+    out = posenc.self_extend_attention(
+        q, k, v, pos, group_size=1, neighbor_window=5, rope=ROPE, causal=True
+    )
     plain = posenc.attention(q, k, v, pos, causal=True, rope=ROPE)
     np.testing.assert_allclose(out, plain, rtol=0, atol=2e-6)
 
@@ -84,42 +89,73 @@ def test_group_size_one_is_rope_attention():
 def test_torch_kernel_equals_the_pytorch_definition(dtype):
     q, k, v = (torch.from_numpy(x).to(dtype) for x in qkv(30, seed=3))
     pos = torch.arange(30) * 2
-    kernel = pt.self_extend_attention(q, k, v, pos, pos, rope=ROPE, group_size=4,
-                                      neighbor_window=6, causal=True, out_dtype=torch.float32,
-                                          qkv_format="bshd")
-    mine = reference.self_extend_attention(q, k, v, pos, pos, group_size=4, neighbor_window=6,
-                                           rope=ROPE, causal=True)
+    kernel = pt.self_extend_attention(
+        q,
+        k,
+        v,
+        pos,
+        pos,
+        rope=ROPE,
+        group_size=4,
+        neighbor_window=6,
+        causal=True,
+        out_dtype=torch.float32,
+        qkv_format="bshd",
+    )
+    mine = reference.self_extend_attention(
+        q, k, v, pos, pos, group_size=4, neighbor_window=6, rope=ROPE, causal=True
+    )
     atol = 1e-5 if dtype == torch.float32 else 2.0**-9 * v.float().abs().max().item() + 1e-5
     torch.testing.assert_close(mine.float(), kernel, rtol=0, atol=atol)
-    assert pt.self_extend_attention(q, k, v, rope=ROPE, group_size=4,
-                                    neighbor_window=6, qkv_format="bshd").dtype == dtype
+    assert (
+        pt.self_extend_attention(
+            q, k, v, rope=ROPE, group_size=4, neighbor_window=6, qkv_format="bshd"
+        ).dtype
+        == dtype
+    )
 
 
 def test_torch_hf_layout_and_autograd():
     q, k, v = (torch.from_numpy(x).double() for x in qkv(10, dim=8, seed=4))
     rope = posenc.Rope.default(8)
-    want = pt.self_extend_attention(q, k, v, rope=rope, group_size=2, neighbor_window=3,
-                                    causal=True, qkv_format="bshd")
+    want = pt.self_extend_attention(
+        q, k, v, rope=rope, group_size=2, neighbor_window=3, causal=True, qkv_format="bshd"
+    )
     hf = [t[None].transpose(1, 2) for t in (q, k, v)]
-    got = pt.self_extend_attention(*hf, rope=rope, group_size=2, neighbor_window=3, causal=True,
-                                   qkv_format="bhsd")
+    got = pt.self_extend_attention(
+        *hf, rope=rope, group_size=2, neighbor_window=3, causal=True, qkv_format="bhsd"
+    )
     torch.testing.assert_close(got[0].transpose(0, 1), want)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     assert torch.autograd.gradcheck(
-        lambda a, b, c: pt.self_extend_attention(a, b, c, rope=rope, group_size=2,
-                                                 neighbor_window=3, causal=True,
-                                                     qkv_format="bshd"), leaves)
+        lambda a, b, c: pt.self_extend_attention(
+            a, b, c, rope=rope, group_size=2, neighbor_window=3, causal=True, qkv_format="bshd"
+        ),
+        leaves,
+    )
 
 
 def test_bad_arguments_name_themselves():
     q, k, v = qkv(4)
     with pytest.raises(posenc.Error, match=r"^\[self_extend\] group_size must be >= 1, got 0$"):
-        posenc.self_extend_attention(q, k, v, np.arange(4), group_size=0, neighbor_window=2,
-                                     rope=ROPE)
-    with pytest.raises(posenc.Error,
-                       match=r"^\[self_extend\] neighbor_window must be >= 1, got 0$"):
-        pt.self_extend_attention(*(torch.from_numpy(x) for x in (q, k, v)), rope=ROPE,
-                                 group_size=2, neighbor_window=0, qkv_format="bshd")
+        posenc.self_extend_attention(
+            q, k, v, np.arange(4), group_size=0, neighbor_window=2, rope=ROPE
+        )
+    with pytest.raises(
+        posenc.Error, match=r"^\[self_extend\] neighbor_window must be >= 1, got 0$"
+    ):
+        pt.self_extend_attention(
+            *(torch.from_numpy(x) for x in (q, k, v)),
+            rope=ROPE,
+            group_size=2,
+            neighbor_window=0,
+            qkv_format="bshd",
+        )
     with pytest.raises(posenc.Error, match=r"^\[self_extend\] rope must be given"):
-        pt.self_extend_attention(*(torch.from_numpy(x) for x in (q, k, v)), rope=None,
-                                 group_size=2, neighbor_window=2, qkv_format="bshd")
+        pt.self_extend_attention(
+            *(torch.from_numpy(x) for x in (q, k, v)),
+            rope=None,
+            group_size=2,
+            neighbor_window=2,
+            qkv_format="bshd",
+        )

@@ -7,15 +7,14 @@ reproduced below line for line as the reference formula, in float64."""
 import math
 
 import numpy as np
-import pytest
-import torch
-from torch import nn
-from torch.nn import functional as F
-
 import posenc
 import posenc.torch as pt
+import pytest
+import torch
 from posenc import _core
 from posenc import _torch_reference as reference
+from torch import nn
+from torch.nn import functional as F
 
 BATCH, HEADS, KV_HEADS, DIM = 2, 4, 2, 16
 
@@ -233,8 +232,14 @@ def test_pytorch_definition_matches_the_eager_formulas(dtype):
     sinks = sinks_tensor().to(dtype)
     qpos = kpos = torch.arange(21)
     got = reference.attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), qpos, kpos, causal=True,
-        softcap=3.0, sinks=sinks,
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        qpos,
+        kpos,
+        causal=True,
+        softcap=3.0,
+        sinks=sinks,
     )
     mask = additive_mask(21, 21)
     scores = torch.matmul(q.double(), repeat_kv(k.double(), 2).transpose(2, 3)) * DIM**-0.5
@@ -308,11 +313,17 @@ def test_bad_softcap_and_sinks_are_refused():
     q, k, v = inputs(4, 4)
     qn, kn, vn = (t.transpose(1, 2).contiguous().numpy() for t in (q, k, v))
     pos = np.arange(4, dtype=np.int64)
-    with pytest.raises(posenc.Error, match=r"\[attention\] softcap must be finite and > 0 "
-                       r"\(0: off\), .*got -1"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"\[attention\] softcap must be finite and > 0 "
+        r"\(0: off\), .*got -1",
+    ):
         posenc.attention(qn, kn, vn, pos, softcap=-1.0)
-    with pytest.raises(posenc.Error, match=r"\[attention\] sinks.size\(\) must equal "
-                       r"q.num_heads \(4\)"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"\[attention\] sinks.size\(\) must equal "
+        r"q.num_heads \(4\)",
+    ):
         posenc.attention(qn, kn, vn, pos, sinks=np.zeros(3, np.float32))
     with pytest.raises(posenc.Error, match=r"\[attention\] sinks\[2\] must be finite, got nan"):
         posenc.attention(qn, kn, vn, pos, sinks=np.array([0, 0, np.nan, 0], np.float32))
@@ -325,11 +336,16 @@ def test_bad_softcap_and_sinks_are_refused():
     positions = torch.arange(4)
     for bad in (-1.0, math.inf, math.nan, "3", True):
         for call in (
-            lambda: pt.attention(q, k, v, softcap=bad, qkv_format="bhsd"),
-            lambda: pt.attention(qt, kt, vt, positions, positions, softcap=bad, qkv_format="bshd"),
+            lambda bad=bad: pt.attention(q, k, v, softcap=bad, qkv_format="bhsd"),
+            lambda bad=bad: pt.attention(
+                qt, kt, vt, positions, positions, softcap=bad, qkv_format="bshd"
+            ),
         ):
-            with pytest.raises(posenc.Error, match=r"\[attention\] softcap must be a finite "
-                               r"number >= 0 \(0: off\)"):
+            with pytest.raises(
+                posenc.Error,
+                match=r"\[attention\] softcap must be a finite "
+                r"number >= 0 \(0: off\)",
+            ):
                 call()
     with pytest.raises(posenc.Error, match=r"\[attention\] sinks.shape must be \(4,\)"):
         pt.attention(q, k, v, sinks=torch.zeros(2), qkv_format="bhsd")
@@ -355,12 +371,18 @@ def test_kv_cache_decode_with_softcap_and_sinks(torch_cache):
             cache.append(k_t.contiguous(), v_t.contiguous())
             got = cache.attend(q_t, causal=True, softcap=2.0, sinks=sinks)
         else:
-            cache.append(np.array([t], np.int64), k_t.contiguous().numpy(),
-                         v_t.contiguous().numpy())
-            got = torch.from_numpy(cache.attend(
-                q_t.numpy(), np.array([t], np.int64), causal=True, softcap=2.0,
-                sinks=sinks.numpy(),
-            ))
+            cache.append(
+                np.array([t], np.int64), k_t.contiguous().numpy(), v_t.contiguous().numpy()
+            )
+            got = torch.from_numpy(
+                cache.attend(
+                    q_t.numpy(),
+                    np.array([t], np.int64),
+                    causal=True,
+                    softcap=2.0,
+                    sinks=sinks.numpy(),
+                )
+            )
         qs = q[:, :, t : t + 1].double()
         ks, vs = k[:, :, : t + 1].double(), v[:, :, : t + 1].double()
         scores = torch.matmul(qs, repeat_kv(ks, 2).transpose(2, 3)) * DIM**-0.5

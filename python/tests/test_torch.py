@@ -3,20 +3,17 @@
 import math
 
 import numpy as np
-import pytest
-import torch
-
 import posenc
 import posenc.torch as pt
+import pytest
+import torch
 from posenc.torch.absolute import _LearnedLookup
 
 torch.manual_seed(0)
 
 
 def inv_freq(rotary_dim, base=10000.0):
-    return base ** (
-        -torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
-    )
+    return base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
 
 
 def rotate_half(x):
@@ -26,12 +23,8 @@ def rotate_half(x):
 
 def rope_rotate_half(x, positions, rotary_dim, base=10000.0):
     """Hugging Face's Llama style, x [..., tokens, heads, dim], in float64."""
-    angles = positions.to(torch.float64)[..., None] * inv_freq(
-        rotary_dim, base
-    )
-    emb = torch.cat((angles, angles), dim=-1)[
-        ..., None, :
-    ]  # [..., tokens, 1, rotary_dim]
+    angles = positions.to(torch.float64)[..., None] * inv_freq(rotary_dim, base)
+    emb = torch.cat((angles, angles), dim=-1)[..., None, :]  # [..., tokens, 1, rotary_dim]
     rot, rest = x[..., :rotary_dim].double(), x[..., rotary_dim:].double()
     rotated = rot * emb.cos() + rotate_half(rot) * emb.sin()
     return torch.cat((rotated, rest), dim=-1)
@@ -42,9 +35,7 @@ def rope_complex(x, positions, base=10000.0):
     dim = x.shape[-1]
     angles = positions.to(torch.float64)[..., None] * inv_freq(dim, base)
     rotation = torch.polar(torch.ones_like(angles), angles)[..., None, :]
-    pairs = torch.view_as_complex(
-        x.double().reshape(*x.shape[:-1], dim // 2, 2)
-    )
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], dim // 2, 2))
     return torch.view_as_real(pairs * rotation).flatten(-2)
 
 
@@ -73,48 +64,33 @@ def test_apply_rope_matches_complex_multiply_with_per_batch_positions():
     q, k = torch.randn(3, 5, 2, 8), torch.randn(3, 5, 1, 8)
     positions = torch.randint(0, 100000, (3, 5))
     q_rot, k_rot = pt.apply_rope(rope, positions, q, k, qkv_format="bshd")
-    torch.testing.assert_close(
-        q_rot.double(), rope_complex(q, positions), rtol=1e-5, atol=1e-5
-    )
-    torch.testing.assert_close(
-        k_rot.double(), rope_complex(k, positions), rtol=1e-5, atol=1e-5
-    )
+    torch.testing.assert_close(q_rot.double(), rope_complex(q, positions), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(k_rot.double(), rope_complex(k, positions), rtol=1e-5, atol=1e-5)
 
 
 def test_hugging_face_layout_passes_as_a_transposed_view():
     rope = posenc.Rope.default(8)
-    q_hf, k_hf = torch.randn(2, 4, 6, 8), torch.randn(
-        2, 2, 6, 8
-    )  # [batch, heads, seq, dim]
+    q_hf, k_hf = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8)  # [batch, heads, seq, dim]
     positions = torch.arange(6)
-    q_rot, k_rot = pt.apply_rope(rope, positions, q_hf.transpose(1, 2), k_hf.transpose(1, 2),
-        qkv_format="bshd")
-    assert q_rot.transpose(
-        1, 2
-    ).is_contiguous()  # the result keeps the input's memory order
+    q_rot, k_rot = pt.apply_rope(
+        rope, positions, q_hf.transpose(1, 2), k_hf.transpose(1, 2), qkv_format="bshd"
+    )
+    assert q_rot.transpose(1, 2).is_contiguous()  # the result keeps the input's memory order
     expected = rope_rotate_half(q_hf.transpose(1, 2), positions, 8)
     torch.testing.assert_close(q_rot.double(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_float64_is_double_precision():
     rope = posenc.Rope.default(8, layout=posenc.RopeLayout.INTERLEAVED)
-    q, k = torch.randn(4, 3, 8, dtype=torch.float64), torch.randn(
-        4, 3, 8, dtype=torch.float64
-    )
+    q, k = torch.randn(4, 3, 8, dtype=torch.float64), torch.randn(4, 3, 8, dtype=torch.float64)
     positions = torch.tensor([0, 10, 1000, 1000000])
     q_rot, k_rot = pt.apply_rope(rope, positions, q, k, qkv_format="bshd")
     assert q_rot.dtype == torch.float64
-    torch.testing.assert_close(
-        q_rot, rope_complex(q, positions), rtol=0, atol=1e-12
-    )
-    torch.testing.assert_close(
-        k_rot, rope_complex(k, positions), rtol=0, atol=1e-12
-    )
+    torch.testing.assert_close(q_rot, rope_complex(q, positions), rtol=0, atol=1e-12)
+    torch.testing.assert_close(k_rot, rope_complex(k, positions), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize(
-    "dtype, ulp", [(torch.bfloat16, 2.0**-8), (torch.float16, 2.0**-11)]
-)
+@pytest.mark.parametrize("dtype, ulp", [(torch.bfloat16, 2.0**-8), (torch.float16, 2.0**-11)])
 def test_half_precision_storage_rounds_once(dtype, ulp):
     rope = posenc.Rope.default(8)
     # Hugging Face's [batch, heads, seq, dim] memory: the views are strided,
@@ -122,8 +98,9 @@ def test_half_precision_storage_rounds_once(dtype, ulp):
     q_hf = torch.randn(2, 4, 5, 8).to(dtype)
     k_hf = torch.randn(2, 1, 5, 8).to(dtype)
     positions = torch.tensor([0, 1, 2, 300, 70000])
-    q_rot, k_rot = pt.apply_rope(rope, positions, q_hf.transpose(1, 2), k_hf.transpose(1, 2),
-        qkv_format="bshd")
+    q_rot, k_rot = pt.apply_rope(
+        rope, positions, q_hf.transpose(1, 2), k_hf.transpose(1, 2), qkv_format="bshd"
+    )
     assert q_rot.dtype == dtype and q_rot.transpose(1, 2).is_contiguous()
     for rotated, original in ((q_rot, q_hf), (k_rot, k_hf)):
         exact = rope_rotate_half(original.transpose(1, 2), positions, 8)
@@ -147,17 +124,11 @@ def test_backward_matches_autograd_of_the_plain_implementation():
         (rope_rotate_half(q_ref, positions, 16) * weight_q).sum()
         + (rope_rotate_half(k_ref, positions, 16) * weight_k).sum()
     ).backward()
-    torch.testing.assert_close(
-        q.grad.double(), q_ref.grad, rtol=1e-5, atol=1e-5
-    )
-    torch.testing.assert_close(
-        k.grad.double(), k_ref.grad, rtol=1e-5, atol=1e-5
-    )
+    torch.testing.assert_close(q.grad.double(), q_ref.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(k.grad.double(), k_ref.grad, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "layout", [posenc.RopeLayout.HALF_SPLIT, posenc.RopeLayout.INTERLEAVED]
-)
+@pytest.mark.parametrize("layout", [posenc.RopeLayout.HALF_SPLIT, posenc.RopeLayout.INTERLEAVED])
 def test_gradcheck_rope_in_double(layout):
     # A scaled, partial rotary: attention_factor != 1 makes the backward a
     # transpose, not an undo.
@@ -183,9 +154,7 @@ def test_rotary_embedding_module():
         rtol=1e-5,
         atol=1e-5,
     )
-    torch.testing.assert_close(
-        module.inv_freq, inv_freq(8, 100.0), rtol=1e-15, atol=0
-    )
+    torch.testing.assert_close(module.inv_freq, inv_freq(8, 100.0), rtol=1e-15, atol=0)
     assert list(module.parameters()) == []
 
 
@@ -204,8 +173,7 @@ def test_numpy_and_torch_agree():
     [
         (
             lambda q, k, p: (q.int(), k.int(), p),
-            "[rope] q must have dtype float32, float64, bfloat16, float16, "
-            "got int32",
+            "[rope] q must have dtype float32, float64, bfloat16, float16, got int32",
         ),
         (
             lambda q, k, p: (q, k.double(), p),
@@ -261,9 +229,7 @@ def test_sinusoidal_positions_module():
     # PE(1) by hand: frequencies 1, 100^(-2/6), 100^(-4/6).
     w = [1.0, 100.0 ** (-2 / 6), 100.0 ** (-4 / 6)]
     expected = [f(w[j // 2]) for j, f in enumerate([math.sin, math.cos] * 3)]
-    torch.testing.assert_close(
-        values[0, 1], torch.tensor(expected, dtype=torch.float32)
-    )
+    torch.testing.assert_close(values[0, 1], torch.tensor(expected, dtype=torch.float32))
     with pytest.raises(ValueError, match=r"\[sinusoidal\]"):
         module(torch.tensor([-1]))
 
@@ -272,9 +238,7 @@ def test_learned_positions_train_the_library_table(tmp_path):
     module = pt.LearnedPositions(5, 3, seed=11)
     positions = torch.tensor([[4, 0], [4, 2]])
     out = module(positions)
-    torch.testing.assert_close(
-        out, torch.nn.functional.embedding(positions, module.weight)
-    )
+    torch.testing.assert_close(out, torch.nn.functional.embedding(positions, module.weight))
     grad_out = torch.randn(2, 2, 3)
     out.backward(grad_out)
     reference = module.weight.detach().clone().requires_grad_()
@@ -283,18 +247,14 @@ def test_learned_positions_train_the_library_table(tmp_path):
     torch.optim.SGD(module.parameters(), lr=0.5).step()
     expected = reference.detach() - 0.5 * reference.grad
     np.testing.assert_allclose(module.table.table, expected.numpy(), rtol=1e-6)
-    with pytest.raises(
-        ValueError, match=r"must be < max_positions \(5\), got 5"
-    ):
+    with pytest.raises(ValueError, match=r"must be < max_positions \(5\), got 5"):
         module(torch.tensor([5]))
     path = tmp_path / "wpe.npy"
     module.save(path)
     loaded = pt.LearnedPositions.load(path)
     torch.testing.assert_close(loaded.weight, module.weight, rtol=0, atol=0)
     module.double()
-    with pytest.raises(
-        ValueError, match=r"\[learned\] weight must be the library table's own"
-    ):
+    with pytest.raises(ValueError, match=r"\[learned\] weight must be the library table's own"):
         module(positions)
 
 
@@ -318,9 +278,7 @@ def test_gradcheck_learned_lookup():
 def test_alibi_slopes_and_bias():
     torch.testing.assert_close(
         pt.alibi_slopes(4, dtype=torch.float64),
-        torch.tensor(
-            [0.25, 0.0625, 2.0**-6, 2.0**-8], dtype=torch.float64
-        ),
+        torch.tensor([0.25, 0.0625, 2.0**-6, 2.0**-8], dtype=torch.float64),
         rtol=0,
         atol=0,
     )
@@ -328,13 +286,9 @@ def test_alibi_slopes_and_bias():
     bias = pt.alibi_bias(4, queries, keys)
     assert bias.shape == (4, 2, 5) and bias.dtype == torch.float32
     slopes = torch.tensor([0.25, 0.0625, 2.0**-6, 2.0**-8])
-    expected = (
-        -slopes[:, None, None] * (queries[:, None] - keys[None, :]).float()
-    )
+    expected = -slopes[:, None, None] * (queries[:, None] - keys[None, :]).float()
     torch.testing.assert_close(bias, expected, rtol=0, atol=0)
-    assert (
-        pt.alibi_bias(4, queries, dtype=torch.bfloat16).dtype == torch.bfloat16
-    )
+    assert pt.alibi_bias(4, queries, dtype=torch.bfloat16).dtype == torch.bfloat16
     with pytest.raises(ValueError, match=r"\[alibi\] num_heads"):
         pt.alibi_slopes(0)
 
@@ -417,13 +371,12 @@ def test_rotary_embedding_of_a_layer_index():
     q_rot, _ = module(q, q.clone(), torch.tensor([7]))
     want = torch.tensor(golden["layout"]["rotated_q"]["7"], dtype=torch.float32)
     torch.testing.assert_close(q_rot[0], want, atol=2e-6, rtol=0)
-    with pytest.raises(
-        ValueError, match=r"layer must pick a RoPE layer \(layer 3 is nope"
-    ):
+    with pytest.raises(ValueError, match=r"layer must pick a RoPE layer \(layer 3 is nope"):
         pt.RotaryEmbedding.from_hf_config(LLAMA4, layer=3, qkv_format="bshd")
     # A layer type still works.
-    by_type = pt.RotaryEmbedding.from_hf_config(LLAMA4, layer="chunked_attention",
-        qkv_format="bshd")
+    by_type = pt.RotaryEmbedding.from_hf_config(
+        LLAMA4, layer="chunked_attention", qkv_format="bshd"
+    )
     torch.testing.assert_close(by_type.inv_freq, module.inv_freq)
 
 
@@ -437,13 +390,9 @@ def test_rotary_embedding_honours_rotary_offset():
     q = _reference_q(192)
     for position in (7, 1000):
         q_rot, _ = module(q, q.clone(), torch.tensor([position]))
-        want = torch.tensor(
-            golden["layout"]["rotated_q"][str(position)], dtype=torch.float64
-        )
+        want = torch.tensor(golden["layout"]["rotated_q"][str(position)], dtype=torch.float64)
         d = torch.arange(128, 192)
-        order = torch.cat(
-            (torch.arange(128), 128 + (d - 128) // 2 + ((d - 128) % 2) * 32)
-        )
+        order = torch.cat((torch.arange(128), 128 + (d - 128) // 2 + ((d - 128) % 2) * 32))
         torch.testing.assert_close(
             q_rot[0].double(),
             want[:, order],
@@ -455,9 +404,7 @@ def test_rotary_embedding_honours_rotary_offset():
 
 def test_relative_position_bias_buckets_match_hugging_face():
     for name, bidirectional in (("t5_bidirectional", True), ("t5_causal", False)):
-        golden = json.loads(
-            (ROOT / "tests" / "golden" / "t5_buckets" / f"{name}.json").read_text()
-        )
+        golden = json.loads((ROOT / "tests" / "golden" / "t5_buckets" / f"{name}.json").read_text())
         wanted = dict(zip(golden["relative_position"], golden["bucket"]))
         bias = pt.RelativePositionBias(32, 128, 4, bidirectional=bidirectional)
         query = torch.tensor([0, 5, 300, 4000])
@@ -506,9 +453,7 @@ def test_relative_position_bias_gradient_counts_bucket_uses():
     weight = torch.randn(16, 2, dtype=torch.float64, requires_grad=True)
 
     def forward(w):
-        return torch.nn.utils.stateless.functional_call(
-            double, {"weight": w}, (4, 5)
-        )
+        return torch.nn.utils.stateless.functional_call(double, {"weight": w}, (4, 5))
 
     assert forward(weight).dtype == torch.float64
     assert torch.autograd.gradcheck(forward, (weight,))
@@ -535,9 +480,5 @@ def test_relative_position_bias_from_a_t5_config_and_bad_input():
         ValueError, match=r"^\[relative_bias\] query_pos\[0\] must be >= 0, got -1$"
     ):
         pt.RelativePositionBias(32, 128, 4)(torch.tensor([-1]), torch.tensor([0]))
-    with pytest.raises(
-        ValueError, match=r"\[relative_bias\] query_pos must have dtype int64"
-    ):
-        pt.RelativePositionBias(32, 128, 4)(
-            torch.tensor([0.5]), torch.tensor([0])
-        )
+    with pytest.raises(ValueError, match=r"\[relative_bias\] query_pos must have dtype int64"):
+        pt.RelativePositionBias(32, 128, 4)(torch.tensor([0.5]), torch.tensor([0]))

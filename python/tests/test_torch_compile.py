@@ -7,15 +7,14 @@ import importlib.util
 import io
 import pathlib
 
+import posenc
+import posenc.torch as pt
 import pytest
 import torch
+from posenc.torch import _ops
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import make_boxed_func
-
-import posenc
-import posenc.torch as pt
-from posenc.torch import _ops
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -85,8 +84,12 @@ def test_opcheck_rope_in_place(dtype):
 def attention_cases():
     """(name, batch, query_positions, key_positions, key_mask, sinks, options) per case."""
     every = dict(
-        causal=True, alibi=posenc.Alibi(HEADS), rope=ROPES["interleaved_partial"], scale=0.3,
-        window=4, softcap=2.5,
+        causal=True,
+        alibi=posenc.Alibi(HEADS),
+        rope=ROPES["interleaved_partial"],
+        scale=0.3,
+        window=4,
+        softcap=2.5,
     )
     plain = dict(causal=False, alibi=None, rope=None, scale=None, window=0, softcap=0.0)
     causal = dict(plain, causal=True, rope=ROPES["half_split"])
@@ -155,7 +158,11 @@ def test_attention_ops_equal_the_pytorch_definition():
         got = torch.autograd.grad(out, leaves, d_out)
         wide = [t.detach().double().requires_grad_() for t in leaves]
         want_out = posenc._torch_reference.attention(
-            *wide[:3], qpos, kpos, key_mask=mask, sinks=wide[3] if sinks is not None else None,
+            *wide[:3],
+            qpos,
+            kpos,
+            key_mask=mask,
+            sinks=wide[3] if sinks is not None else None,
             **case[-1],
         )
         want = torch.autograd.grad(want_out, wide, d_out.double())

@@ -9,12 +9,11 @@ import math
 import pathlib
 import pickle
 
+import posenc
+import posenc.torch as pt
 import pytest
 import torch
 import torch.fx
-
-import posenc
-import posenc.torch as pt
 from posenc import _torch_reference as reference
 from posenc.torch._tensors import _head_view
 
@@ -148,8 +147,11 @@ def golden(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["nomic_embed_v1_5_dynamic2__seq8192", "phi3_128k_longrope__seq4096",
-     "phi3_128k_longrope__seq4097"],
+    [
+        "nomic_embed_v1_5_dynamic2__seq8192",
+        "phi3_128k_longrope__seq4096",
+        "phi3_128k_longrope__seq4097",
+    ],
 )
 def test_length_dependent_frequencies_follow_the_positions(name):
     g = golden(name)
@@ -160,8 +162,9 @@ def test_length_dependent_frequencies_follow_the_positions(name):
     assert at_length.attention_factor == pytest.approx(g["attention_factor"], rel=1e-15)
     q = torch.randn(3, 1, g["head_dim"])
     fixed = posenc.rope_from_hf_config(g["config_input"], seq_len=g["seq_len"])
-    assert torch.equal(rope(q, positions=positions), pt.apply_rope(fixed, positions, q,
-        qkv_format="bshd"))
+    assert torch.equal(
+        rope(q, positions=positions), pt.apply_rope(fixed, positions, q, qkv_format="bshd")
+    )
     # The same module at a short length uses the construction-time frequencies.
     short = torch.tensor([0, 1, 2])
     assert rope.rope_at(short) == posenc.rope_from_hf_config(g["config_input"])
@@ -191,13 +194,19 @@ def test_left_padding_equals_the_unpadded_rows(dtype):
     mask = torch.tensor([[1] * 7, [0, 0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1]])
     rope = posenc.Rope.default(16, 500.0)
     alibi = posenc.Alibi(4)
-    out = pt.attention(q, k, v, causal=True, rope=rope, alibi=alibi, attention_mask=mask,
-        qkv_format="bshd")
+    out = pt.attention(
+        q, k, v, causal=True, rope=rope, alibi=alibi, attention_mask=mask, qkv_format="bshd"
+    )
     assert out.dtype == dtype
     for b, pad in enumerate([0, 2, 5]):
         alone = pt.attention(
-            q[b, pad:], k[b, pad:], v[b, pad:], causal=True, rope=rope, alibi=alibi,
-                qkv_format="bshd"
+            q[b, pad:],
+            k[b, pad:],
+            v[b, pad:],
+            causal=True,
+            rope=rope,
+            alibi=alibi,
+            qkv_format="bshd",
         )
         assert torch.equal(out[b, pad:], alone)
 
@@ -206,8 +215,9 @@ def test_a_mask_with_gaps_runs_the_definition():
     q, k, v = make_qkv((2,), 6)
     mask = torch.tensor([[1, 0, 1, 1, 0, 1], [1, 1, 1, 1, 1, 1]])
     positions = torch.arange(6)
-    out = pt.attention(q, k, v, positions, positions, causal=True, attention_mask=mask,
-        qkv_format="bshd")
+    out = pt.attention(
+        q, k, v, positions, positions, causal=True, attention_mask=mask, qkv_format="bshd"
+    )
     # Row 0 by hand: only keys 0, 2, 3 and 5 exist.
     kept = torch.tensor([0, 2, 3, 5])
     for i in range(6):
@@ -215,8 +225,10 @@ def test_a_mask_with_gaps_runs_the_definition():
         want = pt.attention(q[0, i : i + 1], k[0, seen], v[0, seen], [i], seen, qkv_format="bshd")
         torch.testing.assert_close(out[0, i : i + 1], want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(
-        out[1], pt.attention(q[1], k[1], v[1], positions, causal=True,
-            qkv_format="bshd"), rtol=1e-6, atol=1e-6
+        out[1],
+        pt.attention(q[1], k[1], v[1], positions, causal=True, qkv_format="bshd"),
+        rtol=1e-6,
+        atol=1e-6,
     )
 
 
@@ -226,8 +238,9 @@ def test_packed_sequences_equal_separate_calls():
     q, k, v = make_qkv((), total)
     cu = torch.tensor([0, 5, 6, 15, 18], dtype=torch.int32)
     rope, alibi = posenc.Rope.default(16), posenc.Alibi(4)
-    out = pt.attention(q, k, v, causal=True, rope=rope, alibi=alibi, window=4, cu_seqlens_q=cu,
-        qkv_format="bshd")
+    out = pt.attention(
+        q, k, v, causal=True, rope=rope, alibi=alibi, window=4, cu_seqlens_q=cu, qkv_format="bshd"
+    )
     for a, b in zip(cu[:-1].tolist(), cu[1:].tolist()):
         alone = pt.attention(
             q[a:b], k[a:b], v[a:b], causal=True, rope=rope, alibi=alibi, window=4, qkv_format="bshd"
@@ -284,7 +297,7 @@ def test_reference_rotation_equals_the_kernel(dtype, rope):
         torch.testing.assert_close(mine, kernel, rtol=0, atol=tol * x.abs().max().item())
     else:  # one rounding of the same float32 value, at most one unit apart
         ulp = (kernel.float() - mine.float()).abs()
-        assert (ulp <= kernel.float().abs() * 2.0 ** -7 + 1e-6).all()
+        assert (ulp <= kernel.float().abs() * 2.0**-7 + 1e-6).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -315,8 +328,9 @@ def test_attention_trains_through_the_definition():
     q, k, v = (t.double().requires_grad_() for t in make_qkv((1,), 4, dim=8))
     rope, alibi = posenc.Rope.default(8), posenc.Alibi(4)
     assert torch.autograd.gradcheck(
-        lambda a, b, c: pt.attention(a, b, c, causal=True, rope=rope, alibi=alibi,
-            qkv_format="bshd"),
+        lambda a, b, c: pt.attention(
+            a, b, c, causal=True, rope=rope, alibi=alibi, qkv_format="bshd"
+        ),
         (q, k, v),
     )
 
@@ -336,8 +350,11 @@ def round_trip(obj):
 def test_schemes_and_modules_pickle_deepcopy_and_save():
     g = golden("nomic_embed_v1_5_dynamic2__seq8192")
     rope = pt.RotaryEmbedding.from_hf_config(g["config_input"], qkv_format="bshd")
-    for scheme in (posenc.Rope.default(8, 500.0), posenc.Alibi(6, max_bias=4.0),
-                   posenc.MRope.sections(posenc.Rope.default(8), [1, 2, 1], False)):
+    for scheme in (
+        posenc.Rope.default(8, 500.0),
+        posenc.Alibi(6, max_bias=4.0),
+        posenc.MRope.sections(posenc.Rope.default(8), [1, 2, 1], False),
+    ):
         assert pickle.loads(pickle.dumps(scheme)) == scheme
         assert copy.deepcopy(scheme) == scheme
     model = torch.nn.ModuleDict({"rope": rope, "plain": pt.RotaryEmbedding(64, qkv_format="bhsd")})
@@ -368,10 +385,12 @@ def test_fake_tensors_give_shapes_without_computing():
     with FakeTensorMode():
         q = torch.empty(1, 6, 4, 16)
         k = torch.empty(1, 6, 2, 16)
-        q_rot, k_rot = pt.apply_rope(posenc.Rope.default(16), torch.arange(6), q, k,
-            qkv_format="bshd")
-        out = pt.attention(q_rot, k_rot, k, causal=True, rope=posenc.Rope.default(16),
-            qkv_format="bshd")
+        q_rot, k_rot = pt.apply_rope(
+            posenc.Rope.default(16), torch.arange(6), q, k, qkv_format="bshd"
+        )
+        out = pt.attention(
+            q_rot, k_rot, k, causal=True, rope=posenc.Rope.default(16), qkv_format="bshd"
+        )
     assert q_rot.shape == q.shape and out.shape == (1, 6, 4, 16)
 
 
@@ -424,26 +443,33 @@ def test_multimodal_modules_take_queries_alone():
             "kv_tokens]), got float32",
         ),
         (
-            lambda q: pt.attention(q, q, q, attention_mask=torch.ones(2, 4, dtype=torch.bool),
-                qkv_format="bshd"),
+            lambda q: pt.attention(
+                q, q, q, attention_mask=torch.ones(2, 4, dtype=torch.bool), qkv_format="bshd"
+            ),
             "[attention] attention_mask.shape must be (*batch, kv_tokens) = (2, 5), got (2, 4)",
         ),
         (
-            lambda q: pt.attention(q[0], q[0], q[0], cu_seqlens_q=torch.tensor([0, 2.0, 5]),
-                qkv_format="bshd"),
+            lambda q: pt.attention(
+                q[0], q[0], q[0], cu_seqlens_q=torch.tensor([0, 2.0, 5]), qkv_format="bshd"
+            ),
             "[attention] cu_seqlens_q must be a 1-D int32 or int64 tensor [segments + 1], "
             "got (3,) float32",
         ),
         (
             lambda q: pt.attention(
-                q[0], q[0], q[0], cu_seqlens_q=torch.tensor([0, 5]),
-                cu_seqlens_k=torch.tensor([0, 2, 5]), qkv_format="bshd",
+                q[0],
+                q[0],
+                q[0],
+                cu_seqlens_q=torch.tensor([0, 5]),
+                cu_seqlens_k=torch.tensor([0, 2, 5]),
+                qkv_format="bshd",
             ),
             "[attention] cu_seqlens_k must hold as many segments as cu_seqlens_q (1), got 2",
         ),
         (
-            lambda q: pt.attention(q[0], q[0], q[0], cu_seqlens_k=torch.tensor([0, 5]),
-                qkv_format="bshd"),
+            lambda q: pt.attention(
+                q[0], q[0], q[0], cu_seqlens_k=torch.tensor([0, 5]), qkv_format="bshd"
+            ),
             "[attention] cu_seqlens_k must come with cu_seqlens_q, got alone",
         ),
         (
@@ -480,12 +506,15 @@ def test_packed_decode_steps_align_queries_after_their_keys():
     k, v = torch.randn(7, 2, 16), torch.randn(7, 2, 16)
     cu_q, cu_k = torch.tensor([0, 1, 3]), torch.tensor([0, 3, 7])
     rope = posenc.Rope.default(16)
-    out = pt.attention(q, k, v, causal=True, rope=rope, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-        qkv_format="bshd")
-    assert torch.equal(out[0:1], pt.attention(q[0:1], k[0:3], v[0:3], causal=True, rope=rope,
-        qkv_format="bshd"))
-    assert torch.equal(out[1:3], pt.attention(q[1:3], k[3:7], v[3:7], causal=True, rope=rope,
-        qkv_format="bshd"))
+    out = pt.attention(
+        q, k, v, causal=True, rope=rope, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, qkv_format="bshd"
+    )
+    assert torch.equal(
+        out[0:1], pt.attention(q[0:1], k[0:3], v[0:3], causal=True, rope=rope, qkv_format="bshd")
+    )
+    assert torch.equal(
+        out[1:3], pt.attention(q[1:3], k[3:7], v[3:7], causal=True, rope=rope, qkv_format="bshd")
+    )
 
 
 def test_multimodal_rope_on_hugging_face_layout_and_elsewhere():
@@ -526,7 +555,8 @@ def test_torch_fx_traces_multimodal_rope():
     q, k = torch.randn(1, 4, 6, 16), torch.randn(1, 2, 6, 16)
     position_ids = torch.randint(0, 20, (3, 1, 6))
     patches, grid = torch.randn(4, 1, 8), torch.tensor([[0, 0, 1, 1], [0, 1, 0, 1]])
-    for got, want in zip(traced(q, k, position_ids, patches, grid),
-                         block(q, k, position_ids, patches, grid)):
+    for got, want in zip(
+        traced(q, k, position_ids, patches, grid), block(q, k, position_ids, patches, grid)
+    ):
         assert torch.equal(got, want)
     assert "_module_mrope" in traced.code and "_module_vision_rope" in traced.code

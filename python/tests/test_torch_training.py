@@ -7,11 +7,10 @@ numpy bindings' contract, and a short AdamW run."""
 import math
 
 import numpy as np
-import pytest
-import torch
-
 import posenc
 import posenc.torch as pt
+import pytest
+import torch
 from posenc import _core
 from posenc import _torch_reference as reference
 
@@ -94,11 +93,10 @@ CASES = {
     "alibi": dict(causal=True, alibi=posenc.Alibi(HEADS)),
     "rope_half_split": dict(causal=True, rope=ROPE_HALF),
     "rope_interleaved_partial": dict(causal=True, rope=ROPE_PARTIAL),
-    "rope_module": dict(causal=True, rope=pt.RotaryEmbedding(DIM, layout="interleaved",
-        qkv_format="bshd")),
-    "everything": dict(
-        causal=True, window=5, alibi=posenc.Alibi(HEADS), rope=ROPE_HALF, scale=0.3
+    "rope_module": dict(
+        causal=True, rope=pt.RotaryEmbedding(DIM, layout="interleaved", qkv_format="bshd")
     ),
+    "everything": dict(causal=True, window=5, alibi=posenc.Alibi(HEADS), rope=ROPE_HALF, scale=0.3),
 }
 
 
@@ -167,7 +165,11 @@ def test_a_query_that_sees_no_key_gives_zero_gradients(calls):
     assert torch.equal(out[:2], torch.zeros_like(out[:2]))
     assert torch.equal(q.grad[:2], torch.zeros_like(q.grad[:2]))
     _, want = reference_grads(
-        (q, k, v), torch.ones(4, HEADS, DIM), "bshd", query_positions, key_positions,
+        (q, k, v),
+        torch.ones(4, HEADS, DIM),
+        "bshd",
+        query_positions,
+        key_positions,
         causal=True,
     )
     check_close((q.grad, k.grad, v.grad), want, torch.float32)
@@ -189,13 +191,15 @@ def test_padding_mask_of_intervals_and_packed_sequences_run_the_kernel(calls):
 
     packed = leaves((), 12, 12, torch.float32)
     cu_seqlens = torch.tensor([0, 5, 12], dtype=torch.int32)
-    out = pt.attention(*packed, causal=True, alibi=posenc.Alibi(HEADS), cu_seqlens_q=cu_seqlens,
-        qkv_format="bshd")
+    out = pt.attention(
+        *packed, causal=True, alibi=posenc.Alibi(HEADS), cu_seqlens_q=cu_seqlens, qkv_format="bshd"
+    )
     got = torch.autograd.grad(out, packed, d_out[0, :1].expand(12, HEADS, DIM))
     assert calls.backward == 4
     wide = [t.detach().double().requires_grad_() for t in packed]
-    want_out = pt.attention(*wide, causal=True, alibi=posenc.Alibi(HEADS), cu_seqlens_q=cu_seqlens,
-        qkv_format="bshd")
+    want_out = pt.attention(
+        *wide, causal=True, alibi=posenc.Alibi(HEADS), cu_seqlens_q=cu_seqlens, qkv_format="bshd"
+    )
     want = torch.autograd.grad(want_out, wide, d_out[0, :1].expand(12, HEADS, DIM).double())
     check_close(got, want, torch.float32)
 
@@ -350,29 +354,45 @@ def test_attention_backward_messages_name_the_argument():
     q, k, v = numpy_qkv()
     positions = np.arange(6)
     out, lse = posenc.attention_forward(q, k, v, positions)
-    with pytest.raises(posenc.Error, match=r"\[attention_backward\] d_out.shape must be "
-                       r"\(2, 6, 4, 16\) .*got \(2, 6, 4, 8\)"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"\[attention_backward\] d_out.shape must be "
+        r"\(2, 6, 4, 16\) .*got \(2, 6, 4, 8\)",
+    ):
         posenc.attention_backward(q, k, v, positions, out=out, lse=lse, d_out=out[..., :8])
-    with pytest.raises(posenc.Error, match=r"\[attention_backward\] lse must have dtype "
-                       "float32, got float64"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"\[attention_backward\] lse must have dtype "
+        "float32, got float64",
+    ):
         posenc.attention_backward(
             q, k, v, positions, out=out, lse=lse.astype(np.float64), d_out=out
         )
     with pytest.raises(posenc.Error, match=r"\[attention_backward\] lse must be C-contiguous"):
         wide = np.zeros((2, 6, HEADS * 2), np.float32)[..., ::2]
         posenc.attention_backward(q, k, v, positions, out=out, lse=wide, d_out=out)
-    with pytest.raises(posenc.Error, match=r"\[attention_forward\] v.shape\[:-3\] must equal "
-                       r"q's batch dims \(2,\), got \(1,\)"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"\[attention_forward\] v.shape\[:-3\] must equal "
+        r"q's batch dims \(2,\), got \(1,\)",
+    ):
         posenc.attention_forward(q, k, v[:1], positions)
     # Every batch element is validated before any runs; the message names the entry.
     bad = np.stack([positions, positions - 10])
-    with pytest.raises(posenc.Error, match=r"^\[attention_forward\] query_positions\[1\]\[0\] "
-                       r"must be >= 0, got -10$"):
+    with pytest.raises(
+        posenc.Error,
+        match=r"^\[attention_forward\] query_positions\[1\]\[0\] "
+        r"must be >= 0, got -10$",
+    ):
         posenc.attention_forward(q, k, v, bad, np.stack([positions, positions]))
-    with pytest.raises(posenc.Error, match=r"^\[attention_backward\] query_positions\[1\]\[0\] "
-                       r"must be >= 0, got -10$"):
-        posenc.attention_backward(q, k, v, bad, np.stack([positions, positions]), out=out,
-                                  lse=lse, d_out=out)
+    with pytest.raises(
+        posenc.Error,
+        match=r"^\[attention_backward\] query_positions\[1\]\[0\] "
+        r"must be >= 0, got -10$",
+    ):
+        posenc.attention_backward(
+            q, k, v, bad, np.stack([positions, positions]), out=out, lse=lse, d_out=out
+        )
 
 
 # A short training run.
@@ -395,8 +415,9 @@ class TinyAttention(torch.nn.Module):
 
 
 def kernel_attend(q, k, v):
-    return pt.attention(q, k, v, causal=True, rope=ROPE_HALF, alibi=posenc.Alibi(HEADS),
-        qkv_format="bshd")
+    return pt.attention(
+        q, k, v, causal=True, rope=ROPE_HALF, alibi=posenc.Alibi(HEADS), qkv_format="bshd"
+    )
 
 
 def reference_attend(q, k, v):

@@ -13,6 +13,8 @@ import copy
 import json
 import pathlib
 
+import posenc
+import posenc.transformers as ptf
 import pytest
 import torch
 import transformers
@@ -27,9 +29,6 @@ from transformers.masking_utils import (
     sliding_window_causal_mask_function,
 )
 
-import posenc
-import posenc.transformers as ptf
-
 TRANSFORMERS_VERSION = "5.23.0"
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "configs"
 
@@ -39,8 +38,15 @@ ptf.register()
 # initializer range is 0.1 (published: 0.02) so that random q.k scores spread over a few units
 # and attention is far from uniform: a wrong mask or a missing softcap or sink shows in the logits.
 SMALL = dict(
-    hidden_size=64, intermediate_size=128, num_hidden_layers=2, head_dim=16, vocab_size=128,
-    initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    head_dim=16,
+    vocab_size=128,
+    initializer_range=0.1,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
 )
 
 
@@ -64,8 +70,9 @@ def llama31():
 def qwen25():
     # tests/configs/qwen2.5-7b-instruct-yarn.json (Qwen/Qwen2.5-7B-Instruct with the model card's
     # YaRN snippet, 28/4 heads): heads 4/2.
-    return _config(_published("qwen2.5-7b-instruct-yarn.json"), num_attention_heads=4,
-                   num_key_value_heads=2)
+    return _config(
+        _published("qwen2.5-7b-instruct-yarn.json"), num_attention_heads=4, num_key_value_heads=2
+    )
 
 
 def gemma2():
@@ -76,14 +83,27 @@ def gemma2():
     # softcap is 5 (published 50) so that the shrunk model's scores, which stay within a few
     # units, are actually capped.
     published = dict(
-        model_type="gemma2", attention_bias=False, attention_dropout=0.0,
-        attn_logit_softcapping=50.0, cache_implementation="hybrid",
-        final_logit_softcapping=30.0, hidden_activation="gelu_pytorch_tanh",
-        max_position_embeddings=8192, query_pre_attn_scalar=256, rms_norm_eps=1e-06,
-        rope_theta=10000.0, sliding_window=4096,
+        model_type="gemma2",
+        attention_bias=False,
+        attention_dropout=0.0,
+        attn_logit_softcapping=50.0,
+        cache_implementation="hybrid",
+        final_logit_softcapping=30.0,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=8192,
+        query_pre_attn_scalar=256,
+        rms_norm_eps=1e-06,
+        rope_theta=10000.0,
+        sliding_window=4096,
     )
-    return _config(published, num_attention_heads=4, num_key_value_heads=2,
-                   query_pre_attn_scalar=16, sliding_window=6, attn_logit_softcapping=5.0)
+    return _config(
+        published,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        query_pre_attn_scalar=16,
+        sliding_window=6,
+        attn_logit_softcapping=5.0,
+    )
 
 
 def gemma3():
@@ -93,16 +113,30 @@ def gemma3():
     # head_dim 16, window 6, 4 layers typed as the published pattern's last four (3 sliding, 1
     # full).
     published = dict(
-        model_type="gemma3_text", attention_bias=False, attention_dropout=0.0,
-        attn_logit_softcapping=None, final_logit_softcapping=None,
-        hidden_activation="gelu_pytorch_tanh", max_position_embeddings=131072,
-        query_pre_attn_scalar=256, rms_norm_eps=1e-06, rope_local_base_freq=10000.0,
-        rope_scaling={"factor": 8.0, "rope_type": "linear"}, rope_theta=1000000.0,
-        sliding_window=1024, sliding_window_pattern=6,
+        model_type="gemma3_text",
+        attention_bias=False,
+        attention_dropout=0.0,
+        attn_logit_softcapping=None,
+        final_logit_softcapping=None,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=131072,
+        query_pre_attn_scalar=256,
+        rms_norm_eps=1e-06,
+        rope_local_base_freq=10000.0,
+        rope_scaling={"factor": 8.0, "rope_type": "linear"},
+        rope_theta=1000000.0,
+        sliding_window=1024,
+        sliding_window_pattern=6,
     )
-    return _config(published, num_attention_heads=4, num_key_value_heads=2,
-                   query_pre_attn_scalar=16, sliding_window=6, num_hidden_layers=4,
-                   layer_types=["sliding_attention"] * 3 + ["full_attention"])
+    return _config(
+        published,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        query_pre_attn_scalar=16,
+        sliding_window=6,
+        num_hidden_layers=4,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+    )
 
 
 PHI3_ORIGINAL = 16
@@ -121,15 +155,25 @@ def phi3():
     for key in ("short_factor", "long_factor"):
         scaling[key] = scaling[key][::6]
     fields["rope_scaling"] = scaling
-    return _config(fields, num_attention_heads=4, num_key_value_heads=4,
-                   original_max_position_embeddings=PHI3_ORIGINAL, max_position_embeddings=512)
+    return _config(
+        fields,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        original_max_position_embeddings=PHI3_ORIGINAL,
+        max_position_embeddings=512,
+    )
 
 
 def mistral():
     # mistralai/Mistral-7B-v0.1's config.json (32/8 heads, sliding_window 4096, theta 1e4),
     # written here from the published file: heads 4/1, window 6 (shorter than the prompts).
-    published = dict(model_type="mistral", max_position_embeddings=32768, rms_norm_eps=1e-05,
-                     rope_theta=10000.0, sliding_window=4096)
+    published = dict(
+        model_type="mistral",
+        max_position_embeddings=32768,
+        rms_norm_eps=1e-05,
+        rope_theta=10000.0,
+        sliding_window=4096,
+    )
     return _config(published, num_attention_heads=4, num_key_value_heads=1, sliding_window=6)
 
 
@@ -137,15 +181,26 @@ def gpt_oss():
     # tests/configs/gpt-oss-20b.json (openai/gpt-oss-20b: yarn RoPE, 64/8 heads, head_dim 64,
     # learned sinks; the class's layer_types alternate sliding (128) and full, 32 experts, 4 per
     # token): heads 4/2, window 6, 4 experts, 2 per token.
-    return _config(_published("gpt-oss-20b.json"), num_attention_heads=4, num_key_value_heads=2,
-                   sliding_window=6, num_local_experts=4, num_experts_per_tok=2)
+    return _config(
+        _published("gpt-oss-20b.json"),
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=6,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+    )
 
 
 def smollm3():
     # tests/configs/real/smollm3-3b-base.json (HuggingFaceTB/SmolLM3-3B-Base: every fourth layer
     # NoPE, 16/4 heads, 36 layers): heads 4/1, 4 layers (the fourth NoPE).
-    return _config(_published("real/smollm3-3b-base.json"), num_attention_heads=4,
-                   num_key_value_heads=1, num_hidden_layers=4, pretraining_tp=1)
+    return _config(
+        _published("real/smollm3-3b-base.json"),
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        num_hidden_layers=4,
+        pretraining_tp=1,
+    )
 
 
 def qwen2_vl():
@@ -155,10 +210,16 @@ def qwen2_vl():
     # Text-only input: the vision tower is built but not run.
     fields = _published("real/qwen2_vl-qwen2-vl-7b-instruct.json")
     fields["rope_scaling"] = dict(fields["rope_scaling"], mrope_section=[2, 3, 3])
-    fields["vision_config"] = dict(fields["vision_config"], depth=1, embed_dim=32, num_heads=2,
-                                   hidden_size=64)
-    ids = dict(vision_start_token_id=120, vision_end_token_id=121, vision_token_id=122,
-               image_token_id=123, video_token_id=124)
+    fields["vision_config"] = dict(
+        fields["vision_config"], depth=1, embed_dim=32, num_heads=2, hidden_size=64
+    )
+    ids = dict(
+        vision_start_token_id=120,
+        vision_end_token_id=121,
+        vision_token_id=122,
+        image_token_id=123,
+        video_token_id=124,
+    )
     fields.update(ids)
     return _config(fields, num_attention_heads=4, num_key_value_heads=2)
 
@@ -170,10 +231,19 @@ def llama4():
     # 4/1, 4 layers (the fourth NoPE), chunks of 4, floor_scale 4, 4 experts; its printed
     # attn_temperature_tuning 4 written true (the class takes a bool; later files say true).
     fields = dict(_published("real/llama4-scout-17b-16e.json")["text_config"])
-    return _config(fields, num_attention_heads=4, num_key_value_heads=1, num_hidden_layers=4,
-                   no_rope_layers=[1, 1, 1, 0], moe_layers=[0, 1, 2, 3], num_local_experts=4,
-                   intermediate_size_mlp=128, attention_chunk_size=4, floor_scale=4,
-                   attn_temperature_tuning=True)
+    return _config(
+        fields,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        num_hidden_layers=4,
+        no_rope_layers=[1, 1, 1, 0],
+        moe_layers=[0, 1, 2, 3],
+        num_local_experts=4,
+        intermediate_size_mlp=128,
+        attention_chunk_size=4,
+        floor_scale=4,
+        attn_temperature_tuning=True,
+    )
 
 
 MODELS = {
@@ -200,10 +270,12 @@ def model_of(name):
         torch.manual_seed(0)
         if config.model_type == "qwen2_vl":
             model = Qwen2VLForConditionalGeneration._from_config(
-                config, attn_implementation=reference, dtype=torch.float32)
+                config, attn_implementation=reference, dtype=torch.float32
+            )
         else:
-            model = AutoModelForCausalLM.from_config(config, attn_implementation=reference,
-                                                     dtype=torch.float32)
+            model = AutoModelForCausalLM.from_config(
+                config, attn_implementation=reference, dtype=torch.float32
+            )
         if hasattr(config, "num_local_experts"):
             # gpt-oss's sinks start near 0 (std 0.02): spread them so that they weigh.
             with torch.no_grad():
@@ -310,8 +382,7 @@ def test_training_step(name):
     for impl in (reference_of(name), "posenc"):
         model.zero_grad()
         run(model, impl, ids, mask, labels=labels).loss.backward()
-        grads[impl] = {n: p.grad.clone() for n, p in model.named_parameters()
-                       if p.grad is not None}
+        grads[impl] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     expect, got = grads.values()
     assert got.keys() == expect.keys()
     assert len(got) == sum(1 for p in model.parameters() if p.requires_grad) - unused(name)
@@ -329,13 +400,17 @@ def unused(name):
     return sum(1 for p in model_of(name).model.visual.parameters())
 
 
-
 def test_generate_static_cache():
     # A pre-allocated cache: the keys include empty slots, which the model's mask hides.
     model = model_of("llama3.1")
     ids, mask = batch(12)
-    settings = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0,
-                    cache_implementation="static")
+    settings = dict(
+        max_new_tokens=32,
+        min_new_tokens=32,
+        do_sample=False,
+        pad_token_id=0,
+        cache_implementation="static",
+    )
     tokens = []
     for impl in ("sdpa", "posenc"):
         model.set_attn_implementation(impl)
@@ -367,8 +442,10 @@ class _Layer(torch.nn.Module):
 def _qkv(batch_size, q_tokens, kv_tokens, heads=4, groups=2, dim=8):
     generator = torch.Generator().manual_seed(2)
     q = torch.randn(batch_size, heads, q_tokens, dim, generator=generator)
-    k, v = (torch.randn(batch_size, heads // groups, kv_tokens, dim, generator=generator)
-            for _ in range(2))
+    k, v = (
+        torch.randn(batch_size, heads // groups, kv_tokens, dim, generator=generator)
+        for _ in range(2)
+    )
     return q, k, v
 
 
@@ -376,31 +453,50 @@ PADDING = torch.tensor([[1] * 10, [0, 0, 0] + [1] * 7, [0] * 6 + [1] * 4], dtype
 MASKS = {
     # name: the mask builder's arguments (q, kv, offsets, pattern, padding)
     "causal, left padding": dict(q_length=10, kv_length=10, attention_mask=PADDING),
-    "causal, right padding": dict(q_length=10, kv_length=10,
-                                  attention_mask=PADDING.flip(-1)),
+    "causal, right padding": dict(q_length=10, kv_length=10, attention_mask=PADDING.flip(-1)),
     "sliding window 3, left padding": dict(
-        q_length=10, kv_length=10, attention_mask=PADDING,
-        mask_function=sliding_window_causal_mask_function(3)),
+        q_length=10,
+        kv_length=10,
+        attention_mask=PADDING,
+        mask_function=sliding_window_causal_mask_function(3),
+    ),
     "chunks of 4, left padding": dict(
-        q_length=10, kv_length=10, attention_mask=PADDING,
-        mask_function=chunked_causal_mask_function(4, torch.tensor([0, 3, 6]))),
-    "decode step": dict(q_length=1, kv_length=10, q_offset=9, kv_offset=0,
-                        attention_mask=PADDING),
+        q_length=10,
+        kv_length=10,
+        attention_mask=PADDING,
+        mask_function=chunked_causal_mask_function(4, torch.tensor([0, 3, 6])),
+    ),
+    "decode step": dict(q_length=1, kv_length=10, q_offset=9, kv_offset=0, attention_mask=PADDING),
     "static cache, 3 new tokens": dict(
-        q_length=3, kv_length=16, q_offset=7, attention_mask=PADDING,
-        allow_is_causal_skip=False),
+        q_length=3, kv_length=16, q_offset=7, attention_mask=PADDING, allow_is_causal_skip=False
+    ),
     "sliding window cache": dict(
-        q_length=2, kv_length=5, q_offset=8, kv_offset=5, attention_mask=PADDING,
-        mask_function=sliding_window_causal_mask_function(4)),
+        q_length=2,
+        kv_length=5,
+        q_offset=8,
+        kv_offset=5,
+        attention_mask=PADDING,
+        mask_function=sliding_window_causal_mask_function(4),
+    ),
     "packed sequences": dict(  # create_causal_mask turns the skip off for them
-        q_length=10, kv_length=10, allow_is_causal_skip=False,
-        mask_function=and_masks(causal_mask_function, packed_sequence_mask_function(
-            torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, 2, 2]] * 3)))),
-    "bidirectional, padding": dict(q_length=10, kv_length=10, attention_mask=PADDING,
-                                   mask_function=lambda b, h, q, kv: q >= 0),
+        q_length=10,
+        kv_length=10,
+        allow_is_causal_skip=False,
+        mask_function=and_masks(
+            causal_mask_function,
+            packed_sequence_mask_function(torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, 2, 2]] * 3)),
+        ),
+    ),
+    "bidirectional, padding": dict(
+        q_length=10, kv_length=10, attention_mask=PADDING, mask_function=lambda b, h, q, kv: q >= 0
+    ),
     # Any interval per row is taken: here the first key moves back and forth (one call per row).
-    "first key 0, 1, 0, 1, ...": dict(q_length=10, kv_length=10, allow_is_causal_skip=False,
-                                      mask_function=lambda b, h, q, kv: (kv >= q % 2) & (kv <= q)),
+    "first key 0, 1, 0, 1, ...": dict(
+        q_length=10,
+        kv_length=10,
+        allow_is_causal_skip=False,
+        mask_function=lambda b, h, q, kv: (kv >= q % 2) & (kv <= q),
+    ),
 }
 
 
@@ -410,7 +506,8 @@ SKIPPED = {
     "no padding": dict(q_length=10, kv_length=10),
     "decode step, no padding": dict(q_length=1, kv_length=10, q_offset=9),
     "prefill of an empty static cache": dict(
-        q_length=4, kv_length=16, attention_mask=torch.arange(16).expand(3, 16) < 4),
+        q_length=4, kv_length=16, attention_mask=torch.arange(16).expand(3, 16) < 4
+    ),
 }
 
 
@@ -439,8 +536,11 @@ def test_masks_posenc_cannot_express_are_refused():
     causal = sdpa_mask(batch_size=3, q_length=10, kv_length=10, allow_is_causal_skip=False)
     holed = causal.clone()
     holed[1, 0, 6, 2] = False  # row 6 of batch row 1 sees keys 0, 1, 3 .. 6
-    _refused(r"attention_mask\[1, :, 6\] must see one interval of keys .* got keys "
-             r"\[0, 1, 3, 4, 5, 6\]", holed)
+    _refused(
+        r"attention_mask\[1, :, 6\] must see one interval of keys .* got keys "
+        r"\[0, 1, 3, 4, 5, 6\]",
+        holed,
+    )
     per_head = causal.expand(3, 4, 10, 10).clone()
     per_head[:, 1, 5, 0] = False
     _refused("must be the same for every head", per_head)
@@ -451,8 +551,9 @@ def test_masks_posenc_cannot_express_are_refused():
 
 def test_the_same_masks_in_eager_form_are_taken():
     # eager's mask: 0 where seen, the dtype's minimum where not; and -inf.
-    causal = sdpa_mask(batch_size=3, q_length=10, kv_length=10, attention_mask=PADDING,
-                       allow_is_causal_skip=False)
+    causal = sdpa_mask(
+        batch_size=3, q_length=10, kv_length=10, attention_mask=PADDING, allow_is_causal_skip=False
+    )
     q, k, v = _qkv(3, 10, 10)
     expect, _ = ptf.attention_forward(_Layer(), q, k, v, causal)
     for hidden in (torch.finfo(torch.float32).min, float("-inf")):
@@ -495,10 +596,13 @@ def test_qwen2_vl_with_an_image():
     ids, mask = ids[:2].clone(), mask[:2]
     ids[:, 5:11] = torch.tensor([120, 123, 123, 123, 123, 121])  # vision start, image, end
     config = model.config.vision_config
-    features = config.in_channels * config.temporal_patch_size * config.patch_size ** 2
+    features = config.in_channels * config.temporal_patch_size * config.patch_size**2
     pixels = torch.randn(2 * 16, features, generator=torch.Generator().manual_seed(3))
-    image = dict(pixel_values=pixels, image_grid_thw=torch.tensor([[1, 4, 4], [1, 4, 4]]),
-                 mm_token_type_ids=(ids == 123).long())  # text 0, image 1, as the processor
+    image = dict(
+        pixel_values=pixels,
+        image_grid_thw=torch.tensor([[1, 4, 4], [1, 4, 4]]),
+        mm_token_type_ids=(ids == 123).long(),
+    )  # text 0, image 1, as the processor
     kept = mask.bool()
     with torch.no_grad():
         expect = run(model, "sdpa", ids, mask, **image).logits[kept]

@@ -48,9 +48,7 @@ ModelPositions LoadModelPositions(const std::filesystem::path& path) {
   }
 }
 
-PositionScheme ParseHfConfig(std::string_view json_text) {
-  return DescribeModel(json_text).scheme;
-}
+PositionScheme ParseHfConfig(std::string_view json_text) { return DescribeModel(json_text).scheme; }
 
 PositionScheme LoadHfConfig(const std::filesystem::path& path) {
   return LoadModelPositions(path).scheme;

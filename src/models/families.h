@@ -16,13 +16,13 @@ namespace posenc::hf_json {
 enum class PositionKind {
   kRopeIfRopeKeys,  // not a family posenc names: RoPE when the config has RoPE keys
   kRope,
-  kRopeOrAlibi,     // Falcon: RoPE, or ALiBi when "alibi" is true
-  kBaichuan,        // RoPE for the 7B models, ALiBi for the 13B ones (their remote code)
-  kAlibi,           // BLOOM: ALiBi over n_head (num_attention_heads)
-  kMptAlibi,        // MPT: ALiBi from attn_config
-  kLearned,         // learned absolute positions
-  kRelativeBias,    // T5's relative buckets
-  kNoPositions,     // state-space models: attention layers, if any, without positions
+  kRopeOrAlibi,   // Falcon: RoPE, or ALiBi when "alibi" is true
+  kBaichuan,      // RoPE for the 7B models, ALiBi for the 13B ones (their remote code)
+  kAlibi,         // BLOOM: ALiBi over n_head (num_attention_heads)
+  kMptAlibi,      // MPT: ALiBi from attn_config
+  kLearned,       // learned absolute positions
+  kRelativeBias,  // T5's relative buckets
+  kNoPositions,   // state-space models: attention layers, if any, without positions
 };
 
 // Learned absolute positions: which keys give the table's length and width.
@@ -47,8 +47,8 @@ enum class KeyValueHeadsKey {
 
 // Which features pair up for a rotation.
 enum class PairLayout {
-  kHalfSplit,         // (i, i + d/2): the rotate_half of Llama
-  kInterleaved,       // (2i, 2i + 1)
+  kHalfSplit,                             // (i, i + d/2): the rotate_half of Llama
+  kInterleaved,                           // (2i, 2i + 1)
   kInterleavedUnlessRopeInterleaveFalse,  // DeepSeek V3's rope_interleave (default true)
 };
 
@@ -63,9 +63,9 @@ enum class PartialRotary {
 
 // Where rope_theta comes from, besides rope_parameters / rope_theta.
 enum class ThetaKey {
-  kRopeTheta,        // rope_theta, else default_theta
-  kRopeRatio,        // ChatGLM: 10000 x rope_ratio
-  kRotaryEmbBase,    // GPT-NeoX: rope_theta, else rotary_emb_base (its rotary_pct is read too)
+  kRopeTheta,      // rope_theta, else default_theta
+  kRopeRatio,      // ChatGLM: 10000 x rope_ratio
+  kRotaryEmbBase,  // GPT-NeoX: rope_theta, else rotary_emb_base (its rotary_pct is read too)
 };
 
 // RoPE settings by layer type besides a per-layer-type rope_parameters.
@@ -91,8 +91,8 @@ enum class LayerPattern {
 // Layers that do not rotate although the model is RoPE.
 enum class NopeLayers {
   kNone,
-  kNoRopeLayers,       // SmolLM3, Llama 4: no_rope_layers (1 = RoPE), or every interval-th
-  kGlobalWithWindow,   // Cohere 2, hybrid EXAONE 4: full layers are NoPE when sliding_window is set
+  kNoRopeLayers,      // SmolLM3, Llama 4: no_rope_layers (1 = RoPE), or every interval-th
+  kGlobalWithWindow,  // Cohere 2, hybrid EXAONE 4: full layers are NoPE when sliding_window is set
 };
 
 // The key that gives sliding layers their window.
@@ -109,14 +109,14 @@ struct ConfigDefault {
 struct Family {
   std::string_view model_type = {};
   std::span<const std::string_view> aliases = {};  // other model_type spellings, read as this one
-  std::string_view alias_origin = {};               // what the aliases are, for the note
+  std::string_view alias_origin = {};              // what the aliases are, for the note
   std::string_view text_model = {};  // a wrapper's text model, for a text_config without model_type
-  std::string_view config_class = {};             // transformers' config class, for notes
+  std::string_view config_class = {};            // transformers' config class, for notes
   std::span<const ConfigDefault> defaults = {};  // its defaults that released configs rely on
 
   PositionKind position = PositionKind::kRope;
   LearnedKeys learned_keys = LearnedKeys::kHidden;
-  int64_t learned_offset = 0;          // OPT: 2
+  int64_t learned_offset = 0;            // OPT: 2
   bool absolute_positions_only = false;  // BERT: position_embedding_type must be "absolute"
   bool bias_in_every_layer = false;      // UMT5: each layer its own relative bias
 
@@ -125,8 +125,8 @@ struct Family {
   PairLayout pairs = PairLayout::kHalfSplit;
   PartialRotary partial_rotary = PartialRotary::kRefusedByDefault;
   ThetaKey theta = ThetaKey::kRopeTheta;
-  double default_theta = 10000.0;        // the config class's rope_theta
-  bool yarn_means_longrope = false;      // Phi-3's legacy rope_scaling type "yarn"
+  double default_theta = 10000.0;    // the config class's rope_theta
+  bool yarn_means_longrope = false;  // Phi-3's legacy rope_scaling type "yarn"
   RopeLayers rope_layers = RopeLayers::kOneSetting;
   bool latent_attention = false;  // DeepSeek's MLA: unrotated qk_nope_head_dim features first
   bool gemma_scores = false;      // query_pre_attn_scalar and attn_logit_softcapping
@@ -136,7 +136,7 @@ struct Family {
   int64_t pattern_offset = 0;  // Jamba's default attn_layer_offset
   NopeLayers nope = NopeLayers::kNone;
   WindowKey window = WindowKey::kSlidingWindow;
-  bool encoder = false;            // keys on both sides of each query
+  bool encoder = false;              // keys on both sides of each query
   bool chunked_rope_layers = false;  // Llama 4: RoPE layers in chunks, NoPE ones with temperature
 
   std::optional<VisionRopeKind> tower = {};   // this model_type names a vision_config's tower

@@ -14,11 +14,16 @@ RopeFrequencies ComputeRopeFrequencies(const RopeLayerScheme& layer,
 
 std::string_view VisionRopeKindName(VisionRopeKind kind) {
   switch (kind) {
-    case VisionRopeKind::kQwen2Vl: return "qwen2_vl";
-    case VisionRopeKind::kQwen25Vl: return "qwen2_5_vl";
-    case VisionRopeKind::kQwen3Vl: return "qwen3_vl";
-    case VisionRopeKind::kPixtral: return "pixtral";
-    case VisionRopeKind::kLlama4: return "llama4";
+    case VisionRopeKind::kQwen2Vl:
+      return "qwen2_vl";
+    case VisionRopeKind::kQwen25Vl:
+      return "qwen2_5_vl";
+    case VisionRopeKind::kQwen3Vl:
+      return "qwen3_vl";
+    case VisionRopeKind::kPixtral:
+      return "pixtral";
+    case VisionRopeKind::kLlama4:
+      return "llama4";
   }
   return "";
 }
@@ -40,9 +45,9 @@ MRope MakeMRope(const RopeScheme& scheme, const RopeLayerScheme& layer,
                 const RopeFrequencyOptions& options) {
   Rope rope = MakeRope(scheme, layer, options);
   if (scheme.mrope_section.empty()) return MRope::OneStream(std::move(rope));
-  return MRope::Sections(std::move(rope), scheme.mrope_section,
-                         scheme.mrope_interleaved ? MropeSections::kInterleaved
-                                                  : MropeSections::kBlocks);
+  return MRope::Sections(
+      std::move(rope), scheme.mrope_section,
+      scheme.mrope_interleaved ? MropeSections::kInterleaved : MropeSections::kBlocks);
 }
 
 MRope MakeVisionRope(const VisionRopeScheme& vision) {

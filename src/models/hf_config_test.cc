@@ -6,8 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -94,8 +94,7 @@ GoldenRun RunGolden(const GoldenCase& c, RopePrecision precision) {
   EXPECT_EQ(run.layer.rotary_dim, run.golden["rotary_dim"].get<int64_t>()) << c.file;
   EXPECT_EQ(RopeTypeName(run.layer.scaling), run.golden["rope_type"].get<std::string>());
   EXPECT_EQ(run.frequencies.inv_freq.size(), run.golden["n_freq"].get<size_t>()) << c.file;
-  EXPECT_NEAR(run.frequencies.attention_factor, run.golden["attention_factor"].get<double>(),
-              1e-12)
+  EXPECT_NEAR(run.frequencies.attention_factor, run.golden["attention_factor"].get<double>(), 1e-12)
       << c.file;
   return run;
 }
@@ -140,8 +139,7 @@ TEST(HfConfigGolden, ReferencePrecisionMatchesHuggingFaceFloat32Bits) {
     for (size_t i = 0; i < hf.size(); ++i) {
       const double ours = run.frequencies.inv_freq[i];
       EXPECT_EQ(ours, static_cast<double>(static_cast<float>(ours)));  // a float32 value
-      EXPECT_LE(std::abs(ours - hf[i]), Float32Ulp(hf[i]))
-          << c.file << " pair " << i;
+      EXPECT_LE(std::abs(ours - hf[i]), Float32Ulp(hf[i])) << c.file << " pair " << i;
       exact_bits += ours == hf[i];
       ++total;
     }
@@ -171,9 +169,10 @@ TEST(HfConfigGolden, DeepSeekSoftmaxScaleMultiplier) {
   config["model_type"] = "deepseek_v3";
   const RopeScheme scheme = ParseRope(config);
   ASSERT_TRUE(scheme.softmax_scale_multiplier.has_value());
-  EXPECT_NEAR(*scheme.softmax_scale_multiplier,
-              golden["softmax_scale_hf"].get<double>() / golden["softmax_scale_plain"].get<double>(),
-              1e-12);
+  EXPECT_NEAR(
+      *scheme.softmax_scale_multiplier,
+      golden["softmax_scale_hf"].get<double>() / golden["softmax_scale_plain"].get<double>(),
+      1e-12);
   // With qk_nope_head_dim 128 + qk_rope_head_dim 64, the golden softmax scale itself.
   config["qk_nope_head_dim"] = 128;
   config["qk_rope_head_dim"] = 64;
@@ -193,8 +192,9 @@ void ExpectApplyMatchesGolden(const std::string& apply_name, const Json& config)
       for (const auto& v : head) q.push_back(v.get<float>());
   const auto tokens = static_cast<int64_t>(g["q"].size());
   const auto heads = static_cast<int64_t>(g["q"][0].size());
-  for (const auto& [layout, column] : {std::pair{RopeLayout::kHalfSplit, "out_neox_f64"},
-                                       std::pair{RopeLayout::kInterleaved, "out_interleaved_f64"}}) {
+  for (const auto& [layout, column] :
+       {std::pair{RopeLayout::kHalfSplit, "out_neox_f64"},
+        std::pair{RopeLayout::kInterleaved, "out_interleaved_f64"}}) {
     RopeScheme with_layout = scheme;
     with_layout.layout = layout;
     const Rope rope = MakeRope(with_layout, with_layout.layers[0]);
@@ -202,10 +202,9 @@ void ExpectApplyMatchesGolden(const std::string& apply_name, const Json& config)
     EXPECT_EQ(rope.attention_factor, g["attention_factor"].get<double>());
     std::vector<float> out(q.size());
     // The double reference twin: the kernels' own float32 tolerance is tested in rope_test.cc.
-    ApplyRopeReference(rope, positions,
-                       Heads<const float>::Dense(q.data(), tokens, heads, rope.head_dim),
-                       Heads<float>::Dense(out.data(), tokens, heads, rope.head_dim),
-                       RopeDirection::kForward);
+    ApplyRopeReference(
+        rope, positions, Heads<const float>::Dense(q.data(), tokens, heads, rope.head_dim),
+        Heads<float>::Dense(out.data(), tokens, heads, rope.head_dim), RopeDirection::kForward);
     size_t e = 0;
     for (const auto& token : g[column])
       for (const auto& head : token)
@@ -245,7 +244,8 @@ TEST(HfConfigModels, RopeModelsGiveTheReferenceDimensions) {
       {"llama2-7b.json", "default", 128, 128, 1e4, 1.0},
       {"llama3.1-8b.json", "llama3", 128, 128, 5e5, 1.0},
       {"qwen2.5-7b-instruct-yarn.json", "yarn", 128, 128, 1e6, 0.1 * std::log(4.0) + 1},
-      {"phi3-128k-longrope.json", "longrope", 96, 96, 1e4, std::sqrt(1 + std::log(32.0) / std::log(4096.0))},
+      {"phi3-128k-longrope.json", "longrope", 96, 96, 1e4,
+       std::sqrt(1 + std::log(32.0) / std::log(4096.0))},
       {"deepseek-v3.json", "yarn", 192, 64, 1e4, 1.0},  // 128 unrotated + 64 rotated
       {"gpt-neox-20b.json", "default", 96, 24, 1e4, 1.0},
       {"phi-2.json", "default", 80, 32, 1e4, 1.0},
@@ -292,12 +292,9 @@ TEST(HfConfigModels, AlibiLearnedAndNone) {
 // Standardization rules and the reference's §10 edge cases.
 
 Json Llama(Json rope_scaling = nullptr) {
-  return Json{{"model_type", "llama"},
-              {"hidden_size", 4096},
-              {"num_attention_heads", 32},
-              {"max_position_embeddings", 4096},
-              {"rope_theta", 10000.0},
-              {"rope_scaling", std::move(rope_scaling)}};
+  return Json{{"model_type", "llama"},     {"hidden_size", 4096},
+              {"num_attention_heads", 32}, {"max_position_embeddings", 4096},
+              {"rope_theta", 10000.0},     {"rope_scaling", std::move(rope_scaling)}};
 }
 
 TEST(HfConfigRules, LegacyRopeScalingReplacesRopeParameters) {
@@ -310,8 +307,8 @@ TEST(HfConfigRules, LegacyRopeScalingReplacesRopeParameters) {
   // rope_type wins over type; rope_theta in the dict wins over the top level.
   config = Llama(nullptr);
   config.erase("rope_scaling");
-  config["rope_parameters"] = {{"rope_type", "linear"}, {"type", "dynamic"}, {"factor", 2.0},
-                               {"rope_theta", 500000.0}};
+  config["rope_parameters"] = {
+      {"rope_type", "linear"}, {"type", "dynamic"}, {"factor", 2.0}, {"rope_theta", 500000.0}};
   const RopeLayerScheme newer = ParseRope(config).layers[0];
   EXPECT_EQ(RopeTypeName(newer.scaling), "linear");
   EXPECT_EQ(newer.rope_theta, 500000.0);
@@ -372,7 +369,9 @@ TEST(HfConfigRules, LlamaDefaultIgnoresPartialRotaryButScaledTypesApplyIt) {
   config["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
   EXPECT_EQ(ParseRope(config).layers[0].rotary_dim, 64);
   // GPT-NeoX's own default applies it; the top level overrides the dict.
-  config = Json{{"model_type", "gpt_neox"}, {"hidden_size", 6144}, {"num_attention_heads", 64},
+  config = Json{{"model_type", "gpt_neox"},
+                {"hidden_size", 6144},
+                {"num_attention_heads", 64},
                 {"rope_parameters", {{"partial_rotary_factor", 0.5}}},
                 {"partial_rotary_factor", 0.25}};
   EXPECT_EQ(ParseRope(config).layers[0].rotary_dim, 24);
@@ -382,8 +381,8 @@ TEST(HfConfigRules, LlamaDefaultIgnoresPartialRotaryButScaledTypesApplyIt) {
 }
 
 TEST(HfConfigRules, OriginalMaxPositionsTopLevelWinsThenDictThenM) {
-  Json config = Llama({{"rope_type", "yarn"}, {"factor", 4.0},
-                       {"original_max_position_embeddings", 2048}});
+  Json config =
+      Llama({{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 2048}});
   EXPECT_EQ(*ParseRope(config).original_max_position_embeddings, 2048);
   config["original_max_position_embeddings"] = 1024;
   EXPECT_EQ(*ParseRope(config).original_max_position_embeddings, 1024);
@@ -400,8 +399,8 @@ TEST(HfConfigRules, YarnFactorExplicitNullAndBetaFalsyDefaults) {
   EXPECT_EQ(yarn.beta_fast, 32.0);
   EXPECT_EQ(yarn.beta_slow, 1.0);
   // Explicit null: M / L0.
-  Json config = Llama({{"rope_type", "yarn"}, {"factor", nullptr},
-                       {"original_max_position_embeddings", 1024}});
+  Json config = Llama(
+      {{"rope_type", "yarn"}, {"factor", nullptr}, {"original_max_position_embeddings", 1024}});
   EXPECT_EQ(std::get<YarnScaling>(ParseRope(config).layers[0].scaling).factor, 4.0);
   // 0 is falsy: the defaults.
   config["rope_scaling"]["beta_fast"] = 0;
@@ -420,10 +419,16 @@ TEST(HfConfigRules, YarnFactorExplicitNullAndBetaFalsyDefaults) {
 
 TEST(HfConfigRules, NestedTruncateIsIgnoredLikeHuggingFace) {
   // ref §10.1: truncate is read from the top level of rope_parameters only.
-  const Json yarn = {{"rope_type", "yarn"}, {"factor", 32.0}, {"rope_theta", 150000.0},
-                     {"original_max_position_embeddings", 4096}, {"truncate", false}};
-  Json flat = {{"model_type", "gpt_oss"}, {"head_dim", 64}, {"num_attention_heads", 64},
-               {"max_position_embeddings", 131072}, {"rope_parameters", yarn}};
+  const Json yarn = {{"rope_type", "yarn"},
+                     {"factor", 32.0},
+                     {"rope_theta", 150000.0},
+                     {"original_max_position_embeddings", 4096},
+                     {"truncate", false}};
+  Json flat = {{"model_type", "gpt_oss"},
+               {"head_dim", 64},
+               {"num_attention_heads", 64},
+               {"max_position_embeddings", 131072},
+               {"rope_parameters", yarn}};
   Json nested = flat;
   nested["rope_parameters"] = {{"full_attention", yarn}, {"sliding_attention", yarn}};
   const RopeScheme flat_scheme = ParseRope(flat), nested_scheme = ParseRope(nested);
@@ -513,8 +518,10 @@ TEST(HfConfigRules, MptAlibiBiasMaxIsReadAndHuggingFacesIgnoringNoted) {
 
 TEST(HfConfigRules, GptJRotatesItsRotaryDimInterleaved) {
   // GPT-J-6B: n_embd 4096 / n_head 16 = 256 per head, rotary_dim 64, pairs (2i, 2i+1).
-  const RopeScheme scheme = ParseRope(Json{{"model_type", "gptj"}, {"n_embd", 4096},
-                                           {"n_head", 16}, {"n_positions", 2048},
+  const RopeScheme scheme = ParseRope(Json{{"model_type", "gptj"},
+                                           {"n_embd", 4096},
+                                           {"n_head", 16},
+                                           {"n_positions", 2048},
                                            {"rotary_dim", 64}});
   EXPECT_EQ(scheme.layers[0].head_dim, 256);
   EXPECT_EQ(scheme.layers[0].rotary_dim, 64);
@@ -524,9 +531,12 @@ TEST(HfConfigRules, GptJRotatesItsRotaryDimInterleaved) {
 }
 
 TEST(HfConfigRules, GemmaThreeLocalBaseGivesTwoLayerTypes) {
-  const Json gemma3 = {{"model_type", "gemma3_text"}, {"head_dim", 256},
-                       {"num_attention_heads", 8}, {"max_position_embeddings", 131072},
-                       {"rope_theta", 1e6}, {"rope_local_base_freq", 1e4},
+  const Json gemma3 = {{"model_type", "gemma3_text"},
+                       {"head_dim", 256},
+                       {"num_attention_heads", 8},
+                       {"max_position_embeddings", 131072},
+                       {"rope_theta", 1e6},
+                       {"rope_local_base_freq", 1e4},
                        {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}};
   const RopeScheme scheme = ParseRope(gemma3);
   ASSERT_EQ(scheme.layers.size(), 2u);
@@ -539,7 +549,9 @@ TEST(HfConfigRules, GemmaThreeLocalBaseGivesTwoLayerTypes) {
 TEST(HfConfigRules, ProportionalPerLayerGemma4) {
   // ref §7: full attention: proportional, p 0.25, theta 1e6; sliding: default, theta 1e4.
   const Json gemma4 = {
-      {"model_type", "gemma4_text"}, {"head_dim", 512}, {"num_attention_heads", 8},
+      {"model_type", "gemma4_text"},
+      {"head_dim", 512},
+      {"num_attention_heads", 8},
       {"max_position_embeddings", 131072},
       {"rope_parameters",
        {{"full_attention",
@@ -580,22 +592,28 @@ TEST(HfConfigErrors, WrongTypesNameTheKey) {
   config = Llama();
   config["head_dim"] = 1e30;
   ExpectError(config.dump(), "[hf_config] head_dim must be an integer in [2, 65536], got 1e+30");
-  config = Llama({{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+  config = Llama({{"rope_type", "llama3"},
+                  {"factor", 8.0},
+                  {"low_freq_factor", 4.0},
                   {"high_freq_factor", 1.0}});
-  ExpectError(config.dump(), "[hf_config] rope_scaling.high_freq_factor must be a number >= "
-                             "low_freq_factor (4) (required by rope_type \"llama3\"), got 1.0");
+  ExpectError(config.dump(),
+              "[hf_config] rope_scaling.high_freq_factor must be a number >= "
+              "low_freq_factor (4) (required by rope_type \"llama3\"), got 1.0");
   config = testing_support::ReadJsonFile(ConfigPath("phi3-128k-longrope.json"));
   config["rope_scaling"]["short_factor"].erase(0);
-  ExpectErrorContaining(config.dump(), "[hf_config] rope_scaling.short_factor must be a list of "
-                                       "rotary_dim / 2 = 48 numbers > 0");
+  ExpectErrorContaining(config.dump(),
+                        "[hf_config] rope_scaling.short_factor must be a list of "
+                        "rotary_dim / 2 = 48 numbers > 0");
   config = testing_support::ReadJsonFile(ConfigPath("phi3-128k-longrope.json"));
   config["rope_scaling"]["long_factor"][3] = -1;
-  ExpectError(config.dump(), "[hf_config] rope_scaling.long_factor[3] must be a number > 0, "
-                             "got -1");
+  ExpectError(config.dump(),
+              "[hf_config] rope_scaling.long_factor[3] must be a number > 0, "
+              "got -1");
   config = testing_support::ReadJsonFile(ConfigPath("gpt2.json"));
   config.erase("n_positions");
-  ExpectError(config.dump(), "[hf_config] n_positions must be an integer in [1, "
-                             "9007199254740992], got nothing (the key is missing)");
+  ExpectError(config.dump(),
+              "[hf_config] n_positions must be an integer in [1, "
+              "9007199254740992], got nothing (the key is missing)");
   config = Llama({{"rope_type", "dynamic"}, {"factor", 2.0}});
   config.erase("max_position_embeddings");
   ExpectErrorContaining(config.dump(), "[hf_config] max_position_embeddings must be an integer");
@@ -641,7 +659,8 @@ TEST(HfConfigErrors, FuzzCorpusAndRegressionsLoadOrFailCleanly) {
   for (const char* dir : {"corpus", "regressions"}) {
     for (const auto& entry : std::filesystem::directory_iterator(fuzz / dir)) {
       std::ifstream in(entry.path(), std::ios::binary);
-      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
       try {
         const PositionScheme scheme = ParseHfConfig(text);
         if (const auto* rope = std::get_if<RopeScheme>(&scheme)) {
@@ -656,7 +675,6 @@ TEST(HfConfigErrors, FuzzCorpusAndRegressionsLoadOrFailCleanly) {
   }
   EXPECT_GE(inputs, 12);
 }
-
 
 TEST(HfConfigErrors, AttentionFactorsAreCheckedInTheFloat32TheyAreUsedIn) {
   // Finite in double, inf in float32, where cos and sin are scaled by it: once every output was
@@ -678,7 +696,6 @@ TEST(HfConfigErrors, AttentionFactorsAreCheckedInTheFloat32TheyAreUsedIn) {
     }
   }
 }
-
 
 TEST(HfConfigErrors, OddHeadDimIsBlamedOnTheHead) {
   Json config = Llama();
@@ -793,12 +810,19 @@ TEST(HfConfigVision, TransformersFiveQwenTowers) {
   auto qwen2_vl = [](Json rope_parameters) {
     return Json{{"model_type", "qwen2_vl"},
                 {"text_config",
-                 {{"model_type", "qwen2_vl_text"}, {"num_attention_heads", 4},
-                  {"hidden_size", 64}, {"rope_parameters", {{"rope_type", "default"}}}}},
+                 {{"model_type", "qwen2_vl_text"},
+                  {"num_attention_heads", 4},
+                  {"hidden_size", 64},
+                  {"rope_parameters", {{"rope_type", "default"}}}}},
                 {"vision_config",
-                 {{"model_type", "qwen2_vl_vision"}, {"embed_dim", 32}, {"num_heads", 2},
-                  {"hidden_size", 64}, {"patch_size", 14}, {"spatial_merge_size", 2},
-                  {"temporal_patch_size", 2}, {"rope_parameters", std::move(rope_parameters)}}}};
+                 {{"model_type", "qwen2_vl_vision"},
+                  {"embed_dim", 32},
+                  {"num_heads", 2},
+                  {"hidden_size", 64},
+                  {"patch_size", 14},
+                  {"spatial_merge_size", 2},
+                  {"temporal_patch_size", 2},
+                  {"rope_parameters", std::move(rope_parameters)}}}};
   };
   const RopeScheme qwen2 = ParseRope(qwen2_vl({{"rope_type", "axial"}, {"rope_theta", 5000.0}}));
   ASSERT_TRUE(qwen2.vision.has_value());
@@ -837,16 +861,25 @@ TEST(HfConfigVision, TransformersFiveQwenTowers) {
 TEST(HfConfigVision, MissingKeysTakeTheConfigClassDefaults) {
   // Pixtral-12B's vision_config as transformers' test_pixtral_reload quotes it: no hidden_size
   // and no heads, so PixtralVisionConfig's 1024 and 16 give head_dim 64.
-  const Json pixtral12b = {
-      {"model_type", "llava"},
-      {"text_config",
-       {{"model_type", "mistral"}, {"hidden_size", 5120}, {"head_dim", 128},
-        {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"num_hidden_layers", 40},
-        {"max_position_embeddings", 1024000}, {"rope_theta", 1e9}}},
-      {"vision_config",
-       {{"model_type", "pixtral"}, {"head_dim", 64}, {"hidden_act", "silu"}, {"image_size", 1024},
-        {"is_composition", true}, {"patch_size", 16}, {"rope_theta", 10000.0},
-        {"tie_word_embeddings", false}}}};
+  const Json pixtral12b = {{"model_type", "llava"},
+                           {"text_config",
+                            {{"model_type", "mistral"},
+                             {"hidden_size", 5120},
+                             {"head_dim", 128},
+                             {"num_attention_heads", 32},
+                             {"num_key_value_heads", 8},
+                             {"num_hidden_layers", 40},
+                             {"max_position_embeddings", 1024000},
+                             {"rope_theta", 1e9}}},
+                           {"vision_config",
+                            {{"model_type", "pixtral"},
+                             {"head_dim", 64},
+                             {"hidden_act", "silu"},
+                             {"image_size", 1024},
+                             {"is_composition", true},
+                             {"patch_size", 16},
+                             {"rope_theta", 10000.0},
+                             {"tie_word_embeddings", false}}}};
   const RopeScheme pixtral = ParseRope(pixtral12b);
   ASSERT_TRUE(pixtral.vision.has_value());
   EXPECT_EQ(pixtral.vision->head_dim, 64);
@@ -869,13 +902,21 @@ TEST(HfConfigVision, MissingKeysTakeTheConfigClassDefaults) {
       {"qwen3_vl", Json::object(), VisionRopeKind::kQwen3Vl, 1152 / 16, 16, 0, 1e4},
       {"mistral3", Json::object(), VisionRopeKind::kPixtral, 1024 / 16, 16, 1024, 1e4},
       {"llama4", Json::object(), VisionRopeKind::kLlama4, 768 / 16, 14, 448, 1e4},
-      {"llava", {{"model_type", "pixtral"}, {"rope_parameters", {{"rope_theta", 2e4}}}},
-       VisionRopeKind::kPixtral, 64, 16, 1024, 2e4},
+      {"llava",
+       {{"model_type", "pixtral"}, {"rope_parameters", {{"rope_theta", 2e4}}}},
+       VisionRopeKind::kPixtral,
+       64,
+       16,
+       1024,
+       2e4},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.wrapper);
-    Json config = {{"model_type", c.wrapper}, {"num_attention_heads", 4}, {"hidden_size", 64},
-                   {"rope_theta", 1e4}, {"vision_config", c.vision_config}};
+    Json config = {{"model_type", c.wrapper},
+                   {"num_attention_heads", 4},
+                   {"hidden_size", 64},
+                   {"rope_theta", 1e4},
+                   {"vision_config", c.vision_config}};
     if (std::string(c.wrapper) == "llama4") config["text_config"] = {{"head_dim", 16}};
     const RopeScheme scheme = ParseRope(config);
     ASSERT_TRUE(scheme.vision.has_value());
@@ -886,8 +927,10 @@ TEST(HfConfigVision, MissingKeysTakeTheConfigClassDefaults) {
     EXPECT_EQ(scheme.vision->theta, c.theta);
     EXPECT_FALSE(VisionNotes(scheme).empty());
   }
-  const RopeScheme qwen25 = ParseRope({{"model_type", "qwen2_5_vl"}, {"num_attention_heads", 4},
-                                       {"hidden_size", 64}, {"vision_config", Json::object()}});
+  const RopeScheme qwen25 = ParseRope({{"model_type", "qwen2_5_vl"},
+                                       {"num_attention_heads", 4},
+                                       {"hidden_size", 64},
+                                       {"vision_config", Json::object()}});
   EXPECT_EQ(qwen25.vision->window_size, 112);
   EXPECT_EQ(qwen25.vision->fullatt_block_indexes, (std::vector<int64_t>{7, 15, 23, 31}));
   EXPECT_EQ(qwen25.vision->tokens_per_second, 4.0);
@@ -908,11 +951,11 @@ TEST(HfConfigVision, PixtralHeadDimComesFromTheWidth) {
 
 TEST(HfConfigVision, OtherTowersAreNotRead) {
   // LLaVA with a CLIP tower: learned absolute positions, no 2-D RoPE.
-  const RopeScheme llava = ParseRope(
-      {{"model_type", "llava"},
-       {"text_config",
-        {{"model_type", "llama"}, {"num_attention_heads", 32}, {"hidden_size", 4096}}},
-       {"vision_config", {{"model_type", "clip_vision_model"}, {"hidden_size", 1024}}}});
+  const RopeScheme llava =
+      ParseRope({{"model_type", "llava"},
+                 {"text_config",
+                  {{"model_type", "llama"}, {"num_attention_heads", 32}, {"hidden_size", 4096}}},
+                 {"vision_config", {{"model_type", "clip_vision_model"}, {"hidden_size", 1024}}}});
   EXPECT_FALSE(llava.vision.has_value());
   EXPECT_EQ(VisionNotes(llava),
             std::vector<std::string>{
@@ -941,8 +984,8 @@ TEST(HfConfigVision, MakeVisionRopeIsTheTowersBuilder) {
     const RopeScheme scheme =
         ParseRope({{"model_type", "mistral3"},
                    {"text_config", {{"num_attention_heads", 4}, {"hidden_size", 64}}},
-                   {"vision_config", {{"hidden_size", 16}, {"num_attention_heads", 4},
-                                      {"rope_theta", theta}}}});
+                   {"vision_config",
+                    {{"hidden_size", 16}, {"num_attention_heads", 4}, {"rope_theta", theta}}}});
     EXPECT_NO_THROW(MakeVisionRope(*scheme.vision));
   }
 }
@@ -969,10 +1012,13 @@ TEST(HfConfigVision, MakeMRopeTurnsEachSectionByItsStream) {
   // Sections that interleaving does not give each stream exactly, as Hugging Face lays them:
   // [2, 3, 3] over 8 pairs (tests/golden/mrope/qwen3_vl_text_uneven.json).
   const RopeScheme uneven = ParseRope(
-      {{"model_type", "qwen3_vl_text"}, {"num_attention_heads", 1}, {"head_dim", 16},
-       {"hidden_size", 16}, {"rope_theta", 1e4},
-       {"rope_scaling", {{"rope_type", "default"}, {"mrope_section", {2, 3, 3}},
-                         {"mrope_interleaved", true}}}});
+      {{"model_type", "qwen3_vl_text"},
+       {"num_attention_heads", 1},
+       {"head_dim", 16},
+       {"hidden_size", 16},
+       {"rope_theta", 1e4},
+       {"rope_scaling",
+        {{"rope_type", "default"}, {"mrope_section", {2, 3, 3}}, {"mrope_interleaved", true}}}});
   EXPECT_EQ(MakeMRope(uneven, uneven.layers[0]).pair_stream,
             (std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1}));
 
@@ -985,7 +1031,9 @@ TEST(HfConfigVision, MakeMRopeTurnsEachSectionByItsStream) {
 
 TEST(HfConfigErrors, VisionConfigKeysAreNamed) {
   auto qwen = [](Json vision) {
-    return Json{{"model_type", "qwen2_5_vl"}, {"num_attention_heads", 4}, {"hidden_size", 64},
+    return Json{{"model_type", "qwen2_5_vl"},
+                {"num_attention_heads", 4},
+                {"hidden_size", 64},
                 {"vision_config", std::move(vision)}}
         .dump();
   };

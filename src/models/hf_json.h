@@ -22,7 +22,7 @@ using Json = nlohmann::json;
 
 inline constexpr const char* kFn = "hf_config";
 inline constexpr size_t kMaxBytes = size_t{64} << 20;  // real configs are a few kB
-inline constexpr int kMaxDepth = 64;                     // real configs nest 3 or 4 levels
+inline constexpr int kMaxDepth = 64;                   // real configs nest 3 or 4 levels
 inline constexpr int64_t kMaxHeadDim = int64_t{1} << 16;
 inline constexpr int64_t kMaxHeads = int64_t{1} << 20;
 inline constexpr int64_t kMaxLayers = int64_t{1} << 16;
@@ -87,8 +87,8 @@ double AsNumber(const Node& node, std::string_view key, const Json& value, std::
 }
 
 template <typename Ok>
-std::optional<double> OptionalNumber(const Node& node, std::string_view key,
-                                     std::string_view rule, Ok ok) {
+std::optional<double> OptionalNumber(const Node& node, std::string_view key, std::string_view rule,
+                                     Ok ok) {
   const Json* value = node.Value(key);
   if (value == nullptr) return std::nullopt;
   return AsNumber(node, key, *value, rule, ok);
@@ -107,7 +107,7 @@ inline std::string IntRule(int64_t lo, int64_t hi) {
 
 // Integers may be written as 4096 or 4096.0 (Python writes both); nothing else.
 inline std::optional<int64_t> OptionalInt(const Node& node, std::string_view key, int64_t lo,
-                                   int64_t hi) {
+                                          int64_t hi) {
   const Json* value = node.Value(key);
   if (value == nullptr) return std::nullopt;
   const bool integral = value->is_number() && std::isfinite(value->get<double>()) &&
@@ -156,14 +156,16 @@ inline void CheckShape(std::string_view text) {
   bool in_string = false, escaped = false;
   for (const char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      Require(++depth <= kMaxDepth, kFn, "config", "nest at most 64 levels deep",
-              "deeper nesting");
+      Require(++depth <= kMaxDepth, kFn, "config", "nest at most 64 levels deep", "deeper nesting");
     } else if (c == ']' || c == '}') {
       --depth;
     }

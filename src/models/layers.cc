@@ -42,8 +42,8 @@ template <typename Read>
 void ReadPerLayerList(const Node& top, std::string_view key, int64_t n, std::string_view what,
                       Read read) {
   const Json* list = top.Value(key);
-  const std::string rule = "be a list of num_hidden_layers = " + std::to_string(n) + " " +
-                           std::string(what);
+  const std::string rule =
+      "be a list of num_hidden_layers = " + std::to_string(n) + " " + std::string(what);
   if (list == nullptr || !list->is_array() || static_cast<int64_t>(list->size()) != n) {
     Fail(top.Key(key), rule, top.Find(key));
   }
@@ -86,8 +86,8 @@ std::vector<std::string> ReadLayerTypes(const Node& top, const Family& family, i
         return letters[static_cast<size_t>(i) % letters.size()] == 'L' ? kSliding : kFull;
       });
     } else {
-      const int64_t period = OptionalInt(top, "sliding_window_pattern", 1, kMaxLayers)
-                                 .value_or(family.pattern_period);
+      const int64_t period =
+          OptionalInt(top, "sliding_window_pattern", 1, kMaxLayers).value_or(family.pattern_period);
       every([&](int64_t i) { return (i + 1) % period != 0 ? kSliding : kFull; });
     }
   } else if (family.pattern == LayerPattern::kGlobalEveryN) {  // ModernBertAttention
@@ -97,8 +97,7 @@ std::vector<std::string> ReadLayerTypes(const Node& top, const Family& family, i
   } else if (family.pattern == LayerPattern::kFromMaxWindowLayers &&
              OptionalBool(top, "use_sliding_window").value_or(false) &&
              top.Value("sliding_window") != nullptr) {
-    const int64_t first =
-        OptionalInt(top, "max_window_layers", 0, kMaxLayers).value_or(n);
+    const int64_t first = OptionalInt(top, "max_window_layers", 0, kMaxLayers).value_or(n);
     every([&](int64_t i) { return i >= first ? kSliding : kFull; });
   } else if (family.pattern == LayerPattern::kAllSlideWithWindow &&
              top.Value("sliding_window") != nullptr) {
@@ -115,18 +114,27 @@ std::vector<std::string> ReadLayerTypes(const Node& top, const Family& family, i
     const std::string letters = pattern->get<std::string>();
     for (int64_t i = 0; i < n; ++i) {
       switch (letters[static_cast<size_t>(i)]) {
-        case 'M': types[static_cast<size_t>(i)] = "mamba"; break;
-        case '*': types[static_cast<size_t>(i)] = "attention"; break;
-        case '-': types[static_cast<size_t>(i)] = "mlp"; break;
-        case 'E': types[static_cast<size_t>(i)] = "moe"; break;
-        default: Fail(top.Key("hybrid_override_pattern"), rule, pattern);
+        case 'M':
+          types[static_cast<size_t>(i)] = "mamba";
+          break;
+        case '*':
+          types[static_cast<size_t>(i)] = "attention";
+          break;
+        case '-':
+          types[static_cast<size_t>(i)] = "mlp";
+          break;
+        case 'E':
+          types[static_cast<size_t>(i)] = "moe";
+          break;
+        default:
+          Fail(top.Key("hybrid_override_pattern"), rule, pattern);
       }
     }
   } else if (family.pattern == LayerPattern::kAttentionPeriod) {  // JambaConfig's
     const int64_t period =
         OptionalInt(top, "attn_layer_period", 1, kMaxLayers).value_or(family.pattern_period);
-    const int64_t offset = OptionalInt(top, "attn_layer_offset", 0, period - 1)
-                               .value_or(family.pattern_offset);
+    const int64_t offset =
+        OptionalInt(top, "attn_layer_offset", 0, period - 1).value_or(family.pattern_offset);
     every([&](int64_t i) { return i % period == offset ? "attention" : "mamba"; });
   }
   // As the config classes fill layer_types: every other layer attends to all keys.
@@ -145,8 +153,8 @@ std::vector<bool> ReadUsesRope(const Node& top, int64_t n) {
     ReadPerLayerList(top, "no_rope_layers", n, "0 (NoPE) or 1 (RoPE) entries",
                      [&](int64_t i, const Json& value) {
                        if (!value.is_number_integer() && !value.is_boolean()) return false;
-                       const int64_t v = value.is_boolean() ? value.get<bool>()
-                                                            : value.get<int64_t>();
+                       const int64_t v =
+                           value.is_boolean() ? value.get<bool>() : value.get<int64_t>();
                        if (v != 0 && v != 1) return false;
                        uses[static_cast<size_t>(i)] = v == 1;
                        return true;
@@ -241,8 +249,8 @@ std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model
   const LayerScheme base = BaseScheme(scheme);
   const auto* rope = std::get_if<RopeScheme>(&scheme);
   // Encoders, and EmbeddingGemma's use_bidirectional_attention, see keys on both sides.
-  const bool encoder = family.encoder ||
-                       OptionalBool(top, "use_bidirectional_attention").value_or(false);
+  const bool encoder =
+      family.encoder || OptionalBool(top, "use_bidirectional_attention").value_or(false);
 
   std::vector<bool> uses_rope(static_cast<size_t>(n), true);
   if (family.nope == NopeLayers::kNoRopeLayers) uses_rope = ReadUsesRope(top, n);
@@ -288,8 +296,8 @@ std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model
     LogFloorQueryScale temperature{
         .rule = "llama4_attn_temperature",
         .beta = OptionalNumber(top, "attn_scale", "be a number >= 0", kNonNegative).value_or(0.1),
-        .floor_scale = OptionalNumber(top, "floor_scale", "be a number >= 1", kAtLeastOne)
-                           .value_or(8192.0),
+        .floor_scale =
+            OptionalNumber(top, "floor_scale", "be a number >= 1", kAtLeastOne).value_or(8192.0),
         .offset = 1};
     for (LayerPositions& layer : layers) {
       if (layer.scheme == LayerScheme::kRope && chunk && top.Value("layer_types") == nullptr) {
@@ -311,10 +319,9 @@ std::vector<LayerPositions> ReadLayers(const Node& top, const std::string& model
     const std::optional<double> beta =
         OptionalNumber(dict, "llama_4_scaling_beta", "be a number >= 0", kNonNegative);
     if (!beta) continue;
-    const double floor_scale =
-        RequiredNumber(dict, "original_max_position_embeddings",
-                       "be a number >= 1 (llama_4_scaling_beta scales by position / it)",
-                       kAtLeastOne);
+    const double floor_scale = RequiredNumber(
+        dict, "original_max_position_embeddings",
+        "be a number >= 1 (llama_4_scaling_beta scales by position / it)", kAtLeastOne);
     for (LayerPositions& layer : layers) {
       if (layer.scheme == LayerScheme::kNone) continue;
       layer.query_scale = LogFloorQueryScale{

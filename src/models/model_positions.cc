@@ -13,12 +13,18 @@ namespace posenc {
 
 std::string_view LayerSchemeName(LayerScheme scheme) {
   switch (scheme) {
-    case LayerScheme::kRope: return "rope";
-    case LayerScheme::kNope: return "nope";
-    case LayerScheme::kAlibi: return "alibi";
-    case LayerScheme::kRelativeBias: return "relative_bias";
-    case LayerScheme::kLearned: return "learned";
-    case LayerScheme::kNone: return "none";
+    case LayerScheme::kRope:
+      return "rope";
+    case LayerScheme::kNope:
+      return "nope";
+    case LayerScheme::kAlibi:
+      return "alibi";
+    case LayerScheme::kRelativeBias:
+      return "relative_bias";
+    case LayerScheme::kLearned:
+      return "learned";
+    case LayerScheme::kNone:
+      return "none";
   }
   return "none";
 }
@@ -92,17 +98,16 @@ const RopeLayerScheme& RopeLayerOfType(const ModelPositions& model, std::string_
                              layer_type));
   }
   if (names.empty()) {
-    throw Error(ErrorMessage(function, parameter,
-                             std::string(model.layers.empty() ? "be left out"
-                                                              : "be left out or be a layer index") +
-                                 ": this config has one RoPE setting for every layer (no "
-                                 "layer_types)",
-                             layer_type));
+    throw Error(ErrorMessage(
+        function, parameter,
+        std::string(model.layers.empty() ? "be left out" : "be left out or be a layer index") +
+            ": this config has one RoPE setting for every layer (no "
+            "layer_types)",
+        layer_type));
   }
-  throw Error(ErrorMessage(function, parameter,
-                           "be a layer index or one of the config's RoPE layer types (" + names +
-                               ")",
-                           layer_type));
+  throw Error(ErrorMessage(
+      function, parameter,
+      "be a layer index or one of the config's RoPE layer types (" + names + ")", layer_type));
 }
 
 AttentionOptions LayerAttentionOptions(const ModelPositions& model, int64_t layer,
@@ -114,8 +119,8 @@ AttentionOptions LayerAttentionOptions(const ModelPositions& model, int64_t laye
   }
   const LayerPositions& described = model.layers[static_cast<size_t>(layer)];
   Require(described.scheme != LayerScheme::kNone, kFn, "layer",
-          "be an attention layer (layer " + std::to_string(layer) + " is " +
-              described.layer_type + ", which has no attention)",
+          "be an attention layer (layer " + std::to_string(layer) + " is " + described.layer_type +
+              ", which has no attention)",
           layer);
   Require(!described.symmetric_window, kFn, "layer",
           "not have a symmetric window (ModernBERT's local layers see |i - j| <= window / 2 both "
@@ -128,8 +133,8 @@ AttentionOptions LayerAttentionOptions(const ModelPositions& model, int64_t laye
   options.query_scale = described.query_scale;
   if (const auto* rope = std::get_if<RopeScheme>(&model.scheme)) {
     if (described.scheme == LayerScheme::kRope) {
-      options.rope = MakeRope(*rope, rope->layers[static_cast<size_t>(described.rope_layer)],
-                              frequencies);
+      options.rope =
+          MakeRope(*rope, rope->layers[static_cast<size_t>(described.rope_layer)], frequencies);
     }
     if (rope->softmax_scale) options.scale = *rope->softmax_scale;
     if (rope->logit_softcap) options.softcap = *rope->logit_softcap;
@@ -137,12 +142,11 @@ AttentionOptions LayerAttentionOptions(const ModelPositions& model, int64_t laye
     options.alibi = Alibi{.num_heads = alibi->num_heads, .max_bias = alibi->max_bias};
   } else if (const auto* t5 = std::get_if<RelativeBiasScheme>(&model.scheme)) {
     options.scale = 1.0;  // T5 does not scale its scores
-    options.relative_bias = RelativeBias{
-        .buckets = {.num_buckets = t5->num_buckets,
-                    .max_distance = t5->max_distance,
-                    .bidirectional = !described.causal},
-        .num_heads = t5->num_heads,
-        .table = {}};
+    options.relative_bias = RelativeBias{.buckets = {.num_buckets = t5->num_buckets,
+                                                     .max_distance = t5->max_distance,
+                                                     .bidirectional = !described.causal},
+                                         .num_heads = t5->num_heads,
+                                         .table = {}};
   }
   return options;
 }

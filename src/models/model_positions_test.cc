@@ -50,9 +50,8 @@ void ExpectLayersMatchGolden(const std::string& name, const std::string& config_
     EXPECT_EQ(layer.layer_type, expected["layer_type"].get<std::string>());
     EXPECT_EQ(layer.scheme == LayerScheme::kRope, expected["use_rope"].get<bool>());
     if (!expected["use_rope"].get<bool>()) EXPECT_EQ(layer.scheme, LayerScheme::kNope);
-    EXPECT_EQ(layer.sliding_window, expected["sliding_window"].is_null()
-                                        ? 0
-                                        : expected["sliding_window"].get<int64_t>());
+    EXPECT_EQ(layer.sliding_window,
+              expected["sliding_window"].is_null() ? 0 : expected["sliding_window"].get<int64_t>());
     if (expected.contains("attention_chunk_size")) {
       EXPECT_EQ(layer.attention_chunk_size, expected["attention_chunk_size"].is_null()
                                                 ? 0
@@ -144,8 +143,7 @@ TEST(ModelPositionsGolden, Llama4ScoutNopeEveryFourthLayerChunkedRopeLayers) {
   EXPECT_FALSE(model.layers[0].query_scale.has_value());
   for (size_t i = 0; i < golden["temperature_positions"].size(); ++i) {
     const auto position = static_cast<int64_t>(golden["temperature_positions"][i].get<double>());
-    EXPECT_NEAR(nope.query_scale->At(position), golden["temperature_scales"][i].get<double>(),
-                1e-6)
+    EXPECT_NEAR(nope.query_scale->At(position), golden["temperature_scales"][i].get<double>(), 1e-6)
         << position;
   }
 }
@@ -164,8 +162,9 @@ TEST(ModelPositionsGolden, EmbeddingGemmaLocalGlobalBidirectional) {
       LoadModelPositions(ConfigPath("real/gemma3_text-embeddinggemma-300m.json"));
   EXPECT_FALSE(model.layers[0].causal);
   EXPECT_TRUE(model.layers[0].symmetric_window);
-  EXPECT_DOUBLE_EQ(*RopeOf(model).softmax_scale,
-                   Golden("gemma3_text-embeddinggemma-300m")["query_scale"]["scaling"].get<double>());
+  EXPECT_DOUBLE_EQ(
+      *RopeOf(model).softmax_scale,
+      Golden("gemma3_text-embeddinggemma-300m")["query_scale"]["scaling"].get<double>());
 }
 
 // ModernBERT: global layers 0, 3, 6, ... at theta 160000; the others see 64 keys each side.
@@ -222,9 +221,10 @@ TEST(ModelPositionsGolden, DeepSeekV3RotatesTheLast64Of192) {
 }
 
 TEST(ModelPositionsGolden, OptRowsStartAtTwo) {
-  const ModelPositions model = Describe(
-      {{"model_type", "opt"}, {"max_position_embeddings", 2048}, {"hidden_size", 768},
-       {"num_hidden_layers", 12}});
+  const ModelPositions model = Describe({{"model_type", "opt"},
+                                         {"max_position_embeddings", 2048},
+                                         {"hidden_size", 768},
+                                         {"num_hidden_layers", 12}});
   const auto& opt = std::get<LearnedPositionScheme>(model.scheme);
   // Five tokens, no padding: the reference reads rows 2..6, i.e. offset + position.
   const Json rows = Golden("opt-learned-positions")["cases"][0]["embedding_rows"];
@@ -243,8 +243,8 @@ TEST(ModelPositions, LlamaExcerptTakesLlamaConfigsLayerCount) {
             model.notes.end());
   const Json golden = testing_support::GoldenJson("hf_rope/llama3_1_8b.json");
   const RopeScheme& rope = RopeOf(model);
-  for (const LayerChoice& choice : {LayerChoice{.index = 0, .type = {}},
-                                    LayerChoice{.index = 31, .type = {}}, LayerChoice{}}) {
+  for (const LayerChoice& choice :
+       {LayerChoice{.index = 0, .type = {}}, LayerChoice{.index = 31, .type = {}}, LayerChoice{}}) {
     const Rope made = MakeRope(rope, RopeLayer(model, choice, "test", "layer", "layer_type"));
     // Reference precision: bit-equal to Hugging Face's float32 frequencies.
     EXPECT_EQ(made.inv_freq, golden["inv_freq_hf_f32"].get<std::vector<double>>());
@@ -281,9 +281,11 @@ TEST(ModelPositions, RopeLayerDefaultsToTheFirstRopeSetting) {
 }
 
 TEST(ModelPositions, T5EncoderBidirectionalDecoderCausal) {
-  const ModelPositions model =
-      Describe({{"model_type", "t5"}, {"num_heads", 8}, {"num_layers", 6},
-                {"relative_attention_num_buckets", 32}, {"relative_attention_max_distance", 128}});
+  const ModelPositions model = Describe({{"model_type", "t5"},
+                                         {"num_heads", 8},
+                                         {"num_layers", 6},
+                                         {"relative_attention_num_buckets", 32},
+                                         {"relative_attention_max_distance", 128}});
   EXPECT_EQ(model.MainScheme(), LayerScheme::kRelativeBias);
   ASSERT_EQ(model.layers.size(), 12u);
   EXPECT_FALSE(model.layers[0].causal);
@@ -301,19 +303,23 @@ TEST(ModelPositions, T5EncoderBidirectionalDecoderCausal) {
     EXPECT_EQ(RelativePositionBucket(encoder.relative_bias->buckets, relative),
               pair["bidirectional"].get<int64_t>())
         << relative;
-    EXPECT_EQ(RelativePositionBucket(LayerAttentionOptions(model, 6).relative_bias->buckets,
-                                     relative),
-              pair["causal"].get<int64_t>())
+    EXPECT_EQ(
+        RelativePositionBucket(LayerAttentionOptions(model, 6).relative_bias->buckets, relative),
+        pair["causal"].get<int64_t>())
         << relative;
   }
 }
 
 // Hand-built configs of each family rule (the rules cite the reference in model_positions.cc).
 TEST(ModelPositions, Gemma2AlternatesFromASlidingFirstLayer) {
-  const ModelPositions model =
-      Describe({{"model_type", "gemma2"}, {"num_attention_heads", 8}, {"head_dim", 256},
-                {"hidden_size", 2304}, {"num_hidden_layers", 4}, {"sliding_window", 4096},
-                {"rope_theta", 10000.0}, {"query_pre_attn_scalar", 256}});
+  const ModelPositions model = Describe({{"model_type", "gemma2"},
+                                         {"num_attention_heads", 8},
+                                         {"head_dim", 256},
+                                         {"hidden_size", 2304},
+                                         {"num_hidden_layers", 4},
+                                         {"sliding_window", 4096},
+                                         {"rope_theta", 10000.0},
+                                         {"query_pre_attn_scalar", 256}});
   EXPECT_EQ(model.layers[0].sliding_window, 4096);
   EXPECT_EQ(model.layers[1].sliding_window, 0);
   EXPECT_EQ(model.layers[2].layer_type, "sliding_attention");
@@ -324,10 +330,10 @@ TEST(ModelPositions, Gemma2AlternatesFromASlidingFirstLayer) {
 
 TEST(ModelPositions, Gemma2CapsItsLogits) {
   // Gemma 2 2B's config: attn_logit_softcapping 50, query_pre_attn_scalar 256, on every layer.
-  Json config = {{"model_type", "gemma2"}, {"num_attention_heads", 8}, {"head_dim", 256},
-                 {"hidden_size", 2304}, {"num_hidden_layers", 2}, {"sliding_window", 4096},
-                 {"rope_theta", 10000.0}, {"query_pre_attn_scalar", 256},
-                 {"attn_logit_softcapping", 50.0}};
+  Json config = {
+      {"model_type", "gemma2"}, {"num_attention_heads", 8},     {"head_dim", 256},
+      {"hidden_size", 2304},    {"num_hidden_layers", 2},       {"sliding_window", 4096},
+      {"rope_theta", 10000.0},  {"query_pre_attn_scalar", 256}, {"attn_logit_softcapping", 50.0}};
   const ModelPositions model = Describe(config);
   for (const int64_t layer : {0, 1}) {
     const AttentionOptions options = LayerAttentionOptions(model, layer);
@@ -344,10 +350,13 @@ TEST(ModelPositions, Gemma2CapsItsLogits) {
 
 TEST(ModelPositions, Cohere2AndExaone4RotateOnlySlidingLayers) {
   for (const std::string type : {"cohere2", "exaone4"}) {
-    const ModelPositions model =
-        Describe({{"model_type", type}, {"num_attention_heads", 8}, {"hidden_size", 1024},
-                  {"num_hidden_layers", 8}, {"sliding_window", 4096},
-                  {"sliding_window_pattern", 4}, {"rope_theta", 10000.0}});
+    const ModelPositions model = Describe({{"model_type", type},
+                                           {"num_attention_heads", 8},
+                                           {"hidden_size", 1024},
+                                           {"num_hidden_layers", 8},
+                                           {"sliding_window", 4096},
+                                           {"sliding_window_pattern", 4},
+                                           {"rope_theta", 10000.0}});
     for (int64_t i = 0; i < 8; ++i) {
       const bool global = (i + 1) % 4 == 0;
       EXPECT_EQ(model.layers[static_cast<size_t>(i)].scheme,
@@ -356,44 +365,57 @@ TEST(ModelPositions, Cohere2AndExaone4RotateOnlySlidingLayers) {
     }
   }
   // EXAONE 4 without a window rotates everywhere; the "LLLG" string pattern is read too.
-  const ModelPositions flat =
-      Describe({{"model_type", "exaone4"}, {"num_attention_heads", 8}, {"hidden_size", 1024},
-                {"num_hidden_layers", 4}, {"rope_theta", 10000.0}});
+  const ModelPositions flat = Describe({{"model_type", "exaone4"},
+                                        {"num_attention_heads", 8},
+                                        {"hidden_size", 1024},
+                                        {"num_hidden_layers", 4},
+                                        {"rope_theta", 10000.0}});
   for (const LayerPositions& layer : flat.layers) EXPECT_EQ(layer.scheme, LayerScheme::kRope);
-  const ModelPositions letters =
-      Describe({{"model_type", "exaone4"}, {"num_attention_heads", 8}, {"hidden_size", 1024},
-                {"num_hidden_layers", 4}, {"rope_theta", 10000.0}, {"sliding_window", 4096},
-                {"sliding_window_pattern", "LLLG"}});
+  const ModelPositions letters = Describe({{"model_type", "exaone4"},
+                                           {"num_attention_heads", 8},
+                                           {"hidden_size", 1024},
+                                           {"num_hidden_layers", 4},
+                                           {"rope_theta", 10000.0},
+                                           {"sliding_window", 4096},
+                                           {"sliding_window_pattern", "LLLG"}});
   EXPECT_EQ(letters.layers[3].scheme, LayerScheme::kNope);
   EXPECT_EQ(letters.layers[2].sliding_window, 4096);
 }
 
 TEST(ModelPositions, HybridModelsHaveNopeAttentionBetweenMambaLayers) {
-  const ModelPositions nemotron =
-      Describe({{"model_type", "nemotron_h"}, {"num_hidden_layers", 6},
-                {"hybrid_override_pattern", "M-M*-E"}});
+  const ModelPositions nemotron = Describe({{"model_type", "nemotron_h"},
+                                            {"num_hidden_layers", 6},
+                                            {"hybrid_override_pattern", "M-M*-E"}});
   EXPECT_EQ(nemotron.MainScheme(), LayerScheme::kNone);
   EXPECT_EQ(nemotron.layers[3].scheme, LayerScheme::kNope);
   EXPECT_EQ(nemotron.layers[0].layer_type, "mamba");
   EXPECT_EQ(nemotron.layers[5].scheme, LayerScheme::kNone);
-  const ModelPositions jamba =
-      Describe({{"model_type", "jamba"}, {"num_hidden_layers", 16}, {"attn_layer_period", 8},
-                {"attn_layer_offset", 4}});
+  const ModelPositions jamba = Describe({{"model_type", "jamba"},
+                                         {"num_hidden_layers", 16},
+                                         {"attn_layer_period", 8},
+                                         {"attn_layer_offset", 4}});
   for (const LayerPositions& layer : jamba.layers) {
     EXPECT_EQ(layer.scheme, layer.index % 8 == 4 ? LayerScheme::kNope : LayerScheme::kNone);
   }
 }
 
 TEST(ModelPositions, MinistralScalesEveryQuery) {
-  const Json config{
-      {"model_type", "mistral3"},
-      {"text_config",
-       {{"model_type", "ministral3"}, {"num_attention_heads", 32}, {"head_dim", 128},
-        {"hidden_size", 4096}, {"num_hidden_layers", 2}, {"max_position_embeddings", 262144},
-        {"rope_parameters",
-         {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 16.0},
-          {"original_max_position_embeddings", 16384}, {"llama_4_scaling_beta", 0.1},
-          {"beta_fast", 32.0}, {"beta_slow", 1.0}}}}}};
+  const Json config{{"model_type", "mistral3"},
+                    {"text_config",
+                     {{"model_type", "ministral3"},
+                      {"num_attention_heads", 32},
+                      {"head_dim", 128},
+                      {"hidden_size", 4096},
+                      {"num_hidden_layers", 2},
+                      {"max_position_embeddings", 262144},
+                      {"rope_parameters",
+                       {{"rope_type", "yarn"},
+                        {"rope_theta", 1e6},
+                        {"factor", 16.0},
+                        {"original_max_position_embeddings", 16384},
+                        {"llama_4_scaling_beta", 0.1},
+                        {"beta_fast", 32.0},
+                        {"beta_slow", 1.0}}}}}};
   const ModelPositions model = Describe(config);
   ASSERT_TRUE(model.layers[1].query_scale.has_value());
   // 1 + 0.1 ln(1 + floor(p / 16384)): 1 below 16384, 1 + 0.1 ln 2 from there.
@@ -402,34 +424,49 @@ TEST(ModelPositions, MinistralScalesEveryQuery) {
 }
 
 TEST(ModelPositions, QwenVlReportsMropeSections) {
-  const ModelPositions model = Describe(
-      {{"model_type", "qwen2_vl"}, {"num_attention_heads", 28}, {"hidden_size", 3584},
-       {"num_hidden_layers", 28}, {"rope_theta", 1e6},
-       {"rope_scaling", {{"type", "mrope"}, {"mrope_section", {16, 24, 24}}}}});
+  const ModelPositions model =
+      Describe({{"model_type", "qwen2_vl"},
+                {"num_attention_heads", 28},
+                {"hidden_size", 3584},
+                {"num_hidden_layers", 28},
+                {"rope_theta", 1e6},
+                {"rope_scaling", {{"type", "mrope"}, {"mrope_section", {16, 24, 24}}}}});
   EXPECT_EQ(RopeOf(model).mrope_section, (std::vector<int64_t>{16, 24, 24}));
-  ExpectError({{"model_type", "qwen2_vl"}, {"num_attention_heads", 28}, {"hidden_size", 3584},
+  ExpectError({{"model_type", "qwen2_vl"},
+               {"num_attention_heads", 28},
+               {"hidden_size", 3584},
                {"rope_scaling", {{"type", "mrope"}, {"mrope_section", {16, 24, 23}}}}},
               "[hf_config] rope_scaling.mrope_section must be a list of positive integers summing "
               "to rotary_dim / 2 = 64, got [16,24,23]");
 }
 
 TEST(ModelPositions, FalconAndBaichuanOldNames) {
-  const ModelPositions falcon40 = Describe(
-      {{"model_type", "RefinedWeb"}, {"n_head", 128}, {"n_head_kv", 8}, {"hidden_size", 8192},
-       {"n_layer", 60}, {"alibi", false}});
+  const ModelPositions falcon40 = Describe({{"model_type", "RefinedWeb"},
+                                            {"n_head", 128},
+                                            {"n_head_kv", 8},
+                                            {"hidden_size", 8192},
+                                            {"n_layer", 60},
+                                            {"alibi", false}});
   EXPECT_EQ(RopeOf(falcon40).num_key_value_heads, 8);
   EXPECT_EQ(falcon40.layers.size(), 60u);
-  const ModelPositions falcon7 = Describe(
-      {{"model_type", "RefinedWebModel"}, {"n_head", 71}, {"multi_query", true},
-       {"hidden_size", 4544}, {"n_layer", 32}, {"alibi", false}});
+  const ModelPositions falcon7 = Describe({{"model_type", "RefinedWebModel"},
+                                           {"n_head", 71},
+                                           {"multi_query", true},
+                                           {"hidden_size", 4544},
+                                           {"n_layer", 32},
+                                           {"alibi", false}});
   EXPECT_EQ(RopeOf(falcon7).num_key_value_heads, 1);
-  const ModelPositions baichuan13 = Describe(
-      {{"model_type", "baichuan"}, {"architectures", {"BaichuanForCausalLM"}},
-       {"num_attention_heads", 40}, {"hidden_size", 5120}, {"num_hidden_layers", 40}});
+  const ModelPositions baichuan13 = Describe({{"model_type", "baichuan"},
+                                              {"architectures", {"BaichuanForCausalLM"}},
+                                              {"num_attention_heads", 40},
+                                              {"hidden_size", 5120},
+                                              {"num_hidden_layers", 40}});
   EXPECT_EQ(baichuan13.MainScheme(), LayerScheme::kAlibi);
-  const ModelPositions baichuan7 = Describe(
-      {{"model_type", "baichuan"}, {"architectures", {"BaichuanForCausalLM"}},
-       {"num_attention_heads", 32}, {"hidden_size", 4096}, {"num_hidden_layers", 32}});
+  const ModelPositions baichuan7 = Describe({{"model_type", "baichuan"},
+                                             {"architectures", {"BaichuanForCausalLM"}},
+                                             {"num_attention_heads", 32},
+                                             {"hidden_size", 4096},
+                                             {"num_hidden_layers", 32}});
   EXPECT_EQ(baichuan7.MainScheme(), LayerScheme::kRope);
 }
 
@@ -447,34 +484,42 @@ TEST(ModelPositions, LayerAttentionOptionsRunEachLayerAsDescribed) {
     LayerAttentionOptions(model, 48);
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "[layer_attention_options] layer must be in [0, 48), got 48");
+    EXPECT_EQ(std::string(e.what()), "[layer_attention_options] layer must be in [0, 48), got 48");
   }
 }
 
 TEST(ModelPositionsErrors, BadLayerKeysNameTheKey) {
-  const Json smol{{"model_type", "smollm3"}, {"num_attention_heads", 16}, {"hidden_size", 2048},
-                  {"num_hidden_layers", 4}, {"rope_theta", 5e6}, {"no_rope_layers", {1, 1, 1}}};
-  ExpectError(smol, "[hf_config] no_rope_layers must be a list of num_hidden_layers = 4 0 (NoPE) "
-                    "or 1 (RoPE) entries, got [1,1,1]");
-  const Json chunk = {{"model_type", "llama4_text"}, {"num_hidden_layers", 4},
-           {"layer_types", {"chunked_attention", "chunked_attention", "chunked_attention",
-                            "full_attention"}},
-           {"attention_chunk_size", 0}};
-  ExpectError(chunk, "[hf_config] attention_chunk_size must be an integer in [1, 9007199254740992], "
-                     "got 0");
+  const Json smol{{"model_type", "smollm3"}, {"num_attention_heads", 16},
+                  {"hidden_size", 2048},     {"num_hidden_layers", 4},
+                  {"rope_theta", 5e6},       {"no_rope_layers", {1, 1, 1}}};
+  ExpectError(smol,
+              "[hf_config] no_rope_layers must be a list of num_hidden_layers = 4 0 (NoPE) "
+              "or 1 (RoPE) entries, got [1,1,1]");
+  const Json chunk = {
+      {"model_type", "llama4_text"},
+      {"num_hidden_layers", 4},
+      {"layer_types",
+       {"chunked_attention", "chunked_attention", "chunked_attention", "full_attention"}},
+      {"attention_chunk_size", 0}};
+  ExpectError(chunk,
+              "[hf_config] attention_chunk_size must be an integer in [1, 9007199254740992], "
+              "got 0");
   ExpectError({{"model_type", "t5"}, {"num_heads", 8}, {"relative_attention_num_buckets", 0}},
               "[hf_config] relative_attention_num_buckets must be an integer >= 4 (the encoder "
               "splits them by direction, then into exact and logarithmic halves), got 0");
-  ExpectError({{"model_type", "mistral"}, {"num_attention_heads", 8}, {"hidden_size", 1024},
-               {"num_hidden_layers", 2}, {"sliding_window", 4096}, {"use_sliding_window", false}},
+  ExpectError({{"model_type", "mistral"},
+               {"num_attention_heads", 8},
+               {"hidden_size", 1024},
+               {"num_hidden_layers", 2},
+               {"sliding_window", 4096},
+               {"use_sliding_window", false}},
               "[hf_config] use_sliding_window must not be false when sliding_window gives "
               "sliding layers their window (conflicting window keys), got false");
-  ExpectError({{"model_type", "nemotron_h"}, {"num_hidden_layers", 3},
-               {"hybrid_override_pattern", "M*"}},
-              "[hf_config] hybrid_override_pattern must be a string of num_hidden_layers = 3 "
-              "characters M (Mamba), * (attention), - (MLP) or E (mixture of experts), got "
-              "\"M*\"");
+  ExpectError(
+      {{"model_type", "nemotron_h"}, {"num_hidden_layers", 3}, {"hybrid_override_pattern", "M*"}},
+      "[hf_config] hybrid_override_pattern must be a string of num_hidden_layers = 3 "
+      "characters M (Mamba), * (attention), - (MLP) or E (mixture of experts), got "
+      "\"M*\"");
   ExpectError({{"model_type", "gemma3"},
                {"text_config",
                 {{"model_type", "gemma3_text"},

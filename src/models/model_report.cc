@@ -39,11 +39,21 @@ std::string Describe(const ModelPositions& model, const LayerPositions& layer) {
       }
       break;
     }
-    case LayerScheme::kNope: out = "NoPE"; break;
-    case LayerScheme::kAlibi: out = "ALiBi"; break;
-    case LayerScheme::kRelativeBias: out = "T5 relative bias"; break;
-    case LayerScheme::kLearned: out = "no position signal (learned table added at the input)"; break;
-    case LayerScheme::kNone: out = "no attention"; break;
+    case LayerScheme::kNope:
+      out = "NoPE";
+      break;
+    case LayerScheme::kAlibi:
+      out = "ALiBi";
+      break;
+    case LayerScheme::kRelativeBias:
+      out = "T5 relative bias";
+      break;
+    case LayerScheme::kLearned:
+      out = "no position signal (learned table added at the input)";
+      break;
+    case LayerScheme::kNone:
+      out = "no attention";
+      break;
   }
   if (layer.scheme != LayerScheme::kNone) {
     if (layer.sliding_window > 0) {
@@ -144,8 +154,8 @@ Json MropeJson(const RopeScheme& scheme) {
 Json VisionJson(const std::optional<VisionRopeScheme>& vision) {
   if (!vision) return nullptr;
   const MRope mrope = MakeVisionRope(*vision);
-  const bool qwen = vision->kind != VisionRopeKind::kPixtral &&
-                    vision->kind != VisionRopeKind::kLlama4;
+  const bool qwen =
+      vision->kind != VisionRopeKind::kPixtral && vision->kind != VisionRopeKind::kLlama4;
   const bool windows = vision->kind == VisionRopeKind::kQwen25Vl;
   const std::vector<std::string> streams = VisionStreamNames(vision->kind);
   return {{"kind", std::string(VisionRopeKindName(vision->kind))},
@@ -161,8 +171,7 @@ Json VisionJson(const std::optional<VisionRopeScheme>& vision) {
           {"patches_per_side", OrNull(vision->PatchesPerSide())},
           {"window_size", OrNull(vision->window_size)},
           {"window_units", OrNull(vision->WindowUnits())},
-          {"fullatt_block_indexes",
-           windows ? Json(vision->fullatt_block_indexes) : Json(nullptr)},
+          {"fullatt_block_indexes", windows ? Json(vision->fullatt_block_indexes) : Json(nullptr)},
           {"tokens_per_second", windows ? Json(vision->tokens_per_second) : Json(nullptr)},
           {"streams", streams},
           {"pair_stream", mrope.pair_stream},
@@ -204,8 +213,8 @@ std::string PairStreamSummary(const MRope& mrope, std::span<const std::string> s
     return out;
   }
   for (const StreamRun& run : StreamRuns(pair_stream, 0)) {
-    out += (out.empty() ? "pairs " : ", ") + PairRange(run.first, run.last) + " " +
-           name(run.stream);
+    out +=
+        (out.empty() ? "pairs " : ", ") + PairRange(run.first, run.last) + " " + name(run.stream);
   }
   return out;
 }
@@ -247,18 +256,19 @@ std::vector<std::string> VisionRopeSummary(const VisionRopeScheme& vision) {
       lines.push_back("row pairs at f_0, f_2, ..., column pairs at f_1, f_3, ..., with f_i = " +
                       theta + "^(-2i / " + std::to_string(vision.head_dim) + ")");
       lines.push_back("patches of " + std::to_string(vision.patch_size) + " px, images up to " +
-                      std::to_string(vision.image_size) + " px: " +
-                      std::to_string(vision.PatchesPerSide()) +
+                      std::to_string(vision.image_size) +
+                      " px: " + std::to_string(vision.PatchesPerSide()) +
                       " patches a side (position id = row x " +
                       std::to_string(vision.PatchesPerSide()) + " + column)");
       break;
     case VisionRopeKind::kLlama4:
-      lines.push_back("both halves at " + theta + "^(-2j / " + std::to_string(pairs) +
-                      "), j < " + half + "; positions are column + 1 and row + 1, the class "
+      lines.push_back("both halves at " + theta + "^(-2j / " + std::to_string(pairs) + "), j < " +
+                      half +
+                      "; positions are column + 1 and row + 1, the class "
                       "token's 0");
       lines.push_back("patches of " + std::to_string(vision.patch_size) + " px, images of " +
-                      std::to_string(vision.image_size) + " px: " +
-                      std::to_string(vision.PatchesPerSide()) + " x " +
+                      std::to_string(vision.image_size) +
+                      " px: " + std::to_string(vision.PatchesPerSide()) + " x " +
                       std::to_string(vision.PatchesPerSide()) + " patches and a class token");
       break;
     default:
@@ -274,8 +284,8 @@ std::vector<std::string> VisionRopeSummary(const VisionRopeScheme& vision) {
         for (const int64_t b : vision.fullatt_block_indexes) {
           blocks += (blocks.empty() ? "" : ", ") + std::to_string(b);
         }
-        lines.push_back("window attention over " + std::to_string(vision.window_size) + " px = " +
-                        std::to_string(vision.WindowUnits()) + " x " +
+        lines.push_back("window attention over " + std::to_string(vision.window_size) +
+                        " px = " + std::to_string(vision.WindowUnits()) + " x " +
                         std::to_string(vision.WindowUnits()) +
                         " merged tokens: the tower runs its patches, positions too, in window "
                         "order; full attention in blocks " +
@@ -326,16 +336,14 @@ std::string ModelPositionsJson(const ModelPositions& model) {
     out["rotary_dim"] = first.rotary_dim;
     out["rotary_offset"] = first.rotary_offset;
     out["layout"] = std::string(RopeLayoutName(rope->layout));
-    out["mrope_section"] =
-        rope->mrope_section.empty() ? Json(nullptr) : Json(rope->mrope_section);
+    out["mrope_section"] = rope->mrope_section.empty() ? Json(nullptr) : Json(rope->mrope_section);
     out["mrope_interleaved"] = rope->mrope_interleaved;
     out["mrope"] = MropeJson(*rope);
     out["vision_rope"] = VisionJson(rope->vision);
     out["num_attention_heads"] = rope->num_attention_heads;
     out["num_key_value_heads"] = rope->num_key_value_heads;
-    out["max_position_embeddings"] = rope->max_position_embeddings
-                                         ? Json(*rope->max_position_embeddings)
-                                         : Json(nullptr);
+    out["max_position_embeddings"] =
+        rope->max_position_embeddings ? Json(*rope->max_position_embeddings) : Json(nullptr);
     out["original_max_position_embeddings"] = rope->original_max_position_embeddings
                                                   ? Json(*rope->original_max_position_embeddings)
                                                   : Json(nullptr);

@@ -89,8 +89,8 @@ int64_t MergedTokens(const VisionGrid& g, int64_t merge, std::string_view list, 
 struct Grid {
   int64_t t, rows, cols;  // merged
   int64_t tokens;
-  size_t source;          // index into the caller's list
-  int64_t frame;          // Qwen3-VL: frame within the video; otherwise 0
+  size_t source;  // index into the caller's list
+  int64_t frame;  // Qwen3-VL: frame within the video; otherwise 0
 };
 
 std::vector<Grid> ConsumableGrids(std::span<const VisionGrid> grids, int64_t merge,
@@ -188,7 +188,8 @@ MropeIndex TextOnly(int64_t batch, int64_t seq_len, std::span<const int64_t> mas
         p = mask[at] == 1 ? count - 1 : 1;
       }
       largest = std::max(largest, p);
-      for (int s = 0; s < 3; ++s) out.positions[static_cast<size_t>((s * batch + b) * seq_len + j)] = p;
+      for (int s = 0; s < 3; ++s)
+        out.positions[static_cast<size_t>((s * batch + b) * seq_len + j)] = p;
     }
     out.rope_deltas[static_cast<size_t>(b)] = mask.empty() ? 0 : largest + 1 - seq_len;
   }
@@ -201,8 +202,7 @@ std::string_view MropeIndexRulesName(MropeIndexRules rules) {
   for (const RuleInfo& info : kRules) {
     if (info.rules == rules) return info.name;
   }
-  throw Error(ErrorMessage(kFn, "rules", "be a MropeIndexRules value",
-                           static_cast<int>(rules)));
+  throw Error(ErrorMessage(kFn, "rules", "be a MropeIndexRules value", static_cast<int>(rules)));
 }
 
 MropeIndexRules ParseMropeIndexRules(std::string_view name) {
@@ -228,11 +228,12 @@ void QwenVlTokens::Validate() const {
           kFn, "image_token_id, video_token_id and vision_start_token_id", "differ",
           std::to_string(image_token_id) + ", " + std::to_string(video_token_id) + ", " +
               std::to_string(vision_start_token_id));
-  Require(spatial_merge_size >= 1 && spatial_merge_size <= kMaxMergeSize, kFn,
-          "spatial_merge_size", "be in [1, 64]", spatial_merge_size);
+  Require(spatial_merge_size >= 1 && spatial_merge_size <= kMaxMergeSize, kFn, "spatial_merge_size",
+          "be in [1, 64]", spatial_merge_size);
   if (IsQwen2_5(rules)) {
     Require(tokens_per_second >= 1 && tokens_per_second <= kMaxTokensPerSecond, kFn,
-            "tokens_per_second", "be in [1, 2^20] for rules " + std::string(MropeIndexRulesName(rules)),
+            "tokens_per_second",
+            "be in [1, 2^20] for rules " + std::string(MropeIndexRulesName(rules)),
             tokens_per_second);
   }
 }
@@ -243,11 +244,15 @@ namespace {
 std::optional<MropeIndexRules> IndexRulesOf(std::optional<VisionRopeKind> tower) {
   if (!tower) return std::nullopt;
   switch (*tower) {
-    case VisionRopeKind::kQwen2Vl: return MropeIndexRules::kQwen2Vl;
-    case VisionRopeKind::kQwen25Vl: return MropeIndexRules::kQwen2_5Vl;
-    case VisionRopeKind::kQwen3Vl: return MropeIndexRules::kQwen3Vl;
+    case VisionRopeKind::kQwen2Vl:
+      return MropeIndexRules::kQwen2Vl;
+    case VisionRopeKind::kQwen25Vl:
+      return MropeIndexRules::kQwen2_5Vl;
+    case VisionRopeKind::kQwen3Vl:
+      return MropeIndexRules::kQwen3Vl;
     case VisionRopeKind::kPixtral:
-    case VisionRopeKind::kLlama4: return std::nullopt;
+    case VisionRopeKind::kLlama4:
+      return std::nullopt;
   }
   return std::nullopt;
 }
@@ -279,8 +284,7 @@ QwenVlTokens QwenVlTokensFromConfig(std::string_view config_json_text,
   QwenVlTokens out;
   out.rules = rules.value_or(*model_rules);
   const bool same_model = ModelOf(out.rules) == *model_rules;
-  Require(same_model, kConfigFn, "rules",
-          "belong to the config's model_type " + model_type,
+  Require(same_model, kConfigFn, "rules", "belong to the config's model_type " + model_type,
           MropeIndexRulesName(out.rules));
 
   const Json* text_config = top.Value("text_config");
@@ -331,7 +335,8 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
           "hold batch * seq_len = " + std::to_string(total) + " ids",
           std::to_string(input_ids.size()) + " ids");
   Require(attention_mask.empty() || static_cast<int64_t>(attention_mask.size()) == total, kFn,
-          "attention_mask", "be empty or hold batch * seq_len = " + std::to_string(total) + " values",
+          "attention_mask",
+          "be empty or hold batch * seq_len = " + std::to_string(total) + " values",
           std::to_string(attention_mask.size()) + " values");
   for (size_t i = 0; i < attention_mask.size(); ++i) {
     Require(attention_mask[i] == 0 || attention_mask[i] == 1, kFn,
@@ -393,7 +398,8 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
       int64_t end = k + 1;
       while (end < n && id_at(end) == id) ++end;
       const std::string what = video ? "video" : "image";
-      const std::string where = "row " + std::to_string(b) + ", unmasked token " + std::to_string(k);
+      const std::string where =
+          "row " + std::to_string(b) + ", unmasked token " + std::to_string(k);
       Require(k > 0 && id_at(k - 1) == tokens.vision_start_token_id, kFn, "input_ids",
               "open every run of " + what + " tokens with vision_start_token_id " +
                   std::to_string(tokens.vision_start_token_id),
@@ -401,12 +407,12 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
       const std::vector<Grid>& grids = video ? videos : images;
       size_t& next = video ? video_next : image_next;
       const bool frames = video && split_frames;
-      Require(next < grids.size(), kFn, "input_ids",
-              "have no more " + what + " runs than " +
-                  (frames ? std::string("video frames (video_grids t summed: ")
-                          : what + "_grids (") +
-                  std::to_string(grids.size()) + ")",
-              "another " + what + " run at " + where);
+      Require(
+          next < grids.size(), kFn, "input_ids",
+          "have no more " + what + " runs than " +
+              (frames ? std::string("video frames (video_grids t summed: ") : what + "_grids (") +
+              std::to_string(grids.size()) + ")",
+          "another " + what + " run at " + where);
       const Grid& grid = grids[next];
       const size_t source = grid.source;
       Require(end - k == grid.tokens, kFn, "input_ids",
@@ -432,13 +438,13 @@ MropeIndex QwenVlRopeIndex(const QwenVlTokens& tokens, std::span<const int64_t> 
     }
   }
   Require(image_next == images.size(), kFn, "image_grids",
-          "be matched by as many image runs in input_ids", std::to_string(images.size()) +
-              " grids for " + std::to_string(image_next) + " runs");
+          "be matched by as many image runs in input_ids",
+          std::to_string(images.size()) + " grids for " + std::to_string(image_next) + " runs");
   Require(video_next == videos.size(), kFn, "video_grids",
           split_frames ? "have as many frames (t summed) as video runs in input_ids"
                        : "be matched by as many video runs in input_ids",
-          std::to_string(videos.size()) + (split_frames ? " frames" : " grids") +
-              " for " + std::to_string(video_next) + " runs");
+          std::to_string(videos.size()) + (split_frames ? " frames" : " grids") + " for " +
+              std::to_string(video_next) + " runs");
 
   if (!v5 && image_grids.empty() && video_grids.empty()) {
     return TextOnly(batch, seq_len, attention_mask);

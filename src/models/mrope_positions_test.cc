@@ -72,7 +72,8 @@ std::vector<std::filesystem::path> GoldenFiles(const std::string& dir = "mrope_i
 
 std::vector<VisionGrid> Grids(const Json& list) {
   std::vector<VisionGrid> out;
-  for (const Json& g : list) out.push_back({g[0].get<int64_t>(), g[1].get<int64_t>(), g[2].get<int64_t>()});
+  for (const Json& g : list)
+    out.push_back({g[0].get<int64_t>(), g[1].get<int64_t>(), g[2].get<int64_t>()});
   return out;
 }
 
@@ -165,8 +166,7 @@ TEST(MropeIndexTransformers5, DiffersFrom4xWhereTheGoldenFilesSay) {
   // One text token, then a video of grid (4, 2, 4): 4 frames of 1 x 2 at base 2.
   const std::vector<int64_t> ids = Cat({{10}, VisionRun(kVideo, 8), {11, 12}});
   const MropeIndex old_rules = Index(Tokens(MropeIndexRules::kQwen2Vl), ids, {}, {{4, 2, 4}});
-  const MropeIndex v5 =
-      Index(Tokens(MropeIndexRules::kQwen2VlTransformers5), ids, {}, {{4, 2, 4}});
+  const MropeIndex v5 = Index(Tokens(MropeIndexRules::kQwen2VlTransformers5), ids, {}, {{4, 2, 4}});
   // vision_end: 4.x at 1 + the largest (time 5) = 6; 5 at base + max(1, 2) = 4.
   EXPECT_EQ(old_rules.Position(0, 0, 10), 6);
   EXPECT_EQ(v5.Position(0, 0, 10), 4);
@@ -192,8 +192,7 @@ TEST(MropeIndexTransformers5, Qwen2_5VlMultipliesTheIntervalFirst) {
   // s = 0.16 at 25 tokens per second: 4.49 takes (5 * 0.16f) * 25 = 19.99999 -> 19; transformers 5
   // takes 5 * float32(25 * 0.16f) = 5 * 4 = 20.
   const std::vector<int64_t> ids = Cat({{10}, VisionRun(kVideo, 6), {11}});
-  const MropeIndex a =
-      Index(Tokens(MropeIndexRules::kQwen2_5Vl, 25), ids, {}, {{6, 2, 2}}, {0.16});
+  const MropeIndex a = Index(Tokens(MropeIndexRules::kQwen2_5Vl, 25), ids, {}, {{6, 2, 2}}, {0.16});
   const MropeIndex b =
       Index(Tokens(MropeIndexRules::kQwen2_5VlTransformers5, 25), ids, {}, {{6, 2, 2}}, {0.16});
   EXPECT_EQ(a.Position(0, 0, 7), 2 + 19);
@@ -206,7 +205,8 @@ TEST(MropeIndexTransformers5, TextOnlyHasNoMaskBranchAndNeedsATokenPerRow) {
   // [pad pad pad pad t]: 4.x gives [1 1 1 1 0] and delta -3; transformers 5 [0 0 0 0 0], delta 0.
   const std::vector<int64_t> ids{0, 0, 0, 0, 10};
   const std::vector<int64_t> mask{0, 0, 0, 0, 1};
-  const MropeIndex v5 = Index(Tokens(MropeIndexRules::kQwen3VlTransformers5), ids, {}, {}, {}, mask);
+  const MropeIndex v5 =
+      Index(Tokens(MropeIndexRules::kQwen3VlTransformers5), ids, {}, {}, {}, mask);
   for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(v5.Position(1, 0, j), 0);
   EXPECT_EQ(v5.rope_deltas[0], 0);
   ExpectError(
@@ -218,14 +218,13 @@ TEST(MropeIndexTransformers5, TextOnlyHasNoMaskBranchAndNeedsATokenPerRow) {
       "qwen2_vl_transformers5, got row 1 all 0");
 }
 
-constexpr MropeIndexRules kAllRules[] = {
-    MropeIndexRules::kQwen2Vl,
-    MropeIndexRules::kQwen2_5Vl,
-    MropeIndexRules::kQwen2_5VlIntSeconds,
-    MropeIndexRules::kQwen3Vl,
-    MropeIndexRules::kQwen2VlTransformers5,
-    MropeIndexRules::kQwen2_5VlTransformers5,
-    MropeIndexRules::kQwen3VlTransformers5};
+constexpr MropeIndexRules kAllRules[] = {MropeIndexRules::kQwen2Vl,
+                                         MropeIndexRules::kQwen2_5Vl,
+                                         MropeIndexRules::kQwen2_5VlIntSeconds,
+                                         MropeIndexRules::kQwen3Vl,
+                                         MropeIndexRules::kQwen2VlTransformers5,
+                                         MropeIndexRules::kQwen2_5VlTransformers5,
+                                         MropeIndexRules::kQwen3VlTransformers5};
 
 TEST(MropeIndexIdentities, TextOnlyIsZeroToTMinusOneWithDeltaZero) {
   const std::vector<int64_t> ids{5, 6, 7, 8, 9, 10, 11, 12};
@@ -263,8 +262,8 @@ TEST(MropeIndexIdentities, IntegralSecondsAgreeAcrossQwen2_5Rules) {
   const std::vector<int64_t> ids = Cat({{1}, VisionRun(kVideo, 8), {2, 3}});
   for (double seconds : {0.0, 1.0, 2.0, 3.0}) {
     for (int64_t tps : {1, 2, 25}) {
-      const MropeIndex a = Index(Tokens(MropeIndexRules::kQwen2_5Vl, tps), ids, {}, {{4, 2, 4}},
-                                 {seconds});
+      const MropeIndex a =
+          Index(Tokens(MropeIndexRules::kQwen2_5Vl, tps), ids, {}, {{4, 2, 4}}, {seconds});
       const MropeIndex b = Index(Tokens(MropeIndexRules::kQwen2_5VlIntSeconds, tps), ids, {},
                                  {{4, 2, 4}}, {seconds});
       EXPECT_EQ(a.positions, b.positions) << seconds << " " << tps;
@@ -274,7 +273,8 @@ TEST(MropeIndexIdentities, IntegralSecondsAgreeAcrossQwen2_5Rules) {
 }
 
 TEST(MropeIndexIdentities, Qwen2VlIsQwen2_5VlAtOneTokenPerSecondAndOneSecond) {
-  const std::vector<int64_t> ids = Cat({{1}, VisionRun(kVideo, 12), {2}, VisionRun(kImage, 6), {3}});
+  const std::vector<int64_t> ids =
+      Cat({{1}, VisionRun(kVideo, 12), {2}, VisionRun(kImage, 6), {3}});
   const MropeIndex a = Index(Tokens(MropeIndexRules::kQwen2Vl), ids, {{1, 4, 6}}, {{3, 4, 4}});
   const MropeIndex b =
       Index(Tokens(MropeIndexRules::kQwen2_5Vl, 1), ids, {{1, 4, 6}}, {{3, 4, 4}}, {1.0});
@@ -285,8 +285,13 @@ TEST(MropeIndexIdentities, Qwen2VlIsQwen2_5VlAtOneTokenPerSecondAndOneSecond) {
 TEST(MropeIndexIdentities, Qwen3VlVideoIsQwen2VlWithOneGridPerFrame) {
   // Qwen3-VL splits grid (3, 4, 4) into three (1, 4, 4) grids; Qwen2-VL given those three grids
   // numbers the same prompt the same way.
-  const std::vector<int64_t> ids =
-      Cat({{1, 50, 51}, VisionRun(kVideo, 4), {52, 53}, VisionRun(kVideo, 4), {54, 55}, VisionRun(kVideo, 4), {2}});
+  const std::vector<int64_t> ids = Cat({{1, 50, 51},
+                                        VisionRun(kVideo, 4),
+                                        {52, 53},
+                                        VisionRun(kVideo, 4),
+                                        {54, 55},
+                                        VisionRun(kVideo, 4),
+                                        {2}});
   const MropeIndex a = Index(Tokens(MropeIndexRules::kQwen3Vl), ids, {}, {{3, 4, 4}});
   const MropeIndex b =
       Index(Tokens(MropeIndexRules::kQwen2Vl), ids, {}, {{1, 4, 4}, {1, 4, 4}, {1, 4, 4}});

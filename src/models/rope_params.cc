@@ -26,9 +26,8 @@ void Note(RopeScheme& scheme, std::string note) {
 
 namespace {
 
-constexpr std::string_view kRopeTypes[] = {"default", "linear", "dynamic", "yarn",
+constexpr std::string_view kRopeTypes[] = {"default",  "linear", "dynamic",     "yarn",
                                            "longrope", "llama3", "proportional"};
-
 
 struct RopeContext {
   const Node& top;
@@ -37,8 +36,6 @@ struct RopeContext {
   std::optional<int64_t> max_positions;  // M
   RopeScheme& scheme;
 };
-
-
 
 int64_t ReadHeadDim(const Node& top, const Family& family, int64_t heads) {
   // DeepSeek's rotary part of each head is qk_rope_head_dim (HF copies it into head_dim).
@@ -100,10 +97,13 @@ YarnRules ReleaseYarnRules(const RopeContext& c) {
   int major = 0, minor = 0;
   if (std::sscanf(text.c_str(), "%d.%d", &major, &minor) != 2) return YarnRules::kTransformers5;
   if (major > 4 || (major == 4 && minor >= 51)) return YarnRules::kTransformers5;
-  Note(c.scheme, "yarn follows transformers 4.45-4.50's rule (the correction range over "
-                 "max_position_embeddings, no mscale), the release that wrote this config "
-                 "(transformers_version " + text + "); yarn_rules transformers5 gives the "
-                 "current rule");
+  Note(c.scheme,
+       "yarn follows transformers 4.45-4.50's rule (the correction range over "
+       "max_position_embeddings, no mscale), the release that wrote this config "
+       "(transformers_version " +
+           text +
+           "); yarn_rules transformers5 gives the "
+           "current rule");
   return YarnRules::kTransformers4_50;
 }
 
@@ -129,26 +129,26 @@ YarnScaling ReadYarn(const RopeContext& c, const Node& dict, bool nested) {
     Require(implied >= 1, kFn, dict.Key("factor"),
             "be >= 1 (null: max_position_embeddings / original_max_position_embeddings)", implied);
     yarn.factor = implied;
-    Note(c.scheme, dict.Key("factor") + " is null: max_position_embeddings / L0 = " +
-                       Format(implied) + " is used");
+    Note(c.scheme, dict.Key("factor") +
+                       " is null: max_position_embeddings / L0 = " + Format(implied) + " is used");
   } else {
     yarn.factor = AsNumber(dict, "factor", *factor, "be a number >= 1", kAtLeastOne);
     if (c.max_positions) {
       const double implied = static_cast<double>(*c.max_positions) / l0;
       if (implied != yarn.factor && implied != 1.0) {
-        Note(c.scheme, "max_position_embeddings / original_max_position_embeddings = " +
-                           Format(implied) + " differs from " + dict.Key("factor") + " = " +
-                           Format(yarn.factor) + "; the explicit factor is used, as transformers "
-                           "does since 4.56.2 (4.51.0-4.56.1 used the ratio: yarn_rules "
-                           "transformers4_51)");
+        Note(c.scheme,
+             "max_position_embeddings / original_max_position_embeddings = " + Format(implied) +
+                 " differs from " + dict.Key("factor") + " = " + Format(yarn.factor) +
+                 "; the explicit factor is used, as transformers "
+                 "does since 4.56.2 (4.51.0-4.56.1 used the ratio: yarn_rules "
+                 "transformers4_51)");
       }
     }
   }
   // `get(key) or default`: missing, null and 0 all mean the default.
   for (auto [key, field, fallback] : {std::tuple{"beta_fast", &yarn.beta_fast, 32.0},
                                       std::tuple{"beta_slow", &yarn.beta_slow, 1.0}}) {
-    const double value =
-        OptionalNumber(dict, key, "be a number >= 0", kNonNegative).value_or(0.0);
+    const double value = OptionalNumber(dict, key, "be a number >= 0", kNonNegative).value_or(0.0);
     *field = value != 0 ? value : fallback;
   }
   if (yarn.beta_slow > yarn.beta_fast) {
@@ -166,7 +166,8 @@ YarnScaling ReadYarn(const RopeContext& c, const Node& dict, bool nested) {
     const bool value = truncate->is_boolean() && truncate->get<bool>();  // null is falsy
     if (nested) {
       if (!value) {
-        Note(c.scheme, dict.Key("truncate") + " = false is ignored: Hugging Face reads truncate "
+        Note(c.scheme, dict.Key("truncate") +
+                           " = false is ignored: Hugging Face reads truncate "
                            "from the top level of rope_parameters only (reference §10.1)");
       }
     } else {
@@ -187,8 +188,8 @@ std::vector<double> ReadFactorList(const Node& dict, std::string_view key, int64
   std::vector<double> values;
   values.reserve(list->size());
   for (size_t i = 0; i < list->size(); ++i) {
-    values.push_back(AsNumber(dict, std::string(key) + "[" + std::to_string(i) + "]",
-                              (*list)[i], "be a number > 0", kPositive));
+    values.push_back(AsNumber(dict, std::string(key) + "[" + std::to_string(i) + "]", (*list)[i],
+                              "be a number > 0", kPositive));
   }
   return values;
 }
@@ -227,8 +228,9 @@ std::string ReadRopeType(const RopeContext& c, const Node& dict, std::string& ke
   const std::string_view field = dict.Value("rope_type") != nullptr ? "rope_type" : "type";
   std::string type = OptionalString(dict, field).value_or("default");
   if (type == "mrope") {  // Qwen2-VL's configs: the frequencies are the default rule's
-    Note(c.scheme, key + " \"mrope\" computes the default frequencies (Hugging Face maps it to "
-                         "\"default\"); mrope_section is reported separately");
+    Note(c.scheme, key +
+                       " \"mrope\" computes the default frequencies (Hugging Face maps it to "
+                       "\"default\"); mrope_section is reported separately");
     type = "default";
   }
   if (type == "su" || (type == "yarn" && c.family.yarn_means_longrope)) {
@@ -246,8 +248,7 @@ double ReadTheta(const RopeContext& c, const Node& dict, std::optional<double> t
   const std::string rule = "be a number > 0";
   if (theta_override) return *theta_override;
   if (c.family.theta == ThetaKey::kRopeRatio) {  // ChatGLM's RotaryEmbedding: 10000 * rope_ratio
-    const double ratio =
-        OptionalNumber(c.top, "rope_ratio", rule, kPositive).value_or(1.0);
+    const double ratio = OptionalNumber(c.top, "rope_ratio", rule, kPositive).value_or(1.0);
     return c.family.default_theta * ratio;
   }
   if (const auto theta = OptionalNumber(dict, "rope_theta", rule, kPositive)) return *theta;
@@ -275,8 +276,8 @@ int64_t ReadRotaryDim(const RopeContext& c, const Node& dict, const std::string&
     return c.head_dim / 2;
   }
   std::string key = dict.Key("partial_rotary_factor");
-  std::optional<double> p = OptionalNumber(dict, "partial_rotary_factor", "be a number in (0, 1]",
-                                           kUnitInterval);
+  std::optional<double> p =
+      OptionalNumber(dict, "partial_rotary_factor", "be a number in (0, 1]", kUnitInterval);
   for (std::string_view top_key : {"partial_rotary_factor", "rotary_pct"}) {
     if (top_key == "rotary_pct" && c.family.theta != ThetaKey::kRotaryEmbBase) continue;
     if (const auto top_p = OptionalNumber(c.top, top_key, "be a number in (0, 1]", kUnitInterval)) {
@@ -397,8 +398,8 @@ bool IsPerLayer(const Json& params) {
 int64_t ReadKeyValueHeads(const Node& top, const Family& family, int64_t heads) {
   if (family.kv_heads == KeyValueHeadsKey::kChatGlm) {  // ChatGLM2/3
     const Json* mqa = top.Value("multi_query_attention");
-    if (mqa != nullptr && !mqa->is_boolean()) Fail(top.Key("multi_query_attention"),
-                                                   "be true or false", mqa);
+    if (mqa != nullptr && !mqa->is_boolean())
+      Fail(top.Key("multi_query_attention"), "be true or false", mqa);
     if (mqa == nullptr || !mqa->get<bool>()) return heads;
     return RequiredInt(top, "multi_query_group_num", 1, heads);
   }
@@ -472,9 +473,11 @@ void ReadMropeSection(const Node& dict, RopeScheme& scheme, int64_t rotary_dim) 
     Fail(dict.Key("mrope_interleaved"), "be true or false", interleaved);
   }
   scheme.mrope_interleaved = interleaved != nullptr && interleaved->get<bool>();
-  Note(scheme, "M-RoPE (" + dict.Key("mrope_section") + "): for text tokens, whose three "
-               "position streams are equal, it is this 1-D RoPE exactly; image and video tokens "
-               "need (time, height, width) positions, which 1-D RoPE cannot express");
+  Note(scheme,
+       "M-RoPE (" + dict.Key("mrope_section") +
+           "): for text tokens, whose three "
+           "position streams are equal, it is this 1-D RoPE exactly; image and video tokens "
+           "need (time, height, width) positions, which 1-D RoPE cannot express");
 }
 
 }  // namespace
@@ -486,9 +489,9 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
   const std::string_view heads_key = FirstKey(top, {"num_attention_heads", "n_head"});
   scheme.num_attention_heads = RequiredInt(top, heads_key, 1, kMaxHeads);
   scheme.num_key_value_heads = ReadKeyValueHeads(top, family, scheme.num_attention_heads);
-  scheme.max_position_embeddings = OptionalInt(
-      top, FirstKey(top, {"max_position_embeddings", "n_positions", "seq_length"}), 1,
-      kMaxPositions);
+  scheme.max_position_embeddings =
+      OptionalInt(top, FirstKey(top, {"max_position_embeddings", "n_positions", "seq_length"}), 1,
+                  kMaxPositions);
   if (family.pairs == PairLayout::kInterleaved) {
     scheme.layout = RopeLayout::kInterleaved;
   } else if (family.pairs == PairLayout::kInterleavedUnlessRopeInterleaveFalse) {
@@ -498,8 +501,9 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
     }
     if (interleave == nullptr || interleave->get<bool>()) {
       scheme.layout = RopeLayout::kInterleaved;
-      Note(scheme, "deepseek_v3 rotates interleaved pairs (2i, 2i+1) but stores the result "
-                   "de-interleaved; q.k is the interleaved result (reference §0.4)");
+      Note(scheme,
+           "deepseek_v3 rotates interleaved pairs (2i, 2i+1) but stores the result "
+           "de-interleaved; q.k is the interleaved result (reference §0.4)");
     }
   }
   const int64_t head_dim = ReadHeadDim(top, family, scheme.num_attention_heads);
@@ -524,18 +528,18 @@ RopeScheme ReadRope(const Node& top, const std::string& model_type) {
     scheme.layers.push_back(ReadLayer(c, dict, "full_attention", false));
     const double local_theta =
         RequiredNumber(top, "rope_local_base_freq", "be a number > 0", kPositive);
-    scheme.layers.push_back(ReadLayer(c, Node{EmptyObject(), ""}, "sliding_attention", false,
-                                      local_theta));
+    scheme.layers.push_back(
+        ReadLayer(c, Node{EmptyObject(), ""}, "sliding_attention", false, local_theta));
   } else if (family.rope_layers == RopeLayers::kModernBertThetas) {
     // ModernBertAttention: global layers rotate at global_rope_theta, local (sliding) layers at
     // local_rope_theta; both plain RoPE.
     for (auto [layer_type, key, fallback] :
          {std::tuple{"full_attention", "global_rope_theta", 160000.0},
           std::tuple{"sliding_attention", "local_rope_theta", 10000.0}}) {
-      const std::optional<double> theta =
-          OptionalNumber(top, key, "be a number > 0", kPositive);
-      if (!theta) Note(scheme, std::string(key) + " absent: " + Format(fallback) +
-                                   " (ModernBertConfig's default)");
+      const std::optional<double> theta = OptionalNumber(top, key, "be a number > 0", kPositive);
+      if (!theta)
+        Note(scheme,
+             std::string(key) + " absent: " + Format(fallback) + " (ModernBertConfig's default)");
       scheme.layers.push_back(ReadLayer(c, dict, layer_type, false, theta.value_or(fallback)));
     }
   } else {

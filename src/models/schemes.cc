@@ -27,8 +27,9 @@ AlibiScheme ReadMptAlibi(const Node& top) {
   scheme.max_bias = max_bias.value_or(8.0);
   if (!max_bias) scheme.notes.push_back("attn_config.alibi_bias_max absent: 8 (MPT's default)");
   if (scheme.max_bias != 8.0) {
-    scheme.notes.push_back("Hugging Face's MptModel ignores alibi_bias_max and always uses 8 "
-                           "(reference §8, §10.10)");
+    scheme.notes.push_back(
+        "Hugging Face's MptModel ignores alibi_bias_max and always uses 8 "
+        "(reference §8, §10.10)");
   }
   return scheme;
 }
@@ -44,8 +45,8 @@ LearnedPositionScheme ReadLearned(const Node& top, const std::string& model_type
   }
   LearnedPositionScheme scheme{
       .model_type = model_type,
-      .max_positions = RequiredInt(top, gpt2_keys ? "n_positions" : "max_position_embeddings", 1,
-                                   kMaxPositions),
+      .max_positions =
+          RequiredInt(top, gpt2_keys ? "n_positions" : "max_position_embeddings", 1, kMaxPositions),
       .dim = RequiredInt(top, gpt2_keys ? "n_embd" : "hidden_size", 1, kMaxHeadDim * kMaxHeads)};
   scheme.offset = family.learned_offset;
   return scheme;
@@ -113,11 +114,10 @@ PositionScheme ReadPositionScheme(const Node& top, const std::string& model_type
   const Family& family = FamilyOf(model_type);
   switch (family.position) {
     case PositionKind::kAlibi:
-      return AlibiScheme{
-          .model_type = model_type,
-          .num_heads = RequiredInt(top, FirstKey(top, {"n_head", "num_attention_heads"}), 1,
-                                   kMaxHeads),
-          .notes = {}};
+      return AlibiScheme{.model_type = model_type,
+                         .num_heads = RequiredInt(
+                             top, FirstKey(top, {"n_head", "num_attention_heads"}), 1, kMaxHeads),
+                         .notes = {}};
     case PositionKind::kMptAlibi:
       return ReadMptAlibi(top);
     case PositionKind::kRopeOrAlibi:
@@ -126,8 +126,8 @@ PositionScheme ReadPositionScheme(const Node& top, const std::string& model_type
         if (alibi->get<bool>()) {
           return AlibiScheme{
               .model_type = model_type,
-              .num_heads = RequiredInt(top, FirstKey(top, {"num_attention_heads", "n_head"}), 1,
-                                       kMaxHeads),
+              .num_heads =
+                  RequiredInt(top, FirstKey(top, {"num_attention_heads", "n_head"}), 1, kMaxHeads),
               .notes = {}};
         }
       }
@@ -141,8 +141,9 @@ PositionScheme ReadPositionScheme(const Node& top, const std::string& model_type
                                      "not 4096)"}};
       }
       RopeScheme rope = ReadRope(top, model_type);
-      Note(rope, "Baichuan 7B models rotate (their remote code; architectures "
-                 "BaiChuanForCausalLM or hidden_size 4096)");
+      Note(rope,
+           "Baichuan 7B models rotate (their remote code; architectures "
+           "BaiChuanForCausalLM or hidden_size 4096)");
       return rope;
     }
     case PositionKind::kLearned:

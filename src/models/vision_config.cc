@@ -12,7 +12,6 @@ namespace posenc::hf_json {
 
 namespace {
 
-
 constexpr int64_t kMaxImageSide = int64_t{1} << 24;  // pixels; real towers take 336 to 1540
 
 // What each tower's config class calls its keys, and their defaults.
@@ -86,9 +85,8 @@ std::optional<VisionRopeScheme> ReadVisionRope(const Json& root, std::vector<std
   const std::string wrapper = OptionalString(Node{root, ""}, "model_type").value_or("");
   // vision_config.model_type names the tower; without it, the wrapper's config class builds its
   // own vision config class.
-  const std::optional<VisionRopeKind> kind = vision.model_type.empty()
-                                                 ? FamilyOf(wrapper).vision
-                                                 : FamilyOf(vision.model_type).tower;
+  const std::optional<VisionRopeKind> kind =
+      vision.model_type.empty() ? FamilyOf(wrapper).vision : FamilyOf(vision.model_type).tower;
   if (!kind) {
     notes.push_back("vision_config (model_type \"" +
                     (vision.model_type.empty() ? "absent" : vision.model_type) +

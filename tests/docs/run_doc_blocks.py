@@ -7,9 +7,9 @@ A block is runnable when the line right before its opening fence is the HTML com
 
 (invisible on GitHub and in any other Markdown renderer). Its fence must say `sh`, `bash`
 or `shell` (run with `bash -euo pipefail`) or `python` (run with the interpreter that runs this
-script, or --python). Each block runs on its own, as a reader pastes it into a fresh shell or interpreter,
-in a scratch directory that looks like the repository's root: every top-level entry of the
-source tree that git tracks is a symbolic link there, and `build` is the build tree, so
+script, or --python). Each block runs on its own, as a reader pastes it into a fresh shell or
+interpreter, in a scratch directory that looks like the repository's root: every top-level entry
+of the source tree that git tracks is a symbolic link there, and `build` is the build tree, so
 `build/tools/posenc` and `tests/configs/llama3.1-8b.json` resolve as they do from a checkout.
 The files a block writes to new names stay in the scratch directory, which is removed after
 the block. PATH starts with the build's tools/ (`posenc` alone works
@@ -68,7 +68,7 @@ def extract(text, path="<text>"):
                 close = lines[j].strip()
                 if close.startswith(ticks[0] * len(ticks)) and set(close) == {ticks[0]}:
                     break
-                body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j])
+                body.append(lines[j][len(indent) :] if lines[j].startswith(indent) else lines[j])
                 j += 1
             if marked_at is not None:
                 if info in SHELLS:
@@ -76,22 +76,26 @@ def extract(text, path="<text>"):
                 elif info in PYTHONS:
                     kind = "python"
                 else:
-                    raise DocError(f"{path}:{marked_at + 1}: {MARKER} marks a block in "
-                                   f"'{info or 'no language'}'; only sh, bash, shell and python "
-                                   "blocks run")
+                    raise DocError(
+                        f"{path}:{marked_at + 1}: {MARKER} marks a block in "
+                        f"'{info or 'no language'}'; only sh, bash, shell and python "
+                        "blocks run"
+                    )
                 blocks.append(Block(path, i + 1, kind, "\n".join(body) + "\n"))
                 marked_at = None
             i = j + 1
             continue
         if marked_at is not None:
-            raise DocError(f"{path}:{marked_at + 1}: {MARKER} must be the line right before "
-                           "a code fence")
+            raise DocError(
+                f"{path}:{marked_at + 1}: {MARKER} must be the line right before a code fence"
+            )
         if line.strip() == MARKER:
             marked_at = i
         i += 1
     if marked_at is not None:
-        raise DocError(f"{path}:{marked_at + 1}: {MARKER} must be the line right before a code "
-                       "fence")
+        raise DocError(
+            f"{path}:{marked_at + 1}: {MARKER} must be the line right before a code fence"
+        )
     return blocks
 
 
@@ -101,8 +105,12 @@ def source_entries(source):
     write into), or, outside a git checkout, every entry not hidden."""
     root = pathlib.Path(source)
     try:
-        listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], check=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout
+        listed = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z"],
+            check=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        ).stdout
         names = {name.split(b"/")[0].decode() for name in listed.split(b"\0") if name}
     except (OSError, subprocess.CalledProcessError):
         names = set()
@@ -143,9 +151,15 @@ def run_block(block, *, source, build, python, timeout, entries=None):
             # "line N") is the line in the Markdown file.
             f.write("\n" * block.line + block.code)
         try:
-            done = subprocess.run(command, cwd=directory, env=env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=timeout)
+            done = subprocess.run(
+                command,
+                cwd=directory,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired as e:
             output = (e.stdout or b"").decode("utf-8", "replace")
             return None, output + f"\n[still running after {timeout} s; stopped]\n"
@@ -153,27 +167,43 @@ def run_block(block, *, source, build, python, timeout, entries=None):
 
 
 def report(block, status, output):
-    numbered = "\n".join(f"{block.line + n:5d}  {code}"
-                         for n, code in enumerate(block.code.splitlines(), start=1))
+    numbered = "\n".join(
+        f"{block.line + n:5d}  {code}" for n, code in enumerate(block.code.splitlines(), start=1)
+    )
     what = "did not finish" if status is None else f"exited with status {status}"
-    return (f"{block.path}:{block.line}: {block.kind} block {what}\n"
-            f"{numbered}\n"
-            f"--- output ---\n{output.rstrip()}\n--- end of output ---\n")
+    return (
+        f"{block.path}:{block.line}: {block.kind} block {what}\n"
+        f"{numbered}\n"
+        f"--- output ---\n{output.rstrip()}\n--- end of output ---\n"
+    )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="*",
-                        help="Markdown files (default: README.md and docs/*.md of --source)")
-    parser.add_argument("--source", help="the source tree (its top-level entries are linked "
-                        "into each scratch directory)")
-    parser.add_argument("--build", help="the build tree: build/ in the scratch directory, its "
-                        "tools/ on PATH, its python/ on PYTHONPATH")
-    parser.add_argument("--python", default=sys.executable,
-                        help="interpreter of the python blocks (default: this one, %(default)s)")
-    parser.add_argument("--timeout", type=float, default=600,
-                        help="seconds after which a block that still runs is stopped and fails "
-                        "(a guard against hangs, not a time limit; default: %(default)s)")
+    parser.add_argument(
+        "files", nargs="*", help="Markdown files (default: README.md and docs/*.md of --source)"
+    )
+    parser.add_argument(
+        "--source",
+        help="the source tree (its top-level entries are linked into each scratch directory)",
+    )
+    parser.add_argument(
+        "--build",
+        help="the build tree: build/ in the scratch directory, its "
+        "tools/ on PATH, its python/ on PYTHONPATH",
+    )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="interpreter of the python blocks (default: this one, %(default)s)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600,
+        help="seconds after which a block that still runs is stopped and fails "
+        "(a guard against hangs, not a time limit; default: %(default)s)",
+    )
     parser.add_argument("--list", action="store_true", help="list the blocks, run nothing")
     args = parser.parse_args(argv)
 
@@ -205,8 +235,14 @@ def main(argv=None):
     failures = 0
     for b in blocks:
         start = time.monotonic()
-        status, output = run_block(b, source=args.source, build=args.build, python=args.python,
-                                   timeout=args.timeout, entries=entries)
+        status, output = run_block(
+            b,
+            source=args.source,
+            build=args.build,
+            python=args.python,
+            timeout=args.timeout,
+            entries=entries,
+        )
         took = f"{time.monotonic() - start:.1f} s"  # for the reader only: nothing depends on it
         if status == 0:
             print(f"ok      {b.path}:{b.line} ({b.kind}, {took})", flush=True)

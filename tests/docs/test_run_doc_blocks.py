@@ -18,25 +18,48 @@ FIXTURE = HERE / "fixture.md"
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, str(RUNNER), "--python", sys.executable, *args],
-                          cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(
+        [sys.executable, str(RUNNER), "--python", sys.executable, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_extracts_marked_blocks_only():
     blocks = docs.extract(FIXTURE.read_text(), "fixture.md")
-    assert [(b.line, b.kind) for b in blocks] == [(12, "sh"), (17, "python"), (22, "sh"),
-                                                  (29, "python")]
+    assert [(b.line, b.kind) for b in blocks] == [
+        (12, "sh"),
+        (17, "python"),
+        (22, "sh"),
+        (29, "python"),
+    ]
     assert blocks[0].code == 'echo "shell block ran"\n'
     assert all("exit 7" not in b.code for b in blocks)
 
 
 def test_fences_of_every_form():
-    text = "\n".join([
-        "<!-- runnable -->", "~~~bash", "echo tilde", "~~~",
-        "<!-- runnable -->", "````python", "```", "print('inner fence')", "```", "````",
-        "<!-- runnable -->", "   ```shell", "   echo indented", "   ```",
-        "```python", "<!-- runnable --> inside an unmarked block is just text", "```",
-    ])
+    text = "\n".join(
+        [
+            "<!-- runnable -->",
+            "~~~bash",
+            "echo tilde",
+            "~~~",
+            "<!-- runnable -->",
+            "````python",
+            "```",
+            "print('inner fence')",
+            "```",
+            "````",
+            "<!-- runnable -->",
+            "   ```shell",
+            "   echo indented",
+            "   ```",
+            "```python",
+            "<!-- runnable --> inside an unmarked block is just text",
+            "```",
+        ]
+    )
     blocks = docs.extract(text)
     assert [(b.line, b.kind, b.code) for b in blocks] == [
         (2, "sh", "echo tilde\n"),
@@ -45,12 +68,15 @@ def test_fences_of_every_form():
     ]
 
 
-@pytest.mark.parametrize("text, line", [
-    ("<!-- runnable -->\n```cpp\nint main() {}\n```\n", 1),   # a language that does not run
-    ("<!-- runnable -->\n```\necho\n```\n", 1),               # no language
-    ("<!-- runnable -->\n\n```sh\necho\n```\n", 1),           # not right before the fence
-    ("text\n<!-- runnable -->\n", 2),                         # at the end
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("<!-- runnable -->\n```cpp\nint main() {}\n```\n", 1),  # a language that does not run
+        ("<!-- runnable -->\n```\necho\n```\n", 1),  # no language
+        ("<!-- runnable -->\n\n```sh\necho\n```\n", 1),  # not right before the fence
+        ("text\n<!-- runnable -->\n", 2),  # at the end
+    ],
+)
 def test_a_stray_marker_is_an_error(text, line):
     with pytest.raises(docs.DocError, match=rf"^doc.md:{line}: "):
         docs.extract(text, "doc.md")
@@ -69,15 +95,17 @@ def test_a_broken_block_fails_the_run_with_file_line_code_and_output():
     assert f"{fixture}:29: python block exited with status 1" in done.stderr
     assert "before the exception" in done.stderr
     assert "RuntimeError: deliberately broken" in done.stderr
-    assert "line 31, in <module>" in done.stderr           # the traceback's line is the file's
+    assert "line 31, in <module>" in done.stderr  # the traceback's line is the file's
     # The good blocks and the unmarked one are not reported.
     assert ":12:" not in done.stderr and ":17:" not in done.stderr and "exit 7" not in done.stderr
 
 
 def test_good_blocks_pass(tmp_path):
     doc = tmp_path / "good.md"
-    doc.write_text("<!-- runnable -->\n```sh\ntrue | cat\n```\n"
-                   "<!-- runnable -->\n```python\nassert 1 + 1 == 2\n```\n")
+    doc.write_text(
+        "<!-- runnable -->\n```sh\ntrue | cat\n```\n"
+        "<!-- runnable -->\n```python\nassert 1 + 1 == 2\n```\n"
+    )
     done = run(str(doc))
     assert done.returncode == 0, done.stderr
     assert "2 of 2 runnable blocks passed" in done.stdout
@@ -85,8 +113,10 @@ def test_good_blocks_pass(tmp_path):
 
 def test_pipefail_and_unset_variables_fail(tmp_path):
     doc = tmp_path / "strict.md"
-    doc.write_text("<!-- runnable -->\n```sh\nfalse | cat\n```\n"
-                   "<!-- runnable -->\n```sh\necho \"$NOT_SET_ANYWHERE\"\n```\n")
+    doc.write_text(
+        "<!-- runnable -->\n```sh\nfalse | cat\n```\n"
+        '<!-- runnable -->\n```sh\necho "$NOT_SET_ANYWHERE"\n```\n'
+    )
     done = run(str(doc))
     assert done.returncode == 1
     assert "0 of 2 runnable blocks passed" in done.stdout
@@ -105,31 +135,53 @@ def test_scratch_directory_and_environment(tmp_path):
     source, build = tmp_path / "source", tmp_path / "objects"
     (source / "tests" / "configs").mkdir(parents=True)
     (source / "tests" / "configs" / "model.json").write_text("{}")
-    (source / "build").mkdir()                 # a build tree inside the checkout: not linked
+    (source / "build").mkdir()  # a build tree inside the checkout: not linked
     (build / "tools").mkdir(parents=True)
     (build / "python").mkdir()
     tool = build / "tools" / "posenc"
-    tool.write_text("#!/bin/sh\necho \"fake posenc $*\"\n")
+    tool.write_text('#!/bin/sh\necho "fake posenc $*"\n')
     tool.chmod(0o755)
     (build / "python" / "fakepkg.py").write_text("NAME = 'from the build tree'\n")
     doc = source / "README.md"
-    doc.write_text("\n".join([
-        "<!-- runnable -->", "```sh",
-        "test -f tests/configs/model.json",
-        "build/tools/posenc inspect tests/configs/model.json",
-        "posenc alibi",                         # the tools dir is on PATH
-        "test \"$(readlink -f build)\" = \"$EXPECTED_BUILD\"",
-        "test ! -e written.txt                 # each block starts in a fresh directory",
-        "echo hello > written.txt", "```",
-        "<!-- runnable -->", "```python",
-        "import os, fakepkg",
-        "assert fakepkg.NAME == 'from the build tree'",
-        "assert not os.path.exists('written.txt')",
-        "open('written.txt', 'w').write('python')", "```", ""]))
+    doc.write_text(
+        "\n".join(
+            [
+                "<!-- runnable -->",
+                "```sh",
+                "test -f tests/configs/model.json",
+                "build/tools/posenc inspect tests/configs/model.json",
+                "posenc alibi",  # the tools dir is on PATH
+                'test "$(readlink -f build)" = "$EXPECTED_BUILD"',
+                "test ! -e written.txt                 # each block starts in a fresh directory",
+                "echo hello > written.txt",
+                "```",
+                "<!-- runnable -->",
+                "```python",
+                "import os, fakepkg",
+                "assert fakepkg.NAME == 'from the build tree'",
+                "assert not os.path.exists('written.txt')",
+                "open('written.txt', 'w').write('python')",
+                "```",
+                "",
+            ]
+        )
+    )
     env = dict(os.environ, EXPECTED_BUILD=str(build.resolve()))
-    done = subprocess.run([sys.executable, str(RUNNER), "--python", sys.executable,
-                           "--source", str(source), "--build", str(build)],
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(RUNNER),
+            "--python",
+            sys.executable,
+            "--source",
+            str(source),
+            "--build",
+            str(build),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok      README.md:2 (sh, " in done.stdout
     assert "2 of 2 runnable blocks passed" in done.stdout

@@ -43,7 +43,9 @@ def test_stretching_a_bundled_llama_3_1(server):
 
 
 def test_stretching_an_uploaded_config_matches_the_reference(server):
-    golden = json.loads((ROOT / "tests/golden/hf_rope/phi3_128k_longrope__seq4096.json").read_text())
+    golden = json.loads(
+        (ROOT / "tests/golden/hf_rope/phi3_128k_longrope__seq4096.json").read_text()
+    )
     body = (ROOT / "tests/configs/phi3-128k-longrope.json").read_bytes()
     status, data = get(server, "api/stretch", body)
     assert status == 200 and data["source"] == "uploaded" and data["rope_type"] == "longrope"
@@ -116,8 +118,9 @@ def test_dynamic_ntk_is_shown_stretched(server):
     assert data["seq_len"] == 16384 and data["rope_type"] == "dynamic"
     # theta' = theta (s L / M - (s - 1))^(d / (d - 2)) with L = s M: every pair slows but one.
     scale = (4 * 4 - 3) ** (64 / 62)
-    assert data["wavelength"][1] == pytest.approx(data["original_wavelength"][1] * scale ** (2 / 64),
-                                                  rel=1e-5)
+    assert data["wavelength"][1] == pytest.approx(
+        data["original_wavelength"][1] * scale ** (2 / 64), rel=1e-5
+    )
     assert data["pair_class"][0] == "extrapolated"
 
 
@@ -140,8 +143,11 @@ def test_the_heatmaps_are_described_by_the_api(server):
     _, data = get(server, "api/similarity")
     scale = data["heatmap"]
     assert scale["y"] == {"title": "position t", "cells": 64, "ticks": list(range(0, 64, 8))}
-    assert scale["x"] == {"title": "column j of the table", "cells": 32,
-                          "ticks": list(range(0, 32, 4))}
+    assert scale["x"] == {
+        "title": "column j of the table",
+        "cells": 32,
+        "ticks": list(range(0, 32, 4)),
+    }
     values = [v for row in data["table"] for v in row]
     colour = scale["colour"]
     assert colour["title"] == "PE(t, j): sin for even j, cos for odd j"
@@ -160,8 +166,13 @@ def test_the_heatmaps_are_described_by_the_api(server):
     assert colour["ticks"] == [-0.6, -0.4, -0.2, 0.0]
     assert colour["masked"] == "key after the query (causal mask)"
     _, one = get(server, "api/alibi?heads=1&tokens=1")
-    assert one["heatmap"]["colour"] == {"title": colour["title"], "min": 0.0, "max": 0.0,
-                                        "ticks": [0.0], "masked": colour["masked"]}
+    assert one["heatmap"]["colour"] == {
+        "title": colour["title"],
+        "min": 0.0,
+        "max": 0.0,
+        "ticks": [0.0],
+        "masked": colour["masked"],
+    }
     _, wide = get(server, "api/similarity?positions=512&d=256")
     assert wide["heatmap"]["y"]["ticks"] == list(range(0, 512, 64))
     assert wide["heatmap"]["x"]["ticks"] == list(range(0, 256, 32))
@@ -227,8 +238,14 @@ def test_order_blindness_of_a_sentence(server):
     assert status == 200
     assert data["shuffled_tokens"] == ["on", "the", "the", "cat", "mat", "sat"]
     blind = {r["scheme"]: r["order_blind"] for r in data["schemes"]}
-    assert blind == {"no positions": True, "causal mask": False, "sinusoidal": False,
-                     "learned": False, "RoPE": False, "ALiBi": False}
+    assert blind == {
+        "no positions": True,
+        "causal mask": False,
+        "sinusoidal": False,
+        "learned": False,
+        "RoPE": False,
+        "ALiBi": False,
+    }
     plain = data["schemes"][0]
     for t, i in enumerate(data["order"]):  # without positions the outputs only move
         assert plain["shuffled"][t] == pytest.approx(plain["attention"][i], abs=1e-6)
@@ -257,7 +274,10 @@ BAD = {
         "api/rope?position=-1",
         "[serve] position must be an integer in [0, 1000000], got '-1'",
     ),
-    "infinite base": ("api/waves?base=inf", "[serve] base must be a number in [1.0001, 1e+09], got 'inf'"),
+    "infinite base": (
+        "api/waves?base=inf",
+        "[serve] base must be a number in [1.0001, 1e+09], got 'inf'",
+    ),
     "empty list item": (
         "api/waves?columns=1,,3",
         "[serve] columns must be an integer in [0, 63], got ''",
@@ -322,29 +342,42 @@ def test_bad_requests_are_400_with_the_message(server, path, message):
 
 BAD_BODIES = {
     "malformed JSON": (
-        "api/stretch", b'{"model_type": "llama", "rope_scaling": 5', "application/json",
-        400, "[hf_config] config must be valid JSON, got [json.exception.parse_error.101] "
+        "api/stretch",
+        b'{"model_type": "llama", "rope_scaling": 5',
+        "application/json",
+        400,
+        "[hf_config] config must be valid JSON, got [json.exception.parse_error.101] "
         "parse error at line 1, column 42: syntax error while parsing object - unexpected end "
         "of input; expected '}'",
     ),
     "a form instead of JSON": (
-        "api/stretch", b"rope_type=yarn", "application/x-www-form-urlencoded",
-        415, "[serve] body must be sent as application/json (a config.json)",
+        "api/stretch",
+        b"rope_type=yarn",
+        "application/x-www-form-urlencoded",
+        415,
+        "[serve] body must be sent as application/json (a config.json)",
     ),
     "a body where none is read": (
-        "api/waves", b"{}", "application/json",
-        400, "[serve] body must be empty (only stretch reads one: a config.json), got 2 bytes",
+        "api/waves",
+        b"{}",
+        "application/json",
+        400,
+        "[serve] body must be empty (only stretch reads one: a config.json), got 2 bytes",
     ),
     "two sources": (
-        "api/stretch?config=llama2-7b", b"{}", "application/json",
-        400, "[serve] config must come from one place: the body, config= or rope_type=, "
+        "api/stretch?config=llama2-7b",
+        b"{}",
+        "application/json",
+        400,
+        "[serve] config must come from one place: the body, config= or rope_type=, "
         "got more than one",
     ),
 }
 
 
-@pytest.mark.parametrize("path, body, kind, status, message", BAD_BODIES.values(),
-                         ids=BAD_BODIES.keys())
+@pytest.mark.parametrize(
+    "path, body, kind, status, message", BAD_BODIES.values(), ids=BAD_BODIES.keys()
+)
 def test_bad_bodies_are_refused_with_the_message(server, path, body, kind, status, message):
     assert get(server, path, body, kind) == (status, {"error": message})
 
@@ -357,7 +390,9 @@ def test_paths_outside_the_api_are_404_and_no_file_is_read(server):
 
 def test_a_large_body_is_refused_and_the_server_goes_on(server):
     request = urllib.request.Request(
-        server + "api/stretch", data=b"x" * (2 << 20), method="POST",
+        server + "api/stretch",
+        data=b"x" * (2 << 20),
+        method="POST",
         headers={"Content-Type": "application/json"},
     )
     with pytest.raises(urllib.error.HTTPError) as error:
@@ -377,7 +412,7 @@ def test_the_page_and_chart_js_are_served(server):
 
 
 def test_eight_concurrent_clients(server):
-    paths = ["api/waves?position=%d" % i for i in range(25)] + ["api/alibi?heads=16"] * 25
+    paths = [f"api/waves?position={i}" for i in range(25)] + ["api/alibi?heads=16"] * 25
     latencies, failures = [], []
     lock = threading.Lock()
 
@@ -397,8 +432,10 @@ def test_eight_concurrent_clients(server):
         t.join()
     assert not failures and len(latencies) == 200
     latencies.sort()
-    print(f"\n200 requests from 8 clients: p50 {latencies[100] * 1e3:.1f} ms, "
-          f"p99 {latencies[197] * 1e3:.1f} ms")
+    print(
+        f"\n200 requests from 8 clients: p50 {latencies[100] * 1e3:.1f} ms, "
+        f"p99 {latencies[197] * 1e3:.1f} ms"
+    )
 
 
 def test_random_queries_never_break_the_server(server):
@@ -408,16 +445,45 @@ def test_random_queries_never_break_the_server(server):
     import urllib.parse
 
     rng = random.Random(20261201)
-    names = ["d", "base", "position", "columns", "span", "samples", "positions", "query", "pair",
-             "start", "m", "n", "distance", "heads", "tokens", "order", "max_bias", "config",
-             "rope_type", "factor", "original", "head_dim", "seq_len", "layer", "x" * 50]
+    names = [
+        "d",
+        "base",
+        "position",
+        "columns",
+        "span",
+        "samples",
+        "positions",
+        "query",
+        "pair",
+        "start",
+        "m",
+        "n",
+        "distance",
+        "heads",
+        "tokens",
+        "order",
+        "max_bias",
+        "config",
+        "rope_type",
+        "factor",
+        "original",
+        "head_dim",
+        "seq_len",
+        "layer",
+        "x" * 50,
+    ]
     alphabet = [chr(c) for c in range(256)] + ["1", "-", ",", ".", "e", "9"] * 20
     endpoints = ["waves", "similarity", "order", "rope", "stretch", "alibi", "checks"]
     for _ in range(300):
-        query = urllib.parse.urlencode([
-            (rng.choice(names), "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24))))
-            for _ in range(rng.randint(0, 3))
-        ])
+        query = urllib.parse.urlencode(
+            [
+                (
+                    rng.choice(names),
+                    "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24))),
+                )
+                for _ in range(rng.randint(0, 3))
+            ]
+        )
         status, body = get(server, f"api/{rng.choice(endpoints)}?{query}")
         assert status == 200 or (400 <= status < 500 and body["error"].startswith("[")), body
         assert status == 200 or not re.search(r"--[a-z]", body["error"]), body

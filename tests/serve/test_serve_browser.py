@@ -11,12 +11,11 @@ import os
 import pathlib
 
 import pytest
+from conftest import POSENC
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
-
-from conftest import POSENC
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(POSENC).resolve().parent.parent
@@ -27,8 +26,13 @@ SCREENSHOT = BUILD / "serve-explorer.png"
 def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1700",
-                 "--disable-dev-shm-usage"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--window-size=1400,1700",
+        "--disable-dev-shm-usage",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
@@ -62,12 +66,14 @@ def check_heatmap(browser, figure, rows, scale, size):
         "const box = f.querySelector('canvas.cells').getBoundingClientRect();"
         "const centres = (s, side) => [...f.querySelectorAll(s)].map(e => {"
         "  const r = e.getBoundingClientRect();"
-        "  return side === 'x' ? (r.left + r.right) / 2 - box.left : (r.top + r.bottom) / 2 - box.top; });"
+        "  return side === 'x' ? (r.left + r.right) / 2 - box.left"
+        "                      : (r.top + r.bottom) / 2 - box.top; });"
         "return {x: texts('.x-title')[0], y: texts('.y-title')[0], xticks: texts('.x-ticks span'),"
         "        yticks: texts('.y-ticks span'), bar: texts('.colour-bar span'),"
         "        caption: texts('figcaption')[0], xat: centres('.x-ticks span', 'x'),"
         "        yat: centres('.y-ticks span', 'y'), width: box.width, height: box.height};",
-        figure)
+        figure,
+    )
     assert (shown["x"], shown["y"]) == (scale["x"]["title"], scale["y"]["title"])
     assert shown["xticks"] == [str(k) for k in scale["x"]["ticks"]]
     assert shown["yticks"] == [str(k) for k in scale["y"]["ticks"]]
@@ -95,10 +101,16 @@ def check_heatmap(browser, figure, rows, scale, size):
         "const c = f.querySelector('canvas.cells').getContext('2d');"
         "const b = f.querySelector('.colour-bar canvas').getContext('2d');"
         "const px = (ctx, x, y) => [...ctx.getImageData(x, y, 1, 1).data.slice(0, 3)];"
-        "return {cells: arguments[1].map(([i, j]) => px(c, Math.floor((j + 0.5) * arguments[2] / arguments[4]),"
-        "                                           Math.floor((i + 0.5) * arguments[2] / arguments[3]))),"
+        "const at = (i, j) => px(c, Math.floor((j + 0.5) * arguments[2] / arguments[4]),"
+        "                           Math.floor((i + 0.5) * arguments[2] / arguments[3]));"
+        "return {cells: arguments[1].map(([i, j]) => at(i, j)),"
         "        top: px(b, 5, 0), bottom: px(b, 5, arguments[2] - 1)};",
-        figure, probes, size, n, m)
+        figure,
+        probes,
+        size,
+        n,
+        m,
+    )
     assert pixels["top"] == colour(1) and pixels["bottom"] == colour(0)
     for (i, j), got in zip(probes, pixels["cells"]):
         v = rows[i][j]
@@ -179,23 +191,29 @@ def test_the_explorer_in_a_browser(server, browser):
         "const l = document.getElementById('stretch-layer'); l.value = '3';"
         "l.dispatchEvent(new Event('input'));"
     )
-    message = wait_for(browser, "window.posenc.pending === 0 && "
-                       "document.getElementById('stretch-error').textContent")
-    assert message == ("[serve] layer must pick a RoPE layer (layer 3 is nope, full_attention: "
-                       "it does not rotate q and k), got 3")
+    message = wait_for(
+        browser,
+        "window.posenc.pending === 0 && document.getElementById('stretch-error').textContent",
+    )
+    assert message == (
+        "[serve] layer must pick a RoPE layer (layer 3 is nope, full_attention: "
+        "it does not rotate q and k), got 3"
+    )
     browser.execute_script(
         "const l = document.getElementById('stretch-layer'); l.value = '4';"
         "l.dispatchEvent(new Event('input'));"
     )
-    wait_for(browser, "window.posenc.pending === 0 && "
-             "document.getElementById('stretch-error').textContent === ''")
+    wait_for(
+        browser,
+        "window.posenc.pending === 0 && "
+        "document.getElementById('stretch-error').textContent === ''",
+    )
     assert browser.execute_script("return window.posenc.answers.stretch.layer;") == 4
     browser.execute_script(
         "const l = document.getElementById('stretch-layer'); l.value = '';"
         "l.dispatchEvent(new Event('input'));"
     )
-    wait_for(browser, "window.posenc.pending === 0 && "
-             "window.posenc.answers.stretch.layer === null")
+    wait_for(browser, "window.posenc.pending === 0 && window.posenc.answers.stretch.layer === null")
 
     # Order: a new sentence and a shuffle; only "no positions" is blind to it.
     sentence = browser.find_element(By.ID, "order-tokens")
@@ -203,8 +221,11 @@ def test_the_explorer_in_a_browser(server, browser):
     sentence.send_keys("a dog bites the man")
     wait_for(browser, "window.posenc.answers.order.tokens.length === 5")
     browser.find_element(By.ID, "order-shuffle").click()
-    rows = wait_for(browser, "document.querySelectorAll('#order-table tr').length === 7 && "
-                    "[...document.querySelectorAll('#order-table tr')].map(r => r.innerText)")
+    rows = wait_for(
+        browser,
+        "document.querySelectorAll('#order-table tr').length === 7 && "
+        "[...document.querySelectorAll('#order-table tr')].map(r => r.innerText)",
+    )
     assert "yes" in rows[1] and all("no: outputs change" in r for r in rows[2:])
 
     # Quick checks: a guess, then the library's answer.
@@ -224,16 +245,22 @@ def test_the_explorer_in_a_browser(server, browser):
             "const e = document.getElementById(arguments[0]);"
             "if (e.tagName === 'SELECT') return [...e.options].map(o => o.value);"
             "const lo = Number(e.min), hi = Number(e.max);"
-            "return [lo, hi, Math.round((lo + hi) / 2)].map(String);", control)
+            "return [lo, hi, Math.round((lo + hi) / 2)].map(String);",
+            control,
+        )
         for setting in settings:
             browser.execute_script(
                 "const e = document.getElementById(arguments[0]); e.value = arguments[1];"
                 "e.dispatchEvent(new Event(e.tagName === 'SELECT' ? 'change' : 'input'));"
-                "e.dispatchEvent(new Event('input'));", control, setting)
+                "e.dispatchEvent(new Event('input'));",
+                control,
+                setting,
+            )
             wait_for(browser, "window.posenc.pending === 0")
             errors = browser.execute_script(
                 "return [...document.querySelectorAll('.error')].map(e => e.textContent)"
-                ".filter(t => t);")
+                ".filter(t => t);"
+            )
             assert errors == [], (control, setting, errors)
 
     browser.save_screenshot(str(SCREENSHOT))
@@ -244,9 +271,9 @@ def test_the_explorer_in_a_browser(server, browser):
 
 
 HOSTILE_TEXT = [
-    '<img src=x onerror="document.title=\'pwned\'">',
+    "<img src=x onerror=\"document.title='pwned'\">",
     "<script>document.title='pwned'</script>",
-    '<svg onload="document.title=\'pwned\'"></svg>',
+    "<svg onload=\"document.title='pwned'\"></svg>",
     "&lt;b&gt; & <b>bold</b>",
 ]
 
@@ -257,24 +284,34 @@ def test_text_from_a_config_is_shown_as_text(server, browser):
     shown literally."""
     browser.get(server)
     browser.execute_async_script(
-        "const done = arguments[0]; window.posenc.ready.then(() => done());")
+        "const done = arguments[0]; window.posenc.ready.then(() => done());"
+    )
     browser.execute_script("document.title = 'explorer';")
     for text in HOSTILE_TEXT:
-        config = {"model_type": text, "hidden_size": 512, "num_attention_heads": 8,
-                  "rope_theta": 10000.0}
+        config = {
+            "model_type": text,
+            "hidden_size": 512,
+            "num_attention_heads": 8,
+            "rope_theta": 10000.0,
+        }
         bad = dict(config, rope_scaling={"rope_type": text, "factor": 2.0})
         for pasted, where in ((config, "stretch-facts"), (bad, "stretch-error")):
             browser.execute_script(
                 "const t = document.getElementById('stretch-text'); t.value = arguments[0];"
                 "document.getElementById('stretch-source').value = 'pasted';"
-                "t.dispatchEvent(new Event('input'));", json.dumps(pasted))
-            shown = wait_for(browser, f"window.posenc.pending === 0 && "
-                             f"document.getElementById('{where}').textContent")
+                "t.dispatchEvent(new Event('input'));",
+                json.dumps(pasted),
+            )
+            shown = wait_for(
+                browser,
+                f"window.posenc.pending === 0 && document.getElementById('{where}').textContent",
+            )
             # The error message quotes the value with its quotes escaped: up to the first quote.
             assert (text if where == "stretch-facts" else text.split('"')[0]) in shown, shown
             assert browser.title == "explorer"
             made = browser.execute_script(
-                "return document.querySelectorAll('main img, main script, main svg').length;")
+                "return document.querySelectorAll('main img, main script, main svg').length;"
+            )
             assert made == 0
     assert [e for e in console_errors(browser) if "pwned" in e["message"]] == []
 
@@ -286,19 +323,23 @@ def test_screenshots(server, browser):
     that nothing is drawn while the window changes."""
     browser.get(server)
     browser.execute_async_script(
-        "const done = arguments[0]; window.posenc.ready.then(() => done());")
+        "const done = arguments[0]; window.posenc.ready.then(() => done());"
+    )
     height = browser.execute_script("return document.documentElement.scrollHeight;")
     chrome = browser.execute_script("return window.outerHeight - window.innerHeight;")
     browser.set_window_size(1400, height + chrome)
     try:
         browser.get(server)
         browser.execute_async_script(
-            "const done = arguments[0]; window.posenc.ready.then(() => done());")
+            "const done = arguments[0]; window.posenc.ready.then(() => done());"
+        )
         assert browser.execute_script(
-            "return window.innerHeight >= document.documentElement.scrollHeight;")
+            "return window.innerHeight >= document.documentElement.scrollHeight;"
+        )
         errors = browser.execute_script(
             "return [...document.querySelectorAll('.error')].map(e => e.textContent)"
-            ".filter(t => t);")
+            ".filter(t => t);"
+        )
         assert errors == []
         page = BUILD / "serve-page.png"
         browser.save_screenshot(str(page))

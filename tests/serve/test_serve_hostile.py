@@ -13,7 +13,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import POSENC, start_server
 
 ANSWER_BOUND_S = 3.0  # the promise is 1 s: this is the test's margin on a loaded machine
@@ -35,13 +34,15 @@ def exchange(url, raw, timeout=10):
                 break
             data += chunk
             head, _, body = data.partition(b"\r\n\r\n")
-            length = [l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+            length = [
+                line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+            ]
             if length and len(body) >= int(length[0].split(b":")[1]):
                 break
     head, _, body = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
-    headers = {k.lower(): v.strip() for k, _, v in (l.partition(":") for l in lines[1:])}
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
     return status, headers, body
 
 
@@ -67,8 +68,10 @@ def chunked(url, total, piece=65536, path="api/stretch"):
     """POSTs `total` bytes as chunks; (status, body) of the answer, or None if the server closed
     the connection first."""
     with socket.create_connection(address(url), timeout=20) as s:
-        s.sendall(f"POST /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                  "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        s.sendall(
+            f"POST /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+        )
         try:
             sent = 0
             while sent < total:
@@ -100,9 +103,13 @@ def test_a_chunked_body_over_the_limit_is_413(server_process):
     # Under the limit, a chunked config is read whole.
     config = b'{"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8}'
     with socket.create_connection(address(url), timeout=20) as s:
-        s.sendall(b"POST /api/stretch HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                  b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
-                  b"%x\r\n" % len(config) + config + b"\r\n0\r\n\r\n")
+        s.sendall(
+            b"POST /api/stretch HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n" % len(config)
+            + config
+            + b"\r\n0\r\n\r\n"
+        )
         answer = b""
         while chunk := s.recv(65536):
             answer += chunk
@@ -122,7 +129,7 @@ def test_slow_clients_do_not_starve_the_others(server_process):
     try:
         for step in range(8):  # 8 rounds of half a second: 4 s of dripping
             for s in drippers:
-                s.sendall(line[step:step + 1])
+                s.sendall(line[step : step + 1])
             start = time.perf_counter()
             status, _, body = request(url, "GET", "api/alibi?heads=4")
             latencies.append(time.perf_counter() - start)
@@ -130,9 +137,11 @@ def test_slow_clients_do_not_starve_the_others(server_process):
             time.sleep(0.5)
         threads_during = proc_status(process, "Threads")
         rss_kb = proc_status(process, "VmRSS")
-        print(f"\n128 slow connections: {len(latencies)} normal requests, slowest "
-              f"{max(latencies) * 1e3:.1f} ms; threads {threads_before} -> {threads_during}; "
-              f"RSS {rss_kb / 1024:.0f} MiB")
+        print(
+            f"\n128 slow connections: {len(latencies)} normal requests, slowest "
+            f"{max(latencies) * 1e3:.1f} ms; threads {threads_before} -> {threads_during}; "
+            f"RSS {rss_kb / 1024:.0f} MiB"
+        )
         assert max(latencies) < ANSWER_BOUND_S
         assert threads_during == threads_before
         # The idle connections are closed by the server (10 s without a byte), well before 30 s.
@@ -168,8 +177,9 @@ def test_signals_right_after_start_are_never_lost():
     the moment the URL is printed (before the server may be running): every one must exit."""
     rng = random.Random(27)
     for k in range(40):
-        process = subprocess.Popen([POSENC, "serve", "--port", "0"], stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [POSENC, "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
         try:
             if k % 4 == 0:
                 time.sleep(rng.choice([0, 0.001, 0.005]))
@@ -193,8 +203,12 @@ def test_a_leading_zero_is_still_decimal():
     with socket.socket() as probe:  # a free port, written with a leading zero: "0<port>"
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen([POSENC, "serve", "--port", f"0{port}"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [POSENC, "serve", "--port", f"0{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = process.communicate(timeout=3)
     except subprocess.TimeoutExpired:
@@ -205,8 +219,9 @@ def test_a_leading_zero_is_still_decimal():
 
 @pytest.mark.parametrize("port", ["0x1f90", "", "+80", "65536", "-1", "8080 ", "1e3"])
 def test_the_port_is_a_decimal_integer(port):
-    process = subprocess.Popen([POSENC, "serve", "--port", port], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [POSENC, "serve", "--port", port], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         out, err = process.communicate(timeout=5)
     except subprocess.TimeoutExpired:
@@ -217,23 +232,43 @@ def test_the_port_is_a_decimal_integer(port):
 
 
 BAD = {
-    "a value that is not UTF-8": ("api/stretch?config=%ff", 400,
-                                  "[serve] config must be UTF-8 text, got '?'"),
-    "a number that is not UTF-8": ("api/waves?d=%c3%28", 400,
-                                   "[serve] d must be UTF-8 text, got '?('"),
-    "a name that is not UTF-8": ("api/waves?%ff=1", 400,
-                                 "[serve] query must name parameters in UTF-8, got '?'"),
+    "a value that is not UTF-8": (
+        "api/stretch?config=%ff",
+        400,
+        "[serve] config must be UTF-8 text, got '?'",
+    ),
+    "a number that is not UTF-8": (
+        "api/waves?d=%c3%28",
+        400,
+        "[serve] d must be UTF-8 text, got '?('",
+    ),
+    "a name that is not UTF-8": (
+        "api/waves?%ff=1",
+        400,
+        "[serve] query must name parameters in UTF-8, got '?'",
+    ),
     "a cut inside a character": (
-        "api/order?tokens=" + "a" * 39 + "%C3%A9%C3%A9", 400,
-        "[serve] tokens must be words of 1 to 16 letters, comma-separated, got '" + "a" * 39
-        + "\u00e9...'"),
+        "api/order?tokens=" + "a" * 39 + "%C3%A9%C3%A9",
+        400,
+        "[serve] tokens must be words of 1 to 16 letters, comma-separated, got '"
+        + "a" * 39
+        + "\u00e9...'",
+    ),
     "a repeated name cut inside a character": (
-        "api/alibi?" + "&".join(["x" * 39 + "%C3%A9=1"] * 2), 400,
-        "[serve] query must name each parameter once, got '" + "x" * 39 + "\u00e9' twice"),
-    "a layer that is not UTF-8": ("api/stretch?config=llama2-7b&layer=%80", 400,
-                                  "[serve] layer must be UTF-8 text, got '?'"),
-    "an unknown path quoted": ("%ff%1b", 404,
-                               "[serve] path must be /, /chart.js or /api/<endpoint>, got '/??'"),
+        "api/alibi?" + "&".join(["x" * 39 + "%C3%A9=1"] * 2),
+        400,
+        "[serve] query must name each parameter once, got '" + "x" * 39 + "\u00e9' twice",
+    ),
+    "a layer that is not UTF-8": (
+        "api/stretch?config=llama2-7b&layer=%80",
+        400,
+        "[serve] layer must be UTF-8 text, got '?'",
+    ),
+    "an unknown path quoted": (
+        "%ff%1b",
+        404,
+        "[serve] path must be /, /chart.js or /api/<endpoint>, got '/??'",
+    ),
 }
 
 
@@ -245,16 +280,21 @@ def test_bad_bytes_are_4xx_naming_the_parameter(server, path, status, message):
 
 
 def test_a_body_that_is_not_utf8_is_400(server):
-    status, _, body = request(server, "POST", "api/stretch", ["Content-Type: application/json"],
-                              b'{"model_type": "\xff"}')
+    status, _, body = request(
+        server, "POST", "api/stretch", ["Content-Type: application/json"], b'{"model_type": "\xff"}'
+    )
     assert (status, error_of(body)) == (
-        400, "[serve] body must be UTF-8 text (a config.json), got bytes that are not UTF-8")
+        400,
+        "[serve] body must be UTF-8 text (a config.json), got bytes that are not UTF-8",
+    )
 
 
 def test_an_empty_post_is_not_the_synthetic_model(server):
     status, _, body = request(server, "POST", "api/stretch", ["Content-Type: application/json"])
     assert (status, error_of(body)) == (
-        400, "[serve] body must be a config.json (a JSON object), got an empty body")
+        400,
+        "[serve] body must be a config.json (a JSON object), got an empty body",
+    )
 
 
 def test_defaults_fit_the_other_parameters(server):

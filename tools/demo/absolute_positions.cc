@@ -26,7 +26,8 @@ Section SeatNumbers() {
   s.lines.push_back("\"dog\" = [0.3, 0.7]; position 1 = [0.1, -0.2]; position 4 = [-0.5, 0]");
   s.lines.push_back("dog at position 1: " + FormatVector(at1));
   s.lines.push_back("dog at position 4: " + FormatVector(at4));
-  s.lines.push_back("Same word, different seat, different vector: attention can now tell them apart.");
+  s.lines.push_back(
+      "Same word, different seat, different vector: attention can now tell them apart.");
   auto near = [](std::span<const float> v, float a, float b) {
     return std::fabs(v[0] - a) < 1e-6f && std::fabs(v[1] - b) < 1e-6f;
   };

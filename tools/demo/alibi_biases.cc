@@ -23,14 +23,18 @@ Section AlibiBiases() {
   s.numbers["slopes"] = slopes;
 
   constexpr int kTokens = 12;
-  Figure figure{.file_stem = "alibi_bias",
-                .caption = "Each head's causal ALiBi bias for 12 tokens (query down, key across; darker is a larger "
-                           "penalty, from 0 on the diagonal to -5.5; grey keys are masked)",
-                .width = 1000, .height = 520};
-  figure.script = "set multiplot layout 2,4 title 'ALiBi bias per head (causal: future keys masked)'\n"
-                  "set xrange [-0.5:11.5]\nset yrange [11.5:-0.5]\nset grid noxtics noytics\n"
-                  "set cbrange [-6:0]\nset palette defined (0 '#08306b', 0.5 '#6baed6', 1 '#f7fbff')\n"
-                  "set datafile missing 'NaN'\nset xtics 0,4,11\nset ytics 0,4,11\nunset colorbox\n";
+  Figure figure{
+      .file_stem = "alibi_bias",
+      .caption =
+          "Each head's causal ALiBi bias for 12 tokens (query down, key across; darker is a larger "
+          "penalty, from 0 on the diagonal to -5.5; grey keys are masked)",
+      .width = 1000,
+      .height = 520};
+  figure.script =
+      "set multiplot layout 2,4 title 'ALiBi bias per head (causal: future keys masked)'\n"
+      "set xrange [-0.5:11.5]\nset yrange [11.5:-0.5]\nset grid noxtics noytics\n"
+      "set cbrange [-6:0]\nset palette defined (0 '#08306b', 0.5 '#6baed6', 1 '#f7fbff')\n"
+      "set datafile missing 'NaN'\nset xtics 0,4,11\nset ytics 0,4,11\nunset colorbox\n";
   for (size_t h = 0; h < slopes.size(); ++h) {
     std::string matrix;
     for (int i = 0; i < kTokens; ++i) {
@@ -40,10 +44,11 @@ Section AlibiBiases() {
       matrix += "\n";
     }
     figure.data.push_back({Format("h%zu", h), matrix});
-    figure.script += Format("set title 'head %zu, slope 1/%.0f'\n"
-                            "set object 1 rectangle from graph 0,0 to graph 1,1 behind "
-                            "fc rgb '#d9d9d9' fillstyle solid noborder\nplot $h%zu matrix with image pixels notitle\n",
-                            h, 1.0 / slopes[h], h);
+    figure.script += Format(
+        "set title 'head %zu, slope 1/%.0f'\n"
+        "set object 1 rectangle from graph 0,0 to graph 1,1 behind "
+        "fc rgb '#d9d9d9' fillstyle solid noborder\nplot $h%zu matrix with image pixels notitle\n",
+        h, 1.0 / slopes[h], h);
   }
   figure.script += "unset multiplot";
   s.figures.push_back(figure);

@@ -89,8 +89,7 @@ void RunGnuplot(const std::filesystem::path& folder) {
   const int spawned = posix_spawnp(&pid, program, &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) {
-    throw std::runtime_error(std::string("[plot] cannot start gnuplot (") +
-                             std::strerror(spawned) +
+    throw std::runtime_error(std::string("[plot] cannot start gnuplot (") + std::strerror(spawned) +
                              "); scripts/setup.sh installs it (Debian: gnuplot-nox)");
   }
   int status = 0;
@@ -102,8 +101,10 @@ void RunGnuplot(const std::filesystem::path& folder) {
       messages = ReadFileCapped("plot", messages_path, 1 << 20);
     } catch (const std::exception&) {
     }
-    throw std::runtime_error("[plot] gnuplot failed (is gnuplot installed? scripts/setup.sh "
-                             "installs it):\n" + messages);
+    throw std::runtime_error(
+        "[plot] gnuplot failed (is gnuplot installed? scripts/setup.sh "
+        "installs it):\n" +
+        messages);
   }
 }
 

@@ -42,9 +42,9 @@ std::string FormatVector(std::span<const float> values, int digits) {
 }
 
 std::vector<Section> LessonSections() {
-  return {OrderBlindness(),   SeatNumbers(),       LearnedTableLimit(), SinusoidalTable(),
-          SinusoidalWaves(),  ShiftAsRotation(),   RotaryEmbedding(),   AlibiBiases(),
-          Stretching(),       MethodsSideBySide(), MultimodalRope()};
+  return {OrderBlindness(),  SeatNumbers(),       LearnedTableLimit(), SinusoidalTable(),
+          SinusoidalWaves(), ShiftAsRotation(),   RotaryEmbedding(),   AlibiBiases(),
+          Stretching(),      MethodsSideBySide(), MultimodalRope()};
 }
 
 std::pair<int, int> CountChecks(const std::vector<Section>& sections) {
@@ -103,11 +103,20 @@ static std::string Escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -142,8 +151,8 @@ figcaption { color: #555; font-size: 0.9em; }
           "text report is <code>posenc demo</code>'s output, the JSON is "
           "<code>posenc demo --json</code>.</p>\n<nav>";
   for (const Section& section : sections) {
-    html << "<a href=\"#" << section.id << "\">(" << section.id << ") "
-         << Escape(section.title) << "</a> ";
+    html << "<a href=\"#" << section.id << "\">(" << section.id << ") " << Escape(section.title)
+         << "</a> ";
   }
   html << "</nav>\n";
   for (const Section& section : sections) {
@@ -157,9 +166,9 @@ figcaption { color: #555; font-size: 0.9em; }
     }
     html << "</ul>\n";
     for (const Figure& figure : section.figures) {
-      html << "<figure><img src=\"" << figure.file_stem << ".svg\" alt=\""
-           << Escape(figure.caption) << "\"><figcaption>" << Escape(figure.caption)
-           << " (<a href=\"" << figure.file_stem << ".png\">PNG</a>)</figcaption></figure>\n";
+      html << "<figure><img src=\"" << figure.file_stem << ".svg\" alt=\"" << Escape(figure.caption)
+           << "\"><figcaption>" << Escape(figure.caption) << " (<a href=\"" << figure.file_stem
+           << ".png\">PNG</a>)</figcaption></figure>\n";
     }
     html << "</section>\n";
   }

@@ -45,8 +45,9 @@ Section RotaryEmbedding() {
                     Format("; length %.4f before, %.4f after", before, after));
   s.checks.push_back({"(2, 1) turned a quarter gives (-1, 2)",
                       std::fabs(turned[0] + 1) < 1e-6 && std::fabs(turned[1] - 2) < 1e-6});
-  s.checks.push_back({"its length is 2.236 before and after",
-                      std::fabs(before - std::sqrt(5.0)) < 1e-6 && std::fabs(after - std::sqrt(5.0)) < 1e-6});
+  s.checks.push_back(
+      {"its length is 2.236 before and after",
+       std::fabs(before - std::sqrt(5.0)) < 1e-6 && std::fabs(after - std::sqrt(5.0)) < 1e-6});
   s.numbers["quarter_turn"] = turned;
 
   const Rope rope = Rope::Default(kDim);
@@ -55,8 +56,9 @@ Section RotaryEmbedding() {
   s.lines.push_back("16-wide random q and k; score = rope(q, m) . rope(k, n):");
   for (const auto& [m, n] : pairs) {
     const double score = Score(rope, q, k, m, n);
-    s.lines.push_back(Format("  (m, n) = (%lld, %lld), m - n = %lld: %.6f", static_cast<long long>(m),
-                             static_cast<long long>(n), static_cast<long long>(m - n), score));
+    s.lines.push_back(Format("  (m, n) = (%lld, %lld), m - n = %lld: %.6f",
+                             static_cast<long long>(m), static_cast<long long>(n),
+                             static_cast<long long>(m - n), score));
     s.numbers["scores"].push_back({{"m", m}, {"n", n}, {"score", score}});
   }
   const double s52 = Score(rope, q, k, 5, 2);
@@ -69,8 +71,9 @@ Section RotaryEmbedding() {
 
   std::string rows;
   for (int64_t distance = -40; distance <= 40; ++distance) {
-    rows += Format("%lld %.6f %.6f\n", static_cast<long long>(distance),
-                   Score(rope, q, k, 50 + distance, 50), Score(rope, q, k, 100000 + distance, 100000));
+    rows +=
+        Format("%lld %.6f %.6f\n", static_cast<long long>(distance),
+               Score(rope, q, k, 50 + distance, 50), Score(rope, q, k, 100000 + distance, 100000));
   }
   s.figures.push_back({.file_stem = "rope_score_vs_distance",
                        .caption = "RoPE score against m - n, with k at position 50 and at 100,000: "
@@ -145,21 +148,22 @@ Section MultimodalRope() {
   s.lines.push_back("16 rotary pairs: pairs 0-3 turn by the time position, 4-9 by the height,");
   s.lines.push_back(
       "10-15 by the width (Qwen2-VL's [16, 24, 24] of 64 pairs, a quarter the size).");
-  s.lines.push_back("A prompt with an image of 4 x 6 patches, merged 2 x 2 into 2 x 3 tokens "
-                    "(get_rope_index's positions):");
+  s.lines.push_back(
+      "A prompt with an image of 4 x 6 patches, merged 2 x 2 into 2 x 3 tokens "
+      "(get_rope_index's positions):");
   s.lines.push_back(Format("  %-13s %5s %7s %6s", "token", "time", "height", "width"));
   for (int64_t token = 0; token < kTokens; ++token) {
-    s.lines.push_back(Format("  %-13s %5lld %7lld %6lld", labels[token].c_str(),
-                             static_cast<long long>(at(0, token)),
-                             static_cast<long long>(at(1, token)),
-                             static_cast<long long>(at(2, token))));
-    s.numbers["positions"].push_back({{"token", labels[token]}, {"t", at(0, token)},
-                                      {"h", at(1, token)}, {"w", at(2, token)}});
+    s.lines.push_back(Format(
+        "  %-13s %5lld %7lld %6lld", labels[token].c_str(), static_cast<long long>(at(0, token)),
+        static_cast<long long>(at(1, token)), static_cast<long long>(at(2, token))));
+    s.numbers["positions"].push_back(
+        {{"token", labels[token]}, {"t", at(0, token)}, {"h", at(1, token)}, {"w", at(2, token)}});
   }
   s.numbers["pair_stream"] = mrope.pair_stream;
-  s.lines.push_back(Format("The token after the image (vision end) sits at %lld: the image took "
-                           "max(2, 3) = 3 positions, not its 6 tokens.",
-                           static_cast<long long>(next)));
+  s.lines.push_back(
+      Format("The token after the image (vision end) sits at %lld: the image took "
+             "max(2, 3) = 3 positions, not its 6 tokens.",
+             static_cast<long long>(next)));
 
   bool time_constant = true, height_by_row = true, width_by_column = true;
   for (int64_t r = 0; r < kRows; ++r) {
@@ -172,12 +176,14 @@ Section MultimodalRope() {
   }
   height_by_row &= at(1, kText) != at(1, kText + kCols);
   width_by_column &= at(2, kText) != at(2, kText + 1);
-  s.checks.push_back({"across the image the time pairs see one position, the height pairs change "
-                      "only from row to row, the width pairs only from column to column",
-                      time_constant && height_by_row && width_by_column});
-  s.checks.push_back({"the token after a 2 x 3 image sits at position 6, three past the image's "
-                      "start",
-                      at(0, kText + kRows * kCols) == next && next == 6});
+  s.checks.push_back(
+      {"across the image the time pairs see one position, the height pairs change "
+       "only from row to row, the width pairs only from column to column",
+       time_constant && height_by_row && width_by_column});
+  s.checks.push_back(
+      {"the token after a 2 x 3 image sits at position 6, three past the image's "
+       "start",
+       at(0, kText + kRows * kCols) == next && next == 6});
 
   // Text tokens carry one number in all three streams: M-RoPE is then 1-D RoPE, bit for bit.
   const std::vector<float> x = RandomNormal(kTokens, kDim, 31);
@@ -191,33 +197,35 @@ Section MultimodalRope() {
             Heads<float>::Dense(one_d.data(), kTokens, 1, kDim));
   bool text_same = true, image_differs = false;
   for (int64_t token = 0; token < kTokens; ++token) {
-    const bool same = std::memcmp(&by_streams[token * kDim], &one_d[token * kDim],
-                                  kDim * sizeof(float)) == 0;
+    const bool same =
+        std::memcmp(&by_streams[token * kDim], &one_d[token * kDim], kDim * sizeof(float)) == 0;
     const bool text = token < kText || token >= kText + kRows * kCols;
     if (text) text_same &= same;
     if (!text && !same) image_differs = true;
   }
-  s.checks.push_back({"for the 6 text tokens (vision start and end included) M-RoPE equals 1-D "
-                      "RoPE at the same position, bit for bit",
-                      text_same});
+  s.checks.push_back(
+      {"for the 6 text tokens (vision start and end included) M-RoPE equals 1-D "
+       "RoPE at the same position, bit for bit",
+       text_same});
   s.checks.push_back({"the image tokens, whose streams differ, do not", image_differs});
 
   // A score depends only on the differences of each stream.
   const auto q = RandomNormal(1, kDim, 32), k = RandomNormal(1, kDim, 33);
-  const int64_t q1[3] = {3, 3, 3}, k1[3] = {3, 4, 5};                // image r0 c0 and r1 c2
+  const int64_t q1[3] = {3, 3, 3}, k1[3] = {3, 4, 5};                  // image r0 c0 and r1 c2
   const int64_t q2[3] = {1003, 503, 7003}, k2[3] = {1003, 504, 7005};  // same differences
-  const int64_t k3[3] = {3, 5, 4};                                    // h and w swapped
+  const int64_t k3[3] = {3, 5, 4};                                     // h and w swapped
   const double s1 = MropeScore(mrope, q, k, q1, k1), s2 = MropeScore(mrope, q, k, q2, k2),
                s3 = MropeScore(mrope, q, k, q1, k3);
   s.lines.push_back(Format("score of q at (3, 3, 3) with k at (3, 4, 5): %.6f", s1));
   s.lines.push_back(Format("             (1003, 503, 7003) with (1003, 504, 7005): %.6f", s2));
-  s.lines.push_back(Format("             (3, 3, 3) with (3, 5, 4), rows and columns swapped: %.6f",
-                           s3));
-  s.numbers["scores"] = {{"q_3_3_3_k_3_4_5", s1}, {"q_1003_503_7003_k_1003_504_7005", s2},
-                         {"q_3_3_3_k_3_5_4", s3}};
-  s.checks.push_back({"a score depends only on the per-stream differences (dt, dh, dw): (0, 1, 2) "
-                      "scores the same at (3, 3, 3) and at (1003, 503, 7003)",
-                      std::fabs(s1 - s2) < 1e-5});
+  s.lines.push_back(
+      Format("             (3, 3, 3) with (3, 5, 4), rows and columns swapped: %.6f", s3));
+  s.numbers["scores"] = {
+      {"q_3_3_3_k_3_4_5", s1}, {"q_1003_503_7003_k_1003_504_7005", s2}, {"q_3_3_3_k_3_5_4", s3}};
+  s.checks.push_back(
+      {"a score depends only on the per-stream differences (dt, dh, dw): (0, 1, 2) "
+       "scores the same at (3, 3, 3) and at (1003, 503, 7003)",
+       std::fabs(s1 - s2) < 1e-5});
   s.checks.push_back({"... and tells (0, 1, 2) from (0, 2, 1): rows and columns are not confused",
                       std::fabs(s1 - s3) > 1e-3});
 

@@ -21,7 +21,7 @@ struct Check {
 };
 
 struct Section {
-  std::string id;                  // "a", "b", ... as in the lesson
+  std::string id;  // "a", "b", ... as in the lesson
   std::string title;
   std::vector<std::string> lines;  // the readable report, one line each
   std::vector<Check> checks;
@@ -30,17 +30,17 @@ struct Section {
 };
 
 // Each experiment; all are deterministic (fixed seeds).
-Section OrderBlindness();       // a
-Section SeatNumbers();          // b
-Section LearnedTableLimit();    // c
-Section SinusoidalTable();      // d
-Section SinusoidalWaves();      // e
-Section ShiftAsRotation();      // f
-Section RotaryEmbedding();      // g
-Section AlibiBiases();          // h
-Section Stretching();           // i
-Section MethodsSideBySide();    // j
-Section MultimodalRope();       // k
+Section OrderBlindness();     // a
+Section SeatNumbers();        // b
+Section LearnedTableLimit();  // c
+Section SinusoidalTable();    // d
+Section SinusoidalWaves();    // e
+Section ShiftAsRotation();    // f
+Section RotaryEmbedding();    // g
+Section AlibiBiases();        // h
+Section Stretching();         // i
+Section MethodsSideBySide();  // j
+Section MultimodalRope();     // k
 
 // Helpers shared by the experiments.
 

@@ -11,7 +11,8 @@ namespace {
 
 double Dot(const Sinusoidal& spec, int64_t p, int64_t q) {
   double sum = 0.0;
-  for (int64_t j = 0; j < spec.dim; ++j) sum += SinusoidalValue(spec, p, j) * SinusoidalValue(spec, q, j);
+  for (int64_t j = 0; j < spec.dim; ++j)
+    sum += SinusoidalValue(spec, p, j) * SinusoidalValue(spec, q, j);
   return sum;
 }
 
@@ -30,9 +31,10 @@ Section SinusoidalTable() {
     s.numbers["d4"].push_back(row);
     for (int j = 0; j < 4; ++j) matches &= std::fabs(row[j] - lesson[p][j]) < 5e-3;
   }
-  s.checks.push_back({"positions 0, 1, 2 give [0, 1, 0, 1], [0.841, 0.54, 0.01, 1.0], "
-                      "[0.909, -0.416, 0.02, 1.0]",
-                      matches});
+  s.checks.push_back(
+      {"positions 0, 1, 2 give [0, 1, 0, 1], [0.841, 0.54, 0.01, 1.0], "
+       "[0.909, -0.416, 0.02, 1.0]",
+       matches});
 
   const Sinusoidal wide{.dim = 32};
   constexpr int64_t kPositions = 64;
@@ -44,14 +46,15 @@ Section SinusoidalTable() {
                    [&](int64_t a, int64_t b) { return similarity[a] > similarity[b]; });
   s.lines.push_back("The 64 x 32 table; dot products with position 20, most similar first:");
   for (int r = 0; r < 5; ++r) {
-    s.lines.push_back(Format("  position %2lld: %.9f", static_cast<long long>(order[r]),
-                             similarity[order[r]]));
-    s.numbers["most_similar_to_20"].push_back({{"position", order[r]}, {"dot", similarity[order[r]]}});
+    s.lines.push_back(
+        Format("  position %2lld: %.9f", static_cast<long long>(order[r]), similarity[order[r]]));
+    s.numbers["most_similar_to_20"].push_back(
+        {{"position", order[r]}, {"dot", similarity[order[r]]}});
   }
   const double tie1 = std::fabs(similarity[19] - similarity[21]);
   const double tie2 = std::fabs(similarity[18] - similarity[22]);
-  s.lines.push_back(Format("  |dot(20,19) - dot(20,21)| = %.2g, |dot(20,18) - dot(20,22)| = %.2g",
-                           tie1, tie2));
+  s.lines.push_back(
+      Format("  |dot(20,19) - dot(20,21)| = %.2g, |dot(20,18) - dot(20,22)| = %.2g", tie1, tie2));
   s.lines.push_back("  (the dot product is sum_i cos((p - q) w_i): it depends only on |p - q|)");
   std::vector<int64_t> top(order.begin(), order.begin() + 5);
   std::sort(top.begin() + 1, top.begin() + 3);
@@ -65,8 +68,10 @@ Section SinusoidalTable() {
     self_min = std::min(self_min, Dot(wide, p, p));
     self_max = std::max(self_max, Dot(wide, p, p));
   }
-  s.lines.push_back(Format("  every position's dot product with itself: min %.12g, max %.12g "
-                           "(sin^2 + cos^2 = 1, 16 pairs)", self_min, self_max));
+  s.lines.push_back(
+      Format("  every position's dot product with itself: min %.12g, max %.12g "
+             "(sin^2 + cos^2 = 1, 16 pairs)",
+             self_min, self_max));
   s.checks.push_back({"every position's dot product with itself is 16",
                       std::fabs(self_min - 16) < 1e-12 && std::fabs(self_max - 16) < 1e-12});
   s.numbers["self_dot"] = {{"min", self_min}, {"max", self_max}};
@@ -81,7 +86,8 @@ Section SinusoidalTable() {
   s.figures.push_back(
       {.file_stem = "sinusoidal_heatmap",
        .caption = "The 64 x 32 sinusoidal table: position across, dimension down",
-       .width = 900, .height = 480,
+       .width = 900,
+       .height = 480,
        .data = {{"table", matrix}},
        .script = R"(set title 'Sinusoidal table, d = 32: fast waves on top, slow ones below'
 set xlabel 'position'
@@ -115,7 +121,8 @@ Section SinusoidalWaves() {
     close &= std::fabs(wavelength / lesson_wavelength[k] - 1) < 0.01;
   }
   s.lines.push_back("Fast pairs tell neighbours apart; slow pairs tell distant regions apart.");
-  s.checks.push_back({"pairs 0, 4 and 12 have wavelengths of about 6.3, 63 and 6,300 tokens", close});
+  s.checks.push_back(
+      {"pairs 0, 4 and 12 have wavelengths of about 6.3, 63 and 6,300 tokens", close});
   // Points are posenc's table values; the curves through them are the same sines drawn
   // continuously by gnuplot from the frequencies posenc computed.
   std::string script = Format("w0 = %.17g; w4 = %.17g; w12 = %.17g\n", spec.Frequency(0),
@@ -133,10 +140,11 @@ plot sin(w0*x) with lines ls 1 lw 1.5 notitle, \
      $waves using 1:2 with points ls 1 pt 7 ps 0.9 title 'pair 0 (λ ≈ 6.3)', \
      $waves using 1:3 with points ls 2 pt 7 ps 0.9 title 'pair 4 (λ ≈ 63)', \
      $waves using 1:4 with points ls 3 pt 7 ps 0.9 title 'pair 12 (λ ≈ 6283)')";
-  s.figures.push_back({.file_stem = "sinusoidal_waves",
-                       .caption = "sin of pairs 0, 4 and 12 of a 32-wide model over positions 0..23",
-                       .data = {{"waves", rows}},
-                       .script = script});
+  s.figures.push_back(
+      {.file_stem = "sinusoidal_waves",
+       .caption = "sin of pairs 0, 4 and 12 of a 32-wide model over positions 0..23",
+       .data = {{"waves", rows}},
+       .script = script});
   return s;
 }
 
@@ -154,15 +162,18 @@ Section ShiftAsRotation() {
       for (int64_t p : starts) {
         const double sp = SinusoidalValue(spec, p, 2 * i), cp = SinusoidalValue(spec, p, 2 * i + 1);
         worst = std::max(worst, std::fabs(sp * c + cp * sn - SinusoidalValue(spec, p + k, 2 * i)));
-        worst = std::max(worst, std::fabs(cp * c - sp * sn - SinusoidalValue(spec, p + k, 2 * i + 1)));
+        worst =
+            std::max(worst, std::fabs(cp * c - sp * sn - SinusoidalValue(spec, p + k, 2 * i + 1)));
       }
     }
   }
-  s.lines.push_back("For each pair i: [sin, cos](p + k) = [[cos kw, sin kw], [-sin kw, cos kw]] [sin, cos](p)");
+  s.lines.push_back(
+      "For each pair i: [sin, cos](p + k) = [[cos kw, sin kw], [-sin kw, cos kw]] [sin, cos](p)");
   s.lines.push_back("Checked for all 16 pairs, k in {1, 5, 50}, p in {0, 7, 100, 1000, 123456}:");
   s.lines.push_back(Format("  largest deviation %.2g (double rounding)", worst));
   s.lines.push_back("The matrix depends on k only, so a linear layer can learn \"k tokens back\".");
-  s.checks.push_back({"PE(p + k) is PE(p) turned by k w_i for every pair, whatever p is", worst < 1e-9});
+  s.checks.push_back(
+      {"PE(p + k) is PE(p) turned by k w_i for every pair, whatever p is", worst < 1e-9});
   s.numbers["max_deviation"] = worst;
   return s;
 }

@@ -25,35 +25,44 @@ Section Stretching() {
   for (size_t i = 0; i < plain.inv_freq.size(); ++i) {
     full_turn += wavelength(plain.inv_freq[i]) <= kTrained;
     const double ratio = plain.inv_freq[i] / yarn.inv_freq[i];
-    if (ratio == 1.0) ++kept;
-    else if (std::fabs(ratio - kFactor) < 1e-9) ++interpolated;
-    else ++blended;
+    if (ratio == 1.0)
+      ++kept;
+    else if (std::fabs(ratio - kFactor) < 1e-9)
+      ++interpolated;
+    else
+      ++blended;
     rows += Format("%zu %.6g %.6g %.6g\n", i, wavelength(plain.inv_freq[i]),
                    wavelength(linear.inv_freq[i]), wavelength(yarn.inv_freq[i]));
   }
   const int64_t pairs = kHeadDim / 2;
   s.lines.push_back(Format("A RoPE model, head_dim %lld, base %.0f, trained on %lld positions:",
-                           static_cast<long long>(kHeadDim), kBase, static_cast<long long>(kTrained)));
-  s.lines.push_back(Format("  pairs 0..%lld have wavelengths <= %lld: they turned full circles in "
-                           "training", static_cast<long long>(full_turn - 1),
+                           static_cast<long long>(kHeadDim), kBase,
                            static_cast<long long>(kTrained)));
-  s.lines.push_back(Format("  pairs %lld..%lld never completed a turn: angles past %lld are new to "
-                           "them", static_cast<long long>(full_turn), static_cast<long long>(pairs - 1),
-                           static_cast<long long>(kTrained)));
+  s.lines.push_back(
+      Format("  pairs 0..%lld have wavelengths <= %lld: they turned full circles in "
+             "training",
+             static_cast<long long>(full_turn - 1), static_cast<long long>(kTrained)));
+  s.lines.push_back(
+      Format("  pairs %lld..%lld never completed a turn: angles past %lld are new to "
+             "them",
+             static_cast<long long>(full_turn), static_cast<long long>(pairs - 1),
+             static_cast<long long>(kTrained)));
   s.lines.push_back(Format("To run at %.0fx (%lld positions):", kFactor,
                            static_cast<long long>(kFactor * kTrained)));
   s.lines.push_back("  position interpolation divides every frequency by 4: no unseen angles, but");
   s.lines.push_back("    neighbours are 4x closer in angle on the fast pairs too;");
-  s.lines.push_back(Format("  YaRN keeps %lld fast pairs as they are, interpolates %lld slow pairs by 4,",
-                           static_cast<long long>(kept), static_cast<long long>(interpolated)));
-  s.lines.push_back(Format("    blends %lld in between, and scales attention by %.4f (0.1 ln 4 + 1).",
-                           static_cast<long long>(blended), yarn.attention_factor));
+  s.lines.push_back(
+      Format("  YaRN keeps %lld fast pairs as they are, interpolates %lld slow pairs by 4,",
+             static_cast<long long>(kept), static_cast<long long>(interpolated)));
+  s.lines.push_back(
+      Format("    blends %lld in between, and scales attention by %.4f (0.1 ln 4 + 1).",
+             static_cast<long long>(blended), yarn.attention_factor));
   s.checks.push_back({"some pairs complete a full turn within the window and some never do",
                       full_turn > 0 && full_turn < pairs});
   s.checks.push_back({"PI stretches every wavelength by the factor",
                       std::fabs(linear.inv_freq[0] * kFactor - plain.inv_freq[0]) < 1e-15});
-  s.checks.push_back({"YaRN keeps the fast pairs and interpolates the slow ones",
-                      kept > 0 && interpolated > 0});
+  s.checks.push_back(
+      {"YaRN keeps the fast pairs and interpolates the slow ones", kept > 0 && interpolated > 0});
 
   std::string message;
   const auto table = LearnedPositions(kTrained, 8);
@@ -70,8 +79,11 @@ Section Stretching() {
   s.numbers = {{"head_dim", kHeadDim},
                {"trained_positions", kTrained},
                {"pairs_with_full_turn", full_turn},
-               {"yarn", {{"kept", kept}, {"interpolated", interpolated}, {"blended", blended},
-                         {"attention_factor", yarn.attention_factor}}}};
+               {"yarn",
+                {{"kept", kept},
+                 {"interpolated", interpolated},
+                 {"blended", blended},
+                 {"attention_factor", yarn.attention_factor}}}};
   s.figures.push_back({.file_stem = "rope_stretching",
                        .caption = "Wavelength per pair for a model trained on 4,096 positions: "
                                   "original, position interpolation (x4) and YaRN (x4)",

@@ -263,9 +263,8 @@ json Similarity(Params& p) {
   const json heatmap = Heatmap(cells, {.x_title = "column j of the table",
                                        .y_title = "position t",
                                        .colour_title = "PE(t, j): sin for even j, cos for odd j"});
-  return {{"positions", tokens}, {"d", spec.dim}, {"query", query},
-          {"table", rows},       {"dots", dots},  {"most_similar", order},
-          {"heatmap", heatmap}};
+  return {{"positions", tokens}, {"d", spec.dim},         {"query", query},    {"table", rows},
+          {"dots", dots},        {"most_similar", order}, {"heatmap", heatmap}};
 }
 
 // RoPE: one pair's 2-D arrow turned by position x theta, and the score of a fixed q and k
@@ -559,12 +558,9 @@ json AlibiPanel(Params& p) {
                                        .y_title = "query position i",
                                        .colour_title = "bias added to the score: -slope (i - j)",
                                        .masked = "key after the query (causal mask)"});
-  return {{"heads", alibi.num_heads},
-          {"max_bias", alibi.max_bias},
-          {"tokens", tokens},
-          {"slopes", slopes},
-          {"bias", biases},
-          {"head", head},
+  return {{"heads", alibi.num_heads}, {"max_bias", alibi.max_bias},
+          {"tokens", tokens},         {"slopes", slopes},
+          {"bias", biases},           {"head", head},
           {"heatmap", heatmap}};
 }
 
@@ -590,9 +586,10 @@ nlohmann::json Answer(const std::string& endpoint, const Query& query,
   // Every value is text the answer may quote, and JSON strings are UTF-8: checked first.
   for (const auto& [name, value] : query) {
     Require(IsUtf8(name), kFn, "query", "name parameters in UTF-8", Quoted(name));
-    const bool plain = name.size() <= 40 && std::all_of(name.begin(), name.end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || c == '_';
-    });  // a name that could be a parameter's is named as one; any other is quoted below
+    const bool plain =
+        name.size() <= 40 && std::all_of(name.begin(), name.end(), [](char c) {
+          return (c >= 'a' && c <= 'z') || c == '_';
+        });  // a name that could be a parameter's is named as one; any other is quoted below
     Require(IsUtf8(value), kFn, plain ? name : "query", "be UTF-8 text", Quoted(value));
   }
   Params params(query);

@@ -59,7 +59,7 @@ struct Site {
 
 // One request while it is read: its body so far and its query parameters.
 struct Request {
-  std::string body;    // at most kMaxBodyBytes of it
+  std::string body;     // at most kMaxBodyBytes of it
   size_t received = 0;  // bytes of body that arrived
   serve::Query query;
   std::string repeated;  // a parameter named twice, if any
@@ -68,8 +68,8 @@ struct Request {
 MHD_Result Send(MHD_Connection* connection, unsigned status, std::string_view content,
                 const char* type, MHD_ResponseMemoryMode memory = MHD_RESPMEM_MUST_COPY,
                 const char* allow = nullptr) {
-  MHD_Response* response = MHD_create_response_from_buffer(
-      content.size(), const_cast<char*>(content.data()), memory);
+  MHD_Response* response =
+      MHD_create_response_from_buffer(content.size(), const_cast<char*>(content.data()), memory);
   if (response == nullptr) return MHD_NO;
   MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, type);
   MHD_add_response_header(response, "X-Content-Type-Options", "nosniff");
@@ -111,15 +111,15 @@ MHD_Result CollectParameter(void* cls, MHD_ValueKind, const char* key, size_t ke
 MHD_Result AnswerApi(MHD_Connection* connection, const std::string& endpoint, Request& request,
                      bool posted) {
   if (!request.repeated.empty()) {
-    return SendError(connection, 400,
-                     "query must name each parameter once, got " +
-                         serve::Quoted(request.repeated) + " twice");
+    return SendError(
+        connection, 400,
+        "query must name each parameter once, got " + serve::Quoted(request.repeated) + " twice");
   }
   try {
-    return SendJson(connection, 200,
-                    serve::Answer(endpoint, request.query,
-                                  posted ? std::optional<std::string_view>(request.body)
-                                         : std::nullopt));
+    return SendJson(
+        connection, 200,
+        serve::Answer(endpoint, request.query,
+                      posted ? std::optional<std::string_view>(request.body) : std::nullopt));
   } catch (const Error& e) {
     return SendJson(connection, 400, {{"error", e.what()}});
   } catch (const std::exception& e) {
@@ -128,9 +128,8 @@ MHD_Result AnswerApi(MHD_Connection* connection, const std::string& endpoint, Re
 }
 
 bool IsEndpointName(std::string_view name) {
-  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || c == '_';
-  });
+  return !name.empty() && std::all_of(name.begin(), name.end(),
+                                      [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; });
 }
 
 // Called by libmicrohttpd once the headers are in (*state still null), once per piece of the
@@ -147,13 +146,13 @@ MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url_text,
     // The headers are in; nothing of a body is read yet. Refuse here what needs no body.
     *state = request = new Request;
     if (!read && !(api && method == "POST")) {
-      return SendError(connection, 405,
-                       "method must be GET or HEAD (POST for /api/<endpoint>), got " +
-                           serve::Quoted(method),
-                       api ? "GET, HEAD, POST" : "GET, HEAD");
+      return SendError(
+          connection, 405,
+          "method must be GET or HEAD (POST for /api/<endpoint>), got " + serve::Quoted(method),
+          api ? "GET, HEAD, POST" : "GET, HEAD");
     }
-    const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char* length =
+        MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     // A body declared longer than would be read and dropped is refused before it is sent (the
     // client may see the connection close while it sends); a shorter one is read (below), so
     // that the client reads the 413.
@@ -181,8 +180,8 @@ MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url_text,
     const std::string endpoint(url.substr(5));
     if (IsEndpointName(endpoint)) {
       // A form-encoded body would be read as parameters by some servers: bodies are JSON only.
-      const char* type = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_TYPE);
+      const char* type =
+          MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
       if ((posted || !request->body.empty()) &&
           (type == nullptr || !std::string_view(type).starts_with("application/json"))) {
         return SendError(connection, 415, "body must be sent as application/json (a config.json)");
@@ -228,17 +227,16 @@ int Listen(const std::string& host, int port, int& bound) {
   const int fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
   const int on = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-  const bool ok = fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-                  listen(fd, SOMAXCONN) == 0;
+  const bool ok =
+      fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0;
   const std::string why = std::strerror(errno);
   if (!ok && fd >= 0) close(fd);
   Require(ok, "serve", "port", "be free to listen on at " + host + " (" + why + ")", port);
   sockaddr_storage address{};
   socklen_t size = sizeof address;
   getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
-  bound = ntohs(address.ss_family == AF_INET6
-                    ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
-                    : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+  bound = ntohs(address.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
   return fd;
 }
 
@@ -257,13 +255,13 @@ void Serve(const std::string& host, int port) {
   Site site{serve::Embedded("explorer.html"), ReadChartJs()};
   int bound = 0;
   const int fd = Listen(host, port, bound);
-  MHD_Daemon* daemon = MHD_start_daemon(
-      MHD_USE_AUTO_INTERNAL_THREAD, 0, nullptr, nullptr, &Handle, &site,
-      MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE, kThreads,
-      MHD_OPTION_CONNECTION_LIMIT, kMaxConnections, MHD_OPTION_CONNECTION_TIMEOUT, kIdleSeconds,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, kConnectionMemory, MHD_OPTION_NOTIFY_COMPLETED,
-      &Forget, nullptr, MHD_OPTION_UNESCAPE_CALLBACK, &Unescape, nullptr,
-      MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);
+  MHD_Daemon* daemon =
+      MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD, 0, nullptr, nullptr, &Handle, &site,
+                       MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE, kThreads,
+                       MHD_OPTION_CONNECTION_LIMIT, kMaxConnections, MHD_OPTION_CONNECTION_TIMEOUT,
+                       kIdleSeconds, MHD_OPTION_CONNECTION_MEMORY_LIMIT, kConnectionMemory,
+                       MHD_OPTION_NOTIFY_COMPLETED, &Forget, nullptr, MHD_OPTION_UNESCAPE_CALLBACK,
+                       &Unescape, nullptr, MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);
   if (daemon == nullptr) close(fd);
   Require(daemon != nullptr, "serve", "server", "start (libmicrohttpd)", host);
   std::cout << "posenc serve: http://"

@@ -83,6 +83,7 @@ __all__ = [
     "apply_rope",
     "apply_rope_",
     "attention",
+    "distributed",
     "dual_chunk_attention",
     "get_rope_index",
     "rope_cos_sin",

@@ -55,9 +55,14 @@ def query_key_mask(function, attention_mask, batch_shape, heads, q_tokens, kv_to
             f"(*batch, 1 or heads, q_tokens, kv_tokens) = {batch + (1, q_tokens, kv_tokens)}",
             shape,
         )
-    if shape[: len(batch)] != batch or shape[-3] not in (1, heads) or shape[-2:] != (
-        q_tokens,
-        kv_tokens,
+    if (
+        shape[: len(batch)] != batch
+        or shape[-3] not in (1, heads)
+        or shape[-2:]
+        != (
+            q_tokens,
+            kv_tokens,
+        )
     ):
         raise _error(
             function,

@@ -104,8 +104,9 @@ def _rope_of(ints, floats):
         layout = _core.RopeLayout.INTERLEAVED if interleaved else _core.RopeLayout.HALF_SPLIT
         rope = _remember(
             key,
-            _core.Rope(head_dim, rotary_dim, layout, list(floats[1:]), floats[0],
-                       rotary_offset=offset),
+            _core.Rope(
+                head_dim, rotary_dim, layout, list(floats[1:]), floats[0], rotary_offset=offset
+            ),
         )
     return rope
 
@@ -125,8 +126,9 @@ def _alibi_of(ints, max_bias):
         num_heads, head_offset, shard_heads = ints
         alibi = _remember(
             key,
-            _core.Alibi(num_heads, max_bias=max_bias, head_offset=head_offset,
-                        shard_heads=shard_heads),
+            _core.Alibi(
+                num_heads, max_bias=max_bias, head_offset=head_offset, shard_heads=shard_heads
+            ),
         )
     return alibi
 
@@ -158,15 +160,25 @@ def kernel_rotate(rotation, positions, q, k, direction):
     if k is None:
         apply_one = _core.apply_mrope if multi else _core.apply_rope
         apply_one(
-            rotation, positions, _numpy(q), direction=direction, out=_numpy(q_out),
+            rotation,
+            positions,
+            _numpy(q),
+            direction=direction,
+            out=_numpy(q_out),
             bfloat16=bfloat16,
         )
         return q_out
     k_out = _empty(function, k.shape, k.dtype, like=k)
     apply_qk = _core.apply_mrope_qk if multi else _core.apply_rope_qk
     apply_qk(
-        rotation, positions, _numpy(q), _numpy(k), direction=direction,
-        q_out=_numpy(q_out), k_out=_numpy(k_out), bfloat16=bfloat16,
+        rotation,
+        positions,
+        _numpy(q),
+        _numpy(k),
+        direction=direction,
+        q_out=_numpy(q_out),
+        k_out=_numpy(k_out),
+        bfloat16=bfloat16,
     )
     return q_out, k_out
 
@@ -251,7 +263,8 @@ def rotate_inplace(rope, positions, q, k):
 
 
 @torch.library.custom_op(
-    "posenc::rope_", mutates_args=("q", "k"),
+    "posenc::rope_",
+    mutates_args=("q", "k"),
     schema="(Tensor(a!) q, Tensor(b!)? k, Tensor positions, int[] rope_ints, "
     "float[] rope_floats) -> ()",
 )
@@ -312,14 +325,19 @@ def attention_options(causal, alibi, rope, scale, window, softcap):
     return (causal, scale or 0.0, window, softcap, alibi_ints, max_bias, rope_ints, rope_floats)
 
 
-def _kernel_options(sinks, causal, scale, window, softcap, alibi_ints, alibi_max_bias,
-                    rope_ints, rope_floats):
+def _kernel_options(
+    sinks, causal, scale, window, softcap, alibi_ints, alibi_max_bias, rope_ints, rope_floats
+):
     """The options as the bindings take them: schemes rebuilt, the sinks as a float32 numpy
     array (a copy)."""
     if sinks is not None:
         sinks = sinks.detach().to(torch.float32).contiguous().numpy()
     return dict(
-        causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks,
+        causal=causal,
+        scale=scale,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
         alibi=None if alibi_ints is None else _alibi_of(alibi_ints, alibi_max_bias),
         rope=None if rope_ints is None else _rope_of(rope_ints, rope_floats),
     )
@@ -349,7 +367,9 @@ def _pieces(key_mask, qpos, kpos, window):
 def _piece(index, queries, keys, q, k, v, qpos, kpos):
     """A piece's q, k, v as numpy views (copies for kept-key indices) and its positions."""
     return (
-        _numpy(q[index][queries]), _numpy(k[index][keys]), _numpy(v[index][keys]),
+        _numpy(q[index][queries]),
+        _numpy(k[index][keys]),
+        _numpy(v[index][keys]),
         batch_element(qpos, index)[queries].numpy(),
         batch_element(kpos, index)[..., keys].numpy(),
     )
@@ -368,8 +388,14 @@ def attention_into(out, q, k, v, query_positions, key_positions, key_mask, sinks
     bfloat16 = q.dtype is torch.bfloat16
     if key_mask is None:
         _core.attention(
-            _numpy(q), _numpy(k), _numpy(v), query_positions.numpy(), key_positions.numpy(),
-            out=_numpy(out), bfloat16=bfloat16, **kernel,
+            _numpy(q),
+            _numpy(k),
+            _numpy(v),
+            query_positions.numpy(),
+            key_positions.numpy(),
+            out=_numpy(out),
+            bfloat16=bfloat16,
+            **kernel,
         )
         return out
     out.zero_()
@@ -378,7 +404,9 @@ def attention_into(out, q, k, v, query_positions, key_positions, key_mask, sinks
     ):
         _core.attention(
             *_piece(index, queries, keys, q, k, v, query_positions, key_positions),
-            out=_numpy(out[index][queries]), bfloat16=bfloat16, **dict(kernel, **piece),
+            out=_numpy(out[index][queries]),
+            bfloat16=bfloat16,
+            **dict(kernel, **piece),
         )
     return out
 
@@ -390,13 +418,13 @@ _ATTENTION_ARGS = (
 
 
 @torch.library.custom_op(
-    "posenc::attention", mutates_args=(),
+    "posenc::attention",
+    mutates_args=(),
     schema=f"({_ATTENTION_ARGS}, {ATTENTION_OPTIONS}) -> Tensor",
 )
 def attention(q, k, v, query_positions, key_positions, key_mask, sinks, *options):
     """posenc's attention (inference): float32 [..., q_tokens, heads, value_dim]."""
-    return attention_into(None, q, k, v, query_positions, key_positions, key_mask, sinks,
-                          *options)
+    return attention_into(None, q, k, v, query_positions, key_positions, key_mask, sinks, *options)
 
 
 @attention.register_fake
@@ -410,8 +438,13 @@ def _forward_kernel(q, k, v, query_positions, key_positions, key_mask, sinks, *o
     bfloat16 = q.dtype is torch.bfloat16
     if key_mask is None:
         out, lse = _core.attention_forward(
-            _numpy(q), _numpy(k), _numpy(v), query_positions.numpy(), key_positions.numpy(),
-            bfloat16=bfloat16, **kernel,
+            _numpy(q),
+            _numpy(k),
+            _numpy(v),
+            query_positions.numpy(),
+            key_positions.numpy(),
+            bfloat16=bfloat16,
+            **kernel,
         )
         return torch.from_numpy(out), torch.from_numpy(lse)
     out = q.new_zeros(_output_shape(q, v), dtype=torch.float32)
@@ -421,7 +454,8 @@ def _forward_kernel(q, k, v, query_positions, key_positions, key_mask, sinks, *o
     ):
         piece_out, piece_lse = _core.attention_forward(
             *_piece(index, queries, keys, q, k, v, query_positions, key_positions),
-            bfloat16=bfloat16, **dict(kernel, **piece),
+            bfloat16=bfloat16,
+            **dict(kernel, **piece),
         )
         out[index][queries] = torch.from_numpy(piece_out)
         lse[index][queries] = torch.from_numpy(piece_lse)
@@ -429,7 +463,8 @@ def _forward_kernel(q, k, v, query_positions, key_positions, key_mask, sinks, *o
 
 
 attention_forward = torch.library.custom_op(
-    "posenc::attention_forward", mutates_args=(),
+    "posenc::attention_forward",
+    mutates_args=(),
     schema=f"({_ATTENTION_ARGS}, {ATTENTION_OPTIONS}) -> (Tensor, Tensor)",
 )(_forward_kernel)
 attention_forward.__doc__ = """The forward pass of training: (out, lse), float32 [...,
@@ -443,8 +478,9 @@ def _attention_forward_fake(q, k, v, query_positions, key_positions, key_mask, s
     return out, q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
-def _backward_kernel(q, k, v, query_positions, key_positions, key_mask, sinks, out, lse, d_out,
-                     *options):
+def _backward_kernel(
+    q, k, v, query_positions, key_positions, key_mask, sinks, out, lse, d_out, *options
+):
     """posenc::attention_backward's implementation."""
     kernel = _kernel_options(sinks, *options)
     bfloat16 = q.dtype is torch.bfloat16
@@ -452,8 +488,16 @@ def _backward_kernel(q, k, v, query_positions, key_positions, key_mask, sinks, o
     d_out = _head_view(d_out.to(torch.float32))
     if key_mask is None:
         dq, dk, dv, *d_sinks = _core.attention_backward(
-            _numpy(q), _numpy(k), _numpy(v), query_positions.numpy(), key_positions.numpy(),
-            out=_numpy(out), lse=_numpy(lse), d_out=_numpy(d_out), bfloat16=bfloat16, **kernel,
+            _numpy(q),
+            _numpy(k),
+            _numpy(v),
+            query_positions.numpy(),
+            key_positions.numpy(),
+            out=_numpy(out),
+            lse=_numpy(lse),
+            d_out=_numpy(d_out),
+            bfloat16=bfloat16,
+            **kernel,
         )
         grads = [torch.from_numpy(g) for g in (dq, dk, dv)]
         d_sinks = torch.from_numpy(d_sinks[0]) if d_sinks else None
@@ -465,8 +509,11 @@ def _backward_kernel(q, k, v, query_positions, key_positions, key_mask, sinks, o
         ):
             dq, dk, dv, *piece_d_sinks = _core.attention_backward(
                 *_piece(index, queries, keys, q, k, v, query_positions, key_positions),
-                out=_numpy(out[index][queries]), lse=_numpy(lse[index][queries]),
-                d_out=_numpy(d_out[index][queries]), bfloat16=bfloat16, **dict(kernel, **piece),
+                out=_numpy(out[index][queries]),
+                lse=_numpy(lse[index][queries]),
+                d_out=_numpy(d_out[index][queries]),
+                bfloat16=bfloat16,
+                **dict(kernel, **piece),
             )
             # Pieces split the queries; their keys may overlap.
             grads[0][index][queries] = torch.from_numpy(dq)
@@ -482,7 +529,8 @@ def _backward_kernel(q, k, v, query_positions, key_positions, key_mask, sinks, o
 
 
 attention_backward = torch.library.custom_op(
-    "posenc::attention_backward", mutates_args=(),
+    "posenc::attention_backward",
+    mutates_args=(),
     schema=f"({_ATTENTION_ARGS}, Tensor out, Tensor lse, Tensor d_out, {ATTENTION_OPTIONS}) "
     "-> (Tensor, Tensor, Tensor, Tensor)",
 )(_backward_kernel)
@@ -494,8 +542,9 @@ inputs."""
 
 
 @attention_backward.register_fake
-def _attention_backward_fake(q, k, v, query_positions, key_positions, key_mask, sinks, out, lse,
-                             d_out, *options):
+def _attention_backward_fake(
+    q, k, v, query_positions, key_positions, key_mask, sinks, out, lse, d_out, *options
+):
     grads = [t.new_empty(t.shape) for t in (q, k, v)]
     d_sinks = q.new_empty(0, dtype=torch.float32) if sinks is None else sinks.new_empty(sinks.shape)
     return (*grads, d_sinks)

@@ -10,7 +10,6 @@ import torch.fx
 
 from posenc import _core
 
-
 _ROPE_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 _LAYOUTS = {
     "half_split": _core.RopeLayout.HALF_SPLIT,
@@ -25,9 +24,7 @@ def _error(function, name, rule, value):
 
 def _check_cpu(function, name, tensor):
     if not isinstance(tensor, torch.Tensor):
-        raise _error(
-            function, name, "be a torch.Tensor", type(tensor).__name__
-        )
+        raise _error(function, name, "be a torch.Tensor", type(tensor).__name__)
     if tensor.device.type != "cpu":
         raise _error(
             function,
@@ -45,9 +42,7 @@ def _check_activations(function, name, tensor, dtypes=_ROPE_DTYPES):
 def _check_tensor(function, name, tensor, dtypes=_ROPE_DTYPES):
     """A tensor of one of dtypes, on any device."""
     if not isinstance(tensor, torch.Tensor):
-        raise _error(
-            function, name, "be a torch.Tensor", type(tensor).__name__
-        )
+        raise _error(function, name, "be a torch.Tensor", type(tensor).__name__)
     if tensor.dtype not in dtypes:
         allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise _error(
@@ -87,9 +82,7 @@ def _positions(function, positions, name="positions"):
         positions = positions.to(torch.int64)
     _check_cpu(function, name, positions)
     if positions.dtype != torch.int64:
-        raise _error(
-            function, name, "have dtype int64", _dtype_name(positions.dtype)
-        )
+        raise _error(function, name, "have dtype int64", _dtype_name(positions.dtype))
     return positions.numpy()
 
 
@@ -185,9 +178,7 @@ def _layout(layout):
     if isinstance(layout, _core.RopeLayout):
         return layout
     if layout not in _LAYOUTS:
-        raise _error(
-            "rope", "layout", "be 'half_split' or 'interleaved'", repr(layout)
-        )
+        raise _error("rope", "layout", "be 'half_split' or 'interleaved'", repr(layout))
     return _LAYOUTS[layout]
 
 
@@ -292,9 +283,7 @@ def _position_tensor(function, positions, name="positions"):
     converted, floats and bools are refused, never truncated."""
     if isinstance(positions, torch.Tensor):
         if positions.dtype != torch.int64:
-            raise _error(
-                function, name, "have dtype int64", _dtype_name(positions.dtype)
-            )
+            raise _error(function, name, "have dtype int64", _dtype_name(positions.dtype))
     else:
         positions = torch.from_numpy(_positions(function, positions, name))
     _check_positions(function, positions, name)
@@ -320,9 +309,7 @@ def _check_pair(function, q, k, dtypes=_ROPE_DTYPES):
                 _dtype_name(k.dtype),
             )
         if k.device != q.device:
-            raise _error(
-                function, "k.device", f"equal q.device ({q.device})", k.device
-            )
+            raise _error(function, "k.device", f"equal q.device ({q.device})", k.device)
 
 
 def _check_positions_device(function, positions, q, name="positions"):
@@ -385,9 +372,7 @@ def _check_number(function, name, value):
     try:
         _real_number(value)
     except (TypeError, ValueError):
-        raise _error(
-            function, name, "be a number", type(value).__name__
-        ) from None
+        raise _error(function, name, "be a number", type(value).__name__) from None
 
 
 def _int_tensor_numpy(function, name, value):
@@ -397,9 +382,7 @@ def _int_tensor_numpy(function, name, value):
         return None
     if isinstance(value, torch.Tensor):
         _check_cpu(function, name, value)
-        if value.numel() and (
-            value.dtype.is_floating_point or value.dtype.is_complex
-        ):
+        if value.numel() and (value.dtype.is_floating_point or value.dtype.is_complex):
             raise _error(
                 function,
                 name,

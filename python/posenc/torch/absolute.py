@@ -31,9 +31,7 @@ class SinusoidalPositions(torch.nn.Module):
             tuple(positions.shape) + (self.spec.dim,),
             torch.float32,
         )
-        _core.sinusoidal(
-            positions, self.spec.dim, self.spec.base, out=out.numpy()
-        )
+        _core.sinusoidal(positions, self.spec.dim, self.spec.base, out=out.numpy())
         return out
 
     def extra_repr(self):
@@ -69,18 +67,14 @@ class LearnedPositions(torch.nn.Module):
     library and raises.
     """
 
-    def __init__(
-        self, max_positions, d_model, *, seed=0, stddev=0.02, table=None
-    ):
+    def __init__(self, max_positions, d_model, *, seed=0, stddev=0.02, table=None):
         super().__init__()
         if table is None:
             _check_int("learned", "max_positions", max_positions)
             _check_int("learned", "d_model", d_model)
             _check_int("learned", "seed", seed)
             _check_number("learned", "stddev", stddev)
-            table = _core.LearnedPositions.random(
-                max_positions, d_model, seed, stddev
-            )
+            table = _core.LearnedPositions.random(max_positions, d_model, seed, stddev)
         self.table = table
         self.weight = torch.nn.Parameter(torch.from_numpy(table.table))
 
@@ -104,13 +98,10 @@ class LearnedPositions(torch.nn.Module):
             raise _error(
                 "learned",
                 "weight",
-                "be the library table's own float32 CPU memory (do not "
-                "move, cast or replace it)",
+                "be the library table's own float32 CPU memory (do not move, cast or replace it)",
                 f"{weight.dtype} on {weight.device}",
             )
-        return _LearnedLookup.apply(
-            weight, _positions("learned", positions), self.table
-        )
+        return _LearnedLookup.apply(weight, _positions("learned", positions), self.table)
 
     def extra_repr(self):
         table = self.table

@@ -32,7 +32,6 @@ from posenc.torch._tensors import (
 from posenc.torch.mrope import MultimodalRotaryEmbedding, _rotate_streams, _stream_positions
 from posenc.torch.rope import RotaryEmbedding
 
-
 # The kernel's dtypes; the KV cache stores these.
 _ATTENTION_DTYPES = (torch.float32, torch.bfloat16)
 # attention() also takes float16 and float64, which run the PyTorch definition.
@@ -124,13 +123,18 @@ def _check_softcap_sinks(softcap, sinks, q, num_heads, function="attention"):
     if sinks is None:
         return
     if not isinstance(sinks, torch.Tensor):
-        raise _error(function, "sinks", "be None or a torch.Tensor [num_heads]",
-                     type(sinks).__name__)
+        raise _error(
+            function, "sinks", "be None or a torch.Tensor [num_heads]", type(sinks).__name__
+        )
     if not sinks.is_floating_point():
         raise _error(function, "sinks", "have a floating dtype", _dtype_name(sinks.dtype))
     if tuple(sinks.shape) != (num_heads,):
-        raise _error(function, "sinks.shape", f"be ({num_heads},) (one logit per query head)",
-                     tuple(sinks.shape))
+        raise _error(
+            function,
+            "sinks.shape",
+            f"be ({num_heads},) (one logit per query head)",
+            tuple(sinks.shape),
+        )
     if sinks.device != q.device:
         raise _error(function, "sinks", f"be on q's device ({q.device})", sinks.device)
 
@@ -264,7 +268,13 @@ def _aligned_positions(function, q_tokens, kv_tokens):
 
 
 def _attention_positions(
-    function, query_positions, key_positions, q_tokens, kv_tokens, mask, segments,
+    function,
+    query_positions,
+    key_positions,
+    q_tokens,
+    kv_tokens,
+    mask,
+    segments,
     per_query=False,
 ):
     """(query, key) positions as int64 tensors: the given ones (checked
@@ -299,8 +309,12 @@ def _attend(qs, ks, vs, qp, kp, key_mask, target, kernel, options, records=False
     (_ops._pieces)."""
     if kernel:
         fields = _ops.attention_options(
-            options["causal"], options["alibi"], options["rope"], options["scale"],
-            options["window"], options["softcap"],
+            options["causal"],
+            options["alibi"],
+            options["rope"],
+            options["scale"],
+            options["window"],
+            options["softcap"],
         )
         args = (qs, ks, vs, qp, kp, key_mask, options["sinks"], *fields)
         if records:
@@ -310,8 +324,13 @@ def _attend(qs, ks, vs, qp, kp, key_mask, target, kernel, options, records=False
         return _ops.attention(*args)
     device = qs.device
     return _reference.attention(
-        qs, ks, vs, qp.to(device), kp.to(device),
-        key_mask=None if key_mask is None else key_mask.to(device), **options,
+        qs,
+        ks,
+        vs,
+        qp.to(device),
+        kp.to(device),
+        key_mask=None if key_mask is None else key_mask.to(device),
+        **options,
     )
 
 
@@ -404,20 +423,35 @@ def attention(
     CUDA and other devices, meta tensors, float16 and float64 (which
     ``torch.autograd.gradcheck`` needs).
     """
-    views = _plain_views(q, k, v, qkv_format, out) if (
-        attention_mask is None and cu_seqlens_q is None and cu_seqlens_k is None
-        and out_dtype is None and sinks is None and type(softcap) is float
-        and 0.0 <= softcap < math.inf
-    ) else None
+    views = (
+        _plain_views(q, k, v, qkv_format, out)
+        if (
+            attention_mask is None
+            and cu_seqlens_q is None
+            and cu_seqlens_k is None
+            and out_dtype is None
+            and sinks is None
+            and type(softcap) is float
+            and 0.0 <= softcap < math.inf
+        )
+        else None
+    )
     if views is not None:
         qpos, kpos = query_positions, key_positions
         if qpos is None and kpos is None:
             qpos, kpos = _range_positions(views[0].shape[-3], views[1].shape[-3])
         if _plain_attention_call(*views, qpos, kpos, out, causal, alibi, rope, scale, window):
             result = _core.attention(
-                *(_numpy(t) for t in views), qpos.numpy(), kpos.numpy(),
-                causal=causal, alibi=alibi, rope=rope, scale=scale or 0.0, window=window,
-                softcap=softcap, out=None if out is None else out.numpy(),
+                *(_numpy(t) for t in views),
+                qpos.numpy(),
+                kpos.numpy(),
+                causal=causal,
+                alibi=alibi,
+                rope=rope,
+                scale=scale or 0.0,
+                window=window,
+                softcap=softcap,
+                out=None if out is None else out.numpy(),
                 bfloat16=q.dtype is torch.bfloat16,
             )
             if out is not None:
@@ -468,7 +502,13 @@ def attention(
     if _multi_stream(rope):  # the positions are M-RoPE's streams; the masks read token order
         streams, query_positions, key_positions = (query_positions, key_positions), None, None
     qpos, kpos = _attention_positions(
-        "attention", query_positions, key_positions, q_tokens, kv_tokens, mask, segments,
+        "attention",
+        query_positions,
+        key_positions,
+        q_tokens,
+        kv_tokens,
+        mask,
+        segments,
         per_query,
     )
     if streams is not None:
@@ -479,15 +519,32 @@ def attention(
     kernel = q.dtype in _ATTENTION_DTYPES and _on_kernel(q, k, v, qpos, kpos, mask, out, sinks)
     records = _records(q, k, v, sinks)
     options = dict(
-        causal=causal, alibi=alibi, rope=rope, window=window, scale=scale,
-        softcap=float(softcap), sinks=sinks,
+        causal=causal,
+        alibi=alibi,
+        rope=rope,
+        window=window,
+        scale=scale,
+        softcap=float(softcap),
+        sinks=sinks,
     )
     if segments is not None:
-        result = torch.cat([
-            _attend(q_view[qa:qb], k_view[ka:kb], v_view[ka:kb], qpos[qa:qb], kpos[ka:kb],
-                    None, None, kernel, options, records)
-            for qa, qb, ka, kb in segments
-        ])
+        result = torch.cat(
+            [
+                _attend(
+                    q_view[qa:qb],
+                    k_view[ka:kb],
+                    v_view[ka:kb],
+                    qpos[qa:qb],
+                    kpos[ka:kb],
+                    None,
+                    None,
+                    kernel,
+                    options,
+                    records,
+                )
+                for qa, qb, ka, kb in segments
+            ]
+        )
     else:
         # A float32 out= of the right shape is the kernel's own output, where one kernel call
         # checks the whole batch (positions, shapes, aliasing) before it writes. A key mask runs
@@ -497,9 +554,7 @@ def attention(
             view = _tokens_first("attention", "out", out, qkv_format)
             if view.shape == q_view.shape[:-1] + v_view.shape[-1:] and view.stride(-1) == 1:
                 target = view
-        result = _attend(
-            q_view, k_view, v_view, qpos, kpos, mask, target, kernel, options, records
-        )
+        result = _attend(q_view, k_view, v_view, qpos, kpos, mask, target, kernel, options, records)
         if target is not None and result is target:
             return out
     if qkv_format == "bhsd":
@@ -580,30 +635,53 @@ def self_extend_attention(
         for name, t in (("q", q), ("k", k), ("v", v))
     )
     qpos, kpos = _attention_positions(
-        "self_extend", query_positions, key_positions, q_view.shape[-3], k_view.shape[-3],
-        None, None,
+        "self_extend",
+        query_positions,
+        key_positions,
+        q_view.shape[-3],
+        k_view.shape[-3],
+        None,
+        None,
     )
     if not isinstance(rope, _core.Rope):
         rope = rope.rope_at(qpos, kpos)
     if q.dtype in _ATTENTION_DTYPES and _plain(q, k, v, qpos, kpos) and not _records(q, k, v):
         result = torch.from_numpy(
             _core.self_extend_attention(
-                _numpy(q_view), _numpy(k_view), _numpy(v_view), qpos.numpy(), kpos.numpy(),
-                group_size=group_size, neighbor_window=neighbor_window, rope=rope,
-                causal=causal, scale=scale or 0.0, window=window,
+                _numpy(q_view),
+                _numpy(k_view),
+                _numpy(v_view),
+                qpos.numpy(),
+                kpos.numpy(),
+                group_size=group_size,
+                neighbor_window=neighbor_window,
+                rope=rope,
+                causal=causal,
+                scale=scale or 0.0,
+                window=window,
                 bfloat16=q.dtype is torch.bfloat16,
             )
         )
     else:
         if group_size < 1 or neighbor_window < 1:
             raise _error(
-                "self_extend", "group_size and neighbor_window", "be >= 1",
+                "self_extend",
+                "group_size and neighbor_window",
+                "be >= 1",
                 (group_size, neighbor_window),
             )
         device = q.device
         result = _reference.self_extend_attention(
-            q_view, k_view, v_view, qpos.to(device), kpos.to(device), group_size=group_size,
-            neighbor_window=neighbor_window, rope=rope, causal=causal, scale=scale,
+            q_view,
+            k_view,
+            v_view,
+            qpos.to(device),
+            kpos.to(device),
+            group_size=group_size,
+            neighbor_window=neighbor_window,
+            rope=rope,
+            causal=causal,
+            scale=scale,
             window=window,
         )
     if qkv_format == "bhsd":
@@ -645,14 +723,18 @@ def dual_chunk_attention(
     """
     _check_qkv("dual_chunk", q, k, v)
     if rope is None:
-        raise _error("dual_chunk", "rope", "be given (dual chunk attention re-positions RoPE)",
-                     None)
+        raise _error(
+            "dual_chunk", "rope", "be given (dual chunk attention re-positions RoPE)", None
+        )
     _check_options(scale, 0, None, rope, True, "dual_chunk")
     if out_dtype is None:
         out_dtype = q.dtype
     _float_dtype("dual_chunk", "out_dtype", out_dtype)
-    for name, value in (("chunk_size", chunk_size), ("local_size", local_size),
-                        ("original_max_position_embeddings", original_max_position_embeddings)):
+    for name, value in (
+        ("chunk_size", chunk_size),
+        ("local_size", local_size),
+        ("original_max_position_embeddings", original_max_position_embeddings),
+    ):
         _check_int("dual_chunk", name, value)
     qkv_format = _qkv_format("dual_chunk", qkv_format)
     q_view, k_view, v_view = (
@@ -660,32 +742,59 @@ def dual_chunk_attention(
         for name, t in (("q", q), ("k", k), ("v", v))
     )
     qpos, kpos = _attention_positions(
-        "dual_chunk", query_positions, key_positions, q_view.shape[-3], k_view.shape[-3],
-        None, None,
+        "dual_chunk",
+        query_positions,
+        key_positions,
+        q_view.shape[-3],
+        k_view.shape[-3],
+        None,
+        None,
     )
     if not isinstance(rope, _core.Rope):
         rope = rope.rope_at(qpos, kpos)
-    options = dict(chunk_size=chunk_size, local_size=local_size,
-                   original_max_position_embeddings=original_max_position_embeddings)
+    options = dict(
+        chunk_size=chunk_size,
+        local_size=local_size,
+        original_max_position_embeddings=original_max_position_embeddings,
+    )
     if q.dtype in _ATTENTION_DTYPES and _plain(q, k, v, qpos, kpos) and not _records(q, k, v):
         result = torch.from_numpy(
             _core.dual_chunk_attention(
-                _numpy(q_view), _numpy(k_view), _numpy(v_view), qpos.numpy(), kpos.numpy(),
-                rope=rope, scale=scale, bfloat16=q.dtype is torch.bfloat16, **options,
+                _numpy(q_view),
+                _numpy(k_view),
+                _numpy(v_view),
+                qpos.numpy(),
+                kpos.numpy(),
+                rope=rope,
+                scale=scale,
+                bfloat16=q.dtype is torch.bfloat16,
+                **options,
             )
         )
     else:
         if local_size < 1 or chunk_size <= local_size:
             raise _error(
-                "dual_chunk", "chunk_size and local_size", "satisfy chunk_size > local_size >= 1",
+                "dual_chunk",
+                "chunk_size and local_size",
+                "satisfy chunk_size > local_size >= 1",
                 (chunk_size, local_size),
             )
         if original_max_position_embeddings < 0:
-            raise _error("dual_chunk", "original_max_position_embeddings",
-                         "be >= 0 (0 means no length scaling)", original_max_position_embeddings)
+            raise _error(
+                "dual_chunk",
+                "original_max_position_embeddings",
+                "be >= 0 (0 means no length scaling)",
+                original_max_position_embeddings,
+            )
         device = q.device
         result = _reference.dual_chunk_attention(
-            q_view, k_view, v_view, qpos.to(device), kpos.to(device), rope=rope, scale=scale,
+            q_view,
+            k_view,
+            v_view,
+            qpos.to(device),
+            kpos.to(device),
+            rope=rope,
+            scale=scale,
             **options,
         )
     if qkv_format == "bhsd":
@@ -701,7 +810,11 @@ torch.fx.wrap("attention")
 
 def _rope_from_fields(head_dim, rotary_dim, layout, inv_freq, factor, offset):
     return _core.Rope(
-        head_dim, rotary_dim, _LAYOUTS[layout], list(inv_freq), factor,
+        head_dim,
+        rotary_dim,
+        _LAYOUTS[layout],
+        list(inv_freq),
+        factor,
         rotary_offset=offset,
     )
 
@@ -710,8 +823,14 @@ def _rope_fx_arg(rope, tracer):
     """A posenc.Rope in a torch.fx graph: a node that rebuilds it from its
     plain fields (fx keeps only plain Python values as constants)."""
     layout = "half_split" if rope.layout == _core.RopeLayout.HALF_SPLIT else "interleaved"
-    fields = (rope.head_dim, rope.rotary_dim, layout, tuple(rope.inv_freq),
-              rope.attention_factor, rope.rotary_offset)
+    fields = (
+        rope.head_dim,
+        rope.rotary_dim,
+        layout,
+        tuple(rope.inv_freq),
+        rope.attention_factor,
+        rope.rotary_offset,
+    )
     return tracer.create_node("call_function", _rope_from_fields, fields, {})
 
 

@@ -3,8 +3,7 @@ learned RelativePositionBias."""
 
 import torch
 
-from posenc import _core
-from posenc import model_positions
+from posenc import _core, model_positions
 from posenc.torch._tensors import (
     _check_int,
     _check_number,
@@ -21,7 +20,9 @@ from posenc.torch._tensors import (
 def _alibi(num_heads, max_bias, head_offset, shard_heads):
     """The posenc.Alibi of alibi_slopes' and alibi_bias' arguments."""
     for name, value in (
-        ("num_heads", num_heads), ("head_offset", head_offset), ("shard_heads", shard_heads)
+        ("num_heads", num_heads),
+        ("head_offset", head_offset),
+        ("shard_heads", shard_heads),
     ):
         _check_int("alibi", name, value)
     _check_number("alibi", "max_bias", max_bias)
@@ -68,11 +69,7 @@ def alibi_bias(
     """
     alibi = _alibi(num_heads, max_bias, head_offset, shard_heads)
     queries = _positions("alibi", query_positions, "query_positions")
-    keys = (
-        queries
-        if key_positions is None
-        else _positions("alibi", key_positions, "key_positions")
-    )
+    keys = queries if key_positions is None else _positions("alibi", key_positions, "key_positions")
     _float_dtype("alibi", "dtype", dtype)
     work = torch.float64 if dtype == torch.float64 else torch.float32
     out = _empty(
@@ -107,9 +104,7 @@ class RelativePositionBias(torch.nn.Module):
     has the weight's dtype (float32 unless the module is converted).
     """
 
-    def __init__(
-        self, num_buckets=32, max_distance=128, num_heads=8, bidirectional=True
-    ):
+    def __init__(self, num_buckets=32, max_distance=128, num_heads=8, bidirectional=True):
         super().__init__()
         # Validates the counts with the library's messages.
         _core.relative_position_bucket(
@@ -119,9 +114,7 @@ class RelativePositionBias(torch.nn.Module):
             bidirectional=bidirectional,
         )
         if isinstance(num_heads, bool) or not isinstance(num_heads, int):
-            raise _error(
-                "relative_bias", "num_heads", "be an int", type(num_heads).__name__
-            )
+            raise _error("relative_bias", "num_heads", "be an int", type(num_heads).__name__)
         if num_heads <= 0:
             raise _error("relative_bias", "num_heads", "be > 0", num_heads)
         self.num_buckets = num_buckets
@@ -184,9 +177,7 @@ class RelativePositionBias(torch.nn.Module):
         is_length = [isinstance(p, int) and not isinstance(p, bool) for p in (query, key)]
         for p, name, length in zip((query, key), ("query", "key"), is_length):
             if length and p < 0:
-                raise _error(
-                    "relative_bias", name, "be a length >= 0 or int64 positions", p
-                )
+                raise _error("relative_bias", name, "be a length >= 0 or int64 positions", p)
         if all(is_length):  # the bias's size before any position is allocated
             self._check_size(query, key)
         query_pos, key_pos = (
@@ -198,9 +189,7 @@ class RelativePositionBias(torch.nn.Module):
         return self.weight[buckets].permute(2, 0, 1)
 
     def _check_size(self, queries, keys):
-        _require_size(
-            "relative_bias", (self.num_heads, queries, keys), self.weight.dtype
-        )
+        _require_size("relative_bias", (self.num_heads, queries, keys), self.weight.dtype)
 
     def extra_repr(self):
         return (

@@ -192,8 +192,13 @@ def _block_forward(q, k, v, qpos, kpos, options):
     float32 tensors, lse -inf for rows that see nothing of the block. A
     module-level function so that a test can make a rank fail mid-ring."""
     out, lse = _core.attention_forward(
-        _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
-        bfloat16=q.dtype is torch.bfloat16, **options,
+        _numpy(q),
+        _numpy(k),
+        _numpy(v),
+        qpos.numpy(),
+        kpos.numpy(),
+        bfloat16=q.dtype is torch.bfloat16,
+        **options,
     )
     return torch.from_numpy(out), torch.from_numpy(lse)
 
@@ -206,9 +211,16 @@ def _block_backward(q, k, v, qpos, kpos, out, lse, d_out, options):
     also d_sinks [heads], the local queries' -sum_i exp(sink - lse_i) (do_i .
     o_i), which reads only the global out and lse (None without sinks)."""
     dq, dk, dv, *d_sinks = _core.attention_backward(
-        _numpy(q), _numpy(k), _numpy(v), qpos.numpy(), kpos.numpy(),
-        out=out.numpy(), lse=lse.numpy(), d_out=d_out.numpy(),
-        bfloat16=q.dtype is torch.bfloat16, **options,
+        _numpy(q),
+        _numpy(k),
+        _numpy(v),
+        qpos.numpy(),
+        kpos.numpy(),
+        out=out.numpy(),
+        lse=lse.numpy(),
+        d_out=d_out.numpy(),
+        bfloat16=q.dtype is torch.bfloat16,
+        **options,
     )
     d_sinks = torch.from_numpy(d_sinks[0]) if d_sinks else None
     return torch.from_numpy(dq), torch.from_numpy(dk), torch.from_numpy(dv), d_sinks
@@ -353,7 +365,9 @@ def _check_inputs(q, k, v, positions, qkv_format):
         _check_tensor(_FN, name, tensor, _ATTENTION_DTYPES)
     if not (q.dtype == k.dtype == v.dtype):
         raise _error(
-            _FN, "k and v", f"have q's dtype ({_dtype_name(q.dtype)})",
+            _FN,
+            "k and v",
+            f"have q's dtype ({_dtype_name(q.dtype)})",
             f"{_dtype_name(k.dtype)} and {_dtype_name(v.dtype)}",
         )
     views = []
@@ -368,13 +382,16 @@ def _check_inputs(q, k, v, positions, qkv_format):
         raise _error(_FN, "positions", "be a torch.Tensor", type(positions).__name__)
     if positions.dtype != torch.int64 or positions.dim() != 1 or not positions.is_cpu:
         raise _error(
-            _FN, "positions", "be a 1-D int64 CPU tensor (the shard's global positions)",
+            _FN,
+            "positions",
+            "be a 1-D int64 CPU tensor (the shard's global positions)",
             f"{_dtype_name(positions.dtype)} {tuple(positions.shape)} on {positions.device}",
         )
     for name, view in zip(("q", "k", "v"), views):
         if view.shape[-3] != positions.shape[0]:
             raise _error(
-                _FN, f"{name}.shape",
+                _FN,
+                f"{name}.shape",
                 f"have len(positions) = {positions.shape[0]} tokens (one shard holds q, k "
                 "and v of the same tokens)",
                 tuple(view.shape),
@@ -405,7 +422,8 @@ def _agree(ring, q, k, v, positions, sinks):
     for rank, other in enumerate(gathered):
         if not torch.equal(other[:-3], info[:-3]):
             raise _error(
-                _FN, "q, k, v",
+                _FN,
+                "q, k, v",
                 f"have the same shapes and dtype on every rank of the group (rank {rank}: "
                 f"{other[:-3].tolist()}, this rank {ring.rank}: {info[:-3].tolist()} as "
                 "[q.dim(), q.shape, k.shape, v.shape (each padded to 4 dims by -1), dtype])",
@@ -425,7 +443,9 @@ def _agree(ring, q, k, v, positions, sinks):
             head = int(torch.nonzero(~torch.isfinite(sinks))[0])
             raise _error(_FN, f"sinks[{head}]", "be finite", float(sinks[head]))
         raise _error(
-            _FN, name, f"{rule} on every rank of the group",
+            _FN,
+            name,
+            f"{rule} on every rank of the group",
             f"{got} on rank {', '.join(map(str, invalid))}",
         )
     return max(int(other[-1]) for other in gathered)
@@ -484,17 +504,27 @@ def context_parallel_attention(
     _check_softcap_sinks(softcap, sinks, q, q_view.shape[-2], function=_FN)
     if not (dist.is_available() and dist.is_initialized()):
         raise _error(
-            _FN, "group", "belong to an initialized torch.distributed process group "
-            "(call torch.distributed.init_process_group first)", "none initialized",
+            _FN,
+            "group",
+            "belong to an initialized torch.distributed process group "
+            "(call torch.distributed.init_process_group first)",
+            "none initialized",
         )
     ring = _Ring(group, stats)
     largest = _agree(ring, q_view, k_view, v_view, positions, sinks)
     if rope is not None and not isinstance(rope, _core.Rope):
         rope = rope.rope_at(torch.tensor([max(largest, 0)], dtype=torch.int64))
-    options = _kernel_options(dict(
-        causal=causal, alibi=alibi, rope=rope, window=window, scale=scale,
-        softcap=float(softcap), sinks=sinks,
-    ))
+    options = _kernel_options(
+        dict(
+            causal=causal,
+            alibi=alibi,
+            rope=rope,
+            window=window,
+            scale=scale,
+            softcap=float(softcap),
+            sinks=sinks,
+        )
+    )
     out = _RingAttention.apply(q_view, k_view, v_view, positions, sinks, ring, options)
     if qkv_format == "bhsd":
         out = out.transpose(-2, -3)

@@ -4,8 +4,7 @@ KVCacheBatch: a batch of sequences of different lengths."""
 import numpy as np
 import torch
 
-from posenc import _core
-from posenc import model_positions, mrope_from_hf_config, rope_from_hf_config
+from posenc import _core, model_positions, mrope_from_hf_config, rope_from_hf_config
 from posenc.torch._tensors import (
     _check_activations,
     _check_int,
@@ -88,12 +87,16 @@ def _cache_rotation(config, layer, crossing, kwargs, allow_mrope=True):
     l0 = model.original_max_position_embeddings
     if "seq_len" not in kwargs and _is_longrope(config, layer, l0, kwargs):
         short = rope_from_hf_config(config, layer=layer, seq_len=l0, **kwargs)
-        return kv_heads, short.head_dim, {
-            "rope": short,
-            "long_rope": rope_from_hf_config(config, layer=layer, seq_len=l0 + 1, **kwargs),
-            "long_rope_threshold": l0,
-            "crossing": crossing,
-        }
+        return (
+            kv_heads,
+            short.head_dim,
+            {
+                "rope": short,
+                "long_rope": rope_from_hf_config(config, layer=layer, seq_len=l0 + 1, **kwargs),
+                "long_rope_threshold": l0,
+                "crossing": crossing,
+            },
+        )
     rope = rope_from_hf_config(config, layer=layer, **kwargs)
     return kv_heads, rope.head_dim, {"rope": rope}
 
@@ -169,9 +172,7 @@ class KVCache:
                 "kv_cache",
                 "dtype",
                 "be float32 or bfloat16",
-                _dtype_name(dtype)
-                if isinstance(dtype, torch.dtype)
-                else repr(dtype),
+                _dtype_name(dtype) if isinstance(dtype, torch.dtype) else repr(dtype),
             )
         self._cache = _core.KvCache(
             capacity,
@@ -262,7 +263,7 @@ class KVCache:
 
     @property
     def crossing(self):
-        """"recompute" or "keep_rotation" (see the class)."""
+        """ "recompute" or "keep_rotation" (see the class)."""
         return self._cache.crossing
 
     def _streams(self, positions, streams, name):
@@ -336,8 +337,7 @@ class KVCache:
                 raise _error(
                     "kv_cache",
                     "positions",
-                    f"be given when q has more tokens than the cache "
-                    f"(size {cached.shape[0]})",
+                    f"be given when q has more tokens than the cache (size {cached.shape[0]})",
                     f"None for {n} tokens",
                 )
             positions = np.array(cached[cached.shape[0] - n :])
@@ -409,18 +409,14 @@ class KVCache:
     kv_heads = property(lambda self: self._cache.kv_heads)
     head_dim = property(lambda self: self._cache.head_dim)
     value_dim = property(lambda self: self._cache.value_dim)
-    rope = property(
-        lambda self: self._cache.rope, doc="The posenc.Rope, or None."
-    )
-    mrope = property(
-        lambda self: self._cache.mrope, doc="The posenc.MRope, or None."
-    )
+    rope = property(lambda self: self._cache.rope, doc="The posenc.Rope, or None.")
+    mrope = property(lambda self: self._cache.mrope, doc="The posenc.MRope, or None.")
 
     def __len__(self):
         return self._cache.size
 
     def __repr__(self):
-        return f"KVCache({repr(self._cache)[len('KvCache('):]}"
+        return f"KVCache({repr(self._cache)[len('KvCache(') :]}"
 
 
 class KVCacheBatch:

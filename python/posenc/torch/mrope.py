@@ -4,8 +4,8 @@ M-RoPE), VisionRotaryEmbedding (the 2-D RoPE of vision towers) and get_rope_inde
 import torch
 import torch.fx
 
-from posenc import _core
 from posenc import (
+    _core,
     model_positions,
     mrope_from_hf_config,
     qwen_vl_rope_index,
@@ -54,8 +54,7 @@ def _stream_positions(function, mrope, q, positions, name, text_form, qkv_format
     rule = f"be (streams, *batch, tokens) = {full}"
     if text_form:
         rule += (
-            f" or (*batch, tokens) = {batch + (tokens,)} (text: the same "
-            "position in every stream)"
+            f" or (*batch, tokens) = {batch + (tokens,)} (text: the same position in every stream)"
         )
     elif batch:
         rule += f" or (streams, tokens) = {full[:1] + full[-1:]}"
@@ -156,14 +155,10 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
         qkv_format=None,
     ):
         super().__init__()
-        self.qkv_format = (
-            None if qkv_format is None else _qkv_format("mrope", qkv_format)
-        )
+        self.qkv_format = None if qkv_format is None else _qkv_format("mrope", qkv_format)
         if mrope is None:
             if mrope_section is None:
-                raise _error(
-                    "mrope", "mrope_section", "be given when mrope is not", None
-                )
+                raise _error("mrope", "mrope_section", "be given when mrope is not", None)
             sections = _int_list(mrope_section)
             if sections is None:
                 raise _error(
@@ -329,9 +324,7 @@ class VisionRotaryEmbedding(torch.nn.Module):
                 )
             out = _core.llama4_vision_positions(self.patches_per_side)
         elif kind == "pixtral":
-            out = _core.pixtral_vision_positions(
-                _int_tensor_numpy("mrope", "grids", grids)
-            )
+            out = _core.pixtral_vision_positions(_int_tensor_numpy("mrope", "grids", grids))
         elif kind in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
             grid = _int_tensor_numpy("mrope", "grids", grids)
             windows = kind == "qwen2_5_vl" if window_order is None else window_order
@@ -347,8 +340,7 @@ class VisionRotaryEmbedding(torch.nn.Module):
             raise _error(
                 "mrope",
                 "kind",
-                "be one of " + ", ".join(repr(k) for k in _VISION_KINDS)
-                + " for positions",
+                "be one of " + ", ".join(repr(k) for k in _VISION_KINDS) + " for positions",
                 repr(kind),
             )
         return torch.from_numpy(out)

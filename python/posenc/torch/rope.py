@@ -8,9 +8,8 @@ import os
 import torch
 import torch.fx
 
-from posenc import _core
+from posenc import _core, _pretrained_config_dict, rope_from_hf_config
 from posenc import _torch_reference as _reference
-from posenc import _pretrained_config_dict, rope_from_hf_config
 from posenc.torch import _ops
 from posenc.torch._tensors import (
     _ROPE_DTYPES,
@@ -191,9 +190,7 @@ def rope_cos_sin(rope, positions, dtype=torch.float32):
 
 def _module_rope(module, q, k, positions, qkv_format):
     """RotaryEmbedding.forward, as a function torch.fx records as one node."""
-    qkv_format = _qkv_format(
-        "rope", qkv_format or module.qkv_format, " here or to RotaryEmbedding"
-    )
+    qkv_format = _qkv_format("rope", qkv_format or module.qkv_format, " here or to RotaryEmbedding")
     if positions is None:
         _check_tensor("rope", "q", q, _ROPE_DTYPES)
         if q.dim() < 3:
@@ -235,9 +232,7 @@ class RotaryEmbedding(torch.nn.Module):
         super().__init__()
         if rope is None:
             if head_dim is None:
-                raise _error(
-                    "rope", "head_dim", "be given when rope is not", None
-                )
+                raise _error("rope", "head_dim", "be given when rope is not", None)
             _check_int("rope", "head_dim", head_dim)
             _check_number("rope", "base", base)
             _check_int("rope", "rotary_dim", rotary_dim, allow_none=True)
@@ -251,9 +246,7 @@ class RotaryEmbedding(torch.nn.Module):
             )
         _check_instance("rope", "rope", rope, _core.Rope, "a posenc.Rope")
         self.rope = rope
-        self.qkv_format = (
-            None if qkv_format is None else _qkv_format("rope", qkv_format)
-        )
+        self.qkv_format = None if qkv_format is None else _qkv_format("rope", qkv_format)
         # The config and layer of a length-dependent rule (dynamic NTK,
         # LongRoPE), whose frequencies follow max(positions) + 1; None when
         # the frequencies are fixed.

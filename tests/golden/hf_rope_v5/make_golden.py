@@ -18,9 +18,10 @@ its `inv_freq` / `<layer_type>_inv_freq` and `attention_scaling` are kept. The l
 types are also evaluated at given lengths through ROPE_INIT_FUNCTIONS[rope_type](config,
 seq_len=L), as the module's dynamic_rope_update does.
 """
+
 import glob
-import inspect
 import importlib
+import inspect
 import json
 import os
 
@@ -31,30 +32,44 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(HERE, "..", "..", "configs")
-LEGACY = ("rotary_pct", "rotary_emb_base", "rope_local_base_freq", "global_rope_theta",
-          "local_rope_theta", "partial_rotary_factor")
+LEGACY = (
+    "rotary_pct",
+    "rotary_emb_base",
+    "rope_local_base_freq",
+    "global_rope_theta",
+    "local_rope_theta",
+    "partial_rotary_factor",
+)
 # Inputs transformers 5.23.0 refuses as written, and the smallest change that it accepts.
 FIXES = {
     # Strict dataclass validation: attn_temperature_tuning is a bool in 5.x (the printed 4.51
     # config says 4; later revisions of the published file say true).
-    "llama4-scout-17b-16e": ("text_config.attn_temperature_tuning 4 -> true",
-                             lambda d: d["text_config"].update(attn_temperature_tuning=True)),
+    "llama4-scout-17b-16e": (
+        "text_config.attn_temperature_tuning 4 -> true",
+        lambda d: d["text_config"].update(attn_temperature_tuning=True),
+    ),
     # The April-2024 Phi-3 file's `"type": "su"` is renamed to longrope only after
     # standardize_rope_params() ran, so original_max_position_embeddings is never moved into
     # rope_parameters and validation fails (KeyError: Missing required keys in
     # `rope_parameters` for 'rope_type'='longrope': {'original_max_position_embeddings'}).
     # The later published form (`"type": "longrope"`) loads.
-    "phi3-128k-longrope": ("rope_scaling.type su -> longrope",
-                           lambda d: d["rope_scaling"].update(type="longrope")),
+    "phi3-128k-longrope": (
+        "rope_scaling.type su -> longrope",
+        lambda d: d["rope_scaling"].update(type="longrope"),
+    ),
 }
 SEQ_LENS = {"dynamic": [2048, 4096, 8192], "longrope": [4096, 4097]}
 
 
 def rotary_class(text_cfg):
-    module = importlib.import_module(type(text_cfg).__module__.replace(".configuration_",
-                                                                       ".modeling_"))
-    names = [n for n, c in inspect.getmembers(module, inspect.isclass)
-             if n.endswith("RotaryEmbedding") and "Vision" not in n and c.__module__ == module.__name__]
+    module = importlib.import_module(
+        type(text_cfg).__module__.replace(".configuration_", ".modeling_")
+    )
+    names = [
+        n
+        for n, c in inspect.getmembers(module, inspect.isclass)
+        if n.endswith("RotaryEmbedding") and "Vision" not in n and c.__module__ == module.__name__
+    ]
     assert len(names) == 1, (module.__name__, names)
     return getattr(module, names[0])
 
@@ -78,8 +93,10 @@ def f32(t):
 
 
 def main():
-    paths = sorted(glob.glob(os.path.join(CONFIGS, "*.json")) +
-                   glob.glob(os.path.join(CONFIGS, "real", "*.json")))
+    paths = sorted(
+        glob.glob(os.path.join(CONFIGS, "*.json"))
+        + glob.glob(os.path.join(CONFIGS, "real", "*.json"))
+    )
     index = {"transformers_version": transformers.__version__, "files": [], "skipped": []}
     for path in paths:
         rel = os.path.relpath(path, CONFIGS)
@@ -87,8 +104,13 @@ def main():
         original = json.load(open(path))
         model_type = original.get("model_type")
         if model_type not in CONFIG_MAPPING:
-            index["skipped"].append({"config": rel, "why": f"model_type {model_type} is not a "
-                                     "transformers 5.23.0 model (remote code)"})
+            index["skipped"].append(
+                {
+                    "config": rel,
+                    "why": f"model_type {model_type} is not a "
+                    "transformers 5.23.0 model (remote code)",
+                }
+            )
             continue
         fixed = json.loads(json.dumps(original))
         fix = FIXES.get(name)
@@ -106,21 +128,27 @@ def main():
             for lt in rot.layer_types:
                 if not hasattr(rot, f"{lt}_inv_freq"):
                     continue
-                layers[lt] = {"rope_type": rot.rope_type[lt],
-                              "inv_freq_f32": f32(getattr(rot, f"{lt}_inv_freq")),
-                              "attention_factor": float(getattr(rot, f"{lt}_attention_scaling"))}
+                layers[lt] = {
+                    "rope_type": rot.rope_type[lt],
+                    "inv_freq_f32": f32(getattr(rot, f"{lt}_inv_freq")),
+                    "attention_factor": float(getattr(rot, f"{lt}_attention_scaling")),
+                }
         else:
-            layers[None] = {"rope_type": rot.rope_type, "inv_freq_f32": f32(rot.inv_freq),
-                            "attention_factor": float(rot.attention_scaling)}
+            layers[None] = {
+                "rope_type": rot.rope_type,
+                "inv_freq_f32": f32(rot.inv_freq),
+                "attention_factor": float(rot.attention_scaling),
+            }
         for lt, entry in layers.items():
             lengths = SEQ_LENS.get(entry["rope_type"], [])
             entry["by_seq_len"] = []
             for n in lengths:
-                inv, att = ROPE_INIT_FUNCTIONS[entry["rope_type"]](text_cfg, None, seq_len=n,
-                                                                   **({} if lt is None else
-                                                                      {"layer_type": lt}))
-                entry["by_seq_len"].append({"seq_len": n, "inv_freq_f32": f32(inv),
-                                            "attention_factor": float(att)})
+                inv, att = ROPE_INIT_FUNCTIONS[entry["rope_type"]](
+                    text_cfg, None, seq_len=n, **({} if lt is None else {"layer_type": lt})
+                )
+                entry["by_seq_len"].append(
+                    {"seq_len": n, "inv_freq_f32": f32(inv), "attention_factor": float(att)}
+                )
         out = {
             "name": name,
             "config_file": rel,
@@ -135,10 +163,15 @@ def main():
         with open(os.path.join(HERE, f"{name}.json"), "w") as f:
             json.dump(out, f, indent=None, separators=(",", ":"))
             f.write("\n")
-        index["files"].append({"file": f"{name}.json", "config": rel,
-                               "rope_types": sorted({e["rope_type"] for e in layers.values()}),
-                               "layer_types": [lt for lt in layers],
-                               "input_fix": out["input_fix"]})
+        index["files"].append(
+            {
+                "file": f"{name}.json",
+                "config": rel,
+                "rope_types": sorted({e["rope_type"] for e in layers.values()}),
+                "layer_types": [lt for lt in layers],
+                "input_fix": out["input_fix"],
+            }
+        )
     with open(os.path.join(HERE, "index.json"), "w") as f:
         json.dump(index, f, indent=1)
         f.write("\n")

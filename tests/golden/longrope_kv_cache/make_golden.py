@@ -24,6 +24,7 @@ Each call of layer 0's attention is recorded: the positions, the query, key and 
 before RoPE (split from qkv_proj's output: q [n, 2, 96], k and v [n, 1, 96]), and the attention
 output before o_proj [n, 2, 96], each float32 value in 9 significant digits.
 """
+
 import json
 import os
 
@@ -33,10 +34,20 @@ from transformers import Phi3Config, Phi3ForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "..", "..", "configs", "phi3.5-mini-instruct-longrope.json")
-SHRINK = {"hidden_size": 192, "num_attention_heads": 2, "num_key_value_heads": 1,
-          "num_hidden_layers": 1, "intermediate_size": 64, "vocab_size": 96,
-          "original_max_position_embeddings": 16, "max_position_embeddings": 512,
-          "sliding_window": None, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 95}
+SHRINK = {
+    "hidden_size": 192,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "num_hidden_layers": 1,
+    "intermediate_size": 64,
+    "vocab_size": 96,
+    "original_max_position_embeddings": 16,
+    "max_position_embeddings": 512,
+    "sliding_window": None,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 95,
+}
 PROMPT, NEW = 12, 12
 
 
@@ -54,9 +65,13 @@ def main():
     def on_qkv(module, args, output):
         x = output[0].detach()
         n = x.shape[0]
-        calls.append({"q": x[:, :heads * hd].reshape(n, heads, hd),
-                      "k": x[:, heads * hd:(heads + kv) * hd].reshape(n, kv, hd),
-                      "v": x[:, (heads + kv) * hd:].reshape(n, kv, hd)})
+        calls.append(
+            {
+                "q": x[:, : heads * hd].reshape(n, heads, hd),
+                "k": x[:, heads * hd : (heads + kv) * hd].reshape(n, kv, hd),
+                "v": x[:, (heads + kv) * hd :].reshape(n, kv, hd),
+            }
+        )
 
     def on_o_proj(module, args):
         x = args[0][0].detach()
@@ -73,14 +88,16 @@ def main():
         out = model(tokens[:, :PROMPT], use_cache=True)
         cache = out.past_key_values
         for t in range(PROMPT, tokens.shape[1]):
-            out = model(tokens[:, t:t + 1], past_key_values=cache, use_cache=True)
+            out = model(tokens[:, t : t + 1], past_key_values=cache, use_cache=True)
             cache = out.past_key_values
         runs["forward"] = calls[:]
 
     def short(tensor):
         # float32 values in 9 significant digits: each reads back to the same float32.
-        return json.loads(json.dumps(tensor.tolist(), default=str),
-                          parse_float=lambda text: float("%.9g" % float(text)))
+        return json.loads(
+            json.dumps(tensor.tolist(), default=str),
+            parse_float=lambda text: float(f"{float(text):.9g}"),
+        )
 
     def record(run):
         steps, cached = [], 0
@@ -89,8 +106,12 @@ def main():
             # Positions as the model numbers them: a call of n tokens after `cached` cached ones.
             if n > 1 and cached > 0:  # the recompute: the cache was dropped
                 cached = 0
-            steps.append({"positions": list(range(cached, cached + n)),
-                          **{key: short(c[key]) for key in ("q", "k", "v", "out")}})
+            steps.append(
+                {
+                    "positions": list(range(cached, cached + n)),
+                    **{key: short(c[key]) for key in ("q", "k", "v", "out")},
+                }
+            )
             cached += n
         return steps
 

@@ -16,6 +16,7 @@ rope_scaling standardization runs: legacy "type" copied to "rope_type"; in trans
 passed as `head_dim` (deepseek_v3 and qwen3 are not models of 4.50.3; the function reads only
 rope_theta, head_dim, max_position_embeddings and the scaling dict).
 """
+
 import json
 import os
 
@@ -26,8 +27,12 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(HERE, "..", "..", "configs")
-FILES = ["qwen2.5-7b-instruct-yarn", "qwen2.5-7b-instruct-yarn-128k", "qwen3-8b-yarn",
-         "deepseek-v3"]
+FILES = [
+    "qwen2.5-7b-instruct-yarn",
+    "qwen2.5-7b-instruct-yarn-128k",
+    "qwen3-8b-yarn",
+    "deepseek-v3",
+]
 # The rotary width of models whose head_dim key is not the rotated part.
 ROTARY_HEAD_DIM = {"deepseek_v3": ("qk_rope_head_dim", 64)}
 
