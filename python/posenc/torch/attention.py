@@ -355,73 +355,94 @@ def attention(
     out_dtype=None,
     out=None,
 ):
-    """Attention with posenc's position rules: causal mask, sliding window,
-    ALiBi and RoPE (applied inside) follow the positions, grouped heads.
+    """Attention with posenc's position rules fused in: the causal mask, sliding window, ALiBi
+    and RoPE (applied inside) follow the positions; grouped heads.
 
-    qkv_format (required, no default) "bshd" (posenc's): q [..., q_tokens,
-    heads, head_dim], k
-    [..., kv_tokens, kv_heads, head_dim], v [..., kv_tokens, kv_heads,
-    value_dim] -> [..., q_tokens, heads, value_dim]; "bhsd" (Hugging
-    Face's): heads before tokens, in and out, without a copy.
-
-    Positions are int64 [tokens] or [..., tokens]. Defaults: keys 0 ..
-    kv_tokens - 1 and queries the last q_tokens of them (a decode step's
+    out[i, h] = sum_j softmax_j(scale q'[i, h] . k'[j, g] + bias_h(i, j)) v[j, g], with q' and k'
+    rotated at their positions and g = h / (heads / kv_heads) (posenc/attention.h). Default
+    positions: keys 0 .. kv_tokens - 1 and queries the last q_tokens of them (a decode step's
     query after its keys; FlashAttention's bottom-right alignment).
 
-    attention_mask: Hugging Face's padding mask [..., kv_tokens] (1 or True:
-    a token; 0: padding), or its 4-D mask [..., 1 or heads, q_tokens,
-    kv_tokens] (transformers.masking_utils: boolean, True seen; or additive
-    float, 0 seen, -inf or the dtype's lowest value hidden; the same for every
-    head), where each query must see one interval of keys (a row that does
-    not is refused, named). Positions then default as transformers 5.23.0's
-    generate() numbers them: padding mask, each token's index among the kept
-    ones (cumsum - 1) and padding 0; 4-D mask, a row's tokens are the slots
-    from the first to the last key any query sees, at 0, 1, ..., every other
-    slot (padding, a pre-allocated cache's empty slots) at 0, and the queries
-    are the keys' slots when there are as many, else the last q_tokens
-    tokens. Hidden keys are never seen; a query that sees no key gets zeros.
+    Where it runs: CPU float32 and bfloat16 tensors run posenc's fused kernel (no T x T buffer;
+    see posenc.attention for its bfloat16 arithmetic), as posenc's torch ops (posenc::attention,
+    and in training posenc::attention_forward and posenc::attention_backward), which
+    torch.compile and torch.export see as one node each; plain tensors in eager code reach the
+    kernel without the dispatcher. When autograd records (a tensor requires grad), the kernel's
+    backward pass runs (FlashAttention-2 style: scores recomputed from a saved log-sum-exp, no
+    T x T buffer; deterministic for any thread count); gradients of bfloat16 inputs come back in
+    bfloat16, computed in float32. The kernel's backward is not differentiable again (a second
+    derivative raises RuntimeError). A padding mask whose kept keys are not one interval runs
+    the kernel on those keys at their own positions. Everything else runs the same definition
+    in PyTorch operations, differentiable to any order: CUDA and other devices, meta tensors,
+    float16 and float64 (which ``torch.autograd.gradcheck`` needs).
 
-    cu_seqlens_q (and cu_seqlens_k, default the same): packed sequences as
-    FlashAttention's varlen API takes them, q [total_q, heads, head_dim], k
-    and v [total_k, kv_heads, dim], segment s holding tokens cu_seqlens[s]
-    .. cu_seqlens[s + 1]; positions [total] per segment (default: each
-    segment from 0).
+    Args:
+        q: the queries: float32, bfloat16, float16 or float64.
+        k: the keys, of q's dtype.
+        v: the values, of q's dtype.
+        query_positions: int64 [q_tokens] or [..., q_tokens]; None: the defaults above (or those
+            of attention_mask, cu_seqlens_q). With M-RoPE as rope: the queries' position
+            streams, Hugging Face's position_ids [3, *batch, tokens] (or [*batch, tokens] for
+            text; None: the token order).
+        key_positions: int64 [kv_tokens] or [..., kv_tokens]; None: the defaults. With M-RoPE:
+            the keys' position streams, as query_positions.
+        causal: key j is seen by query i only when key_pos[j] <= query_pos[i].
+        alibi: a ``posenc.Alibi``, whose bias -slope[h] * (query_pos[i] - key_pos[j]) joins the
+            scores; None: no bias.
+        rope: the rotation of q and k inside: a ``posenc.Rope`` or a ``RotaryEmbedding`` (its
+            length rule follows the positions), or M-RoPE (a ``posenc.MRope`` or a
+            ``MultimodalRotaryEmbedding``): then query_positions and key_positions are its
+            position streams, q and k are rotated by them, and the masks and ALiBi follow the
+            token order (the default positions). None: q and k as given.
+        scale: the score scale, a positive finite number; None: 1 / sqrt(head_dim).
+        window: a sliding window W > 0: key j is seen by query i only when query_pos[i] -
+            key_pos[j] < W (Mistral's; window_size_left = W - 1); 0: none.
+        softcap: > 0 (Gemma 2's attn_logit_softcapping): each scaled score s becomes
+            softcap * tanh(s / softcap) before the ALiBi bias and the masks; 0: off.
+        sinks: gpt-oss's sinks, a floating tensor [heads] on q's device: one logit per query
+            head that joins every row's softmax denominator and adds no value; it may require
+            grad (its gradient comes from the kernel's backward pass, or through the PyTorch
+            definition). None: none.
+        qkv_format: "bshd" (posenc's) or "bhsd" (Hugging Face's: heads before tokens, in and
+            out, without a copy); required, no default.
+        attention_mask: Hugging Face's padding mask [..., kv_tokens] (1 or True: a token; 0:
+            padding), or its 4-D mask [..., 1 or heads, q_tokens, kv_tokens]
+            (transformers.masking_utils: boolean, True seen; or additive float, 0 seen, -inf or
+            the dtype's lowest value hidden; the same for every head), where each query must see
+            one interval of keys (a row that does not is refused, named); q_tokens <= kv_tokens.
+            Positions then default as transformers 5.23.0's generate() numbers them: padding
+            mask, each token's index among the kept ones (cumsum - 1) and padding 0; 4-D mask, a
+            row's tokens are the slots from the first to the last key any query sees, at 0, 1,
+            ..., every other slot (padding, a pre-allocated cache's empty slots) at 0, and the
+            queries are the keys' slots when there are as many, else the last q_tokens tokens.
+            Hidden keys are never seen; a query that sees no key gets zeros. None: no mask.
+        cu_seqlens_q: packed sequences as FlashAttention's varlen API takes them: int32 or int64
+            [segments + 1], 0 first, non-decreasing, total_q last; segment s holds tokens
+            cu_seqlens[s] .. cu_seqlens[s + 1], its positions [total] numbered per segment
+            (default: each segment from 0). Only in qkv_format "bshd", without attention_mask.
+            None: not packed.
+        cu_seqlens_k: the keys' segments, as cu_seqlens_q (as many segments, total_k last); None:
+            cu_seqlens_q's. Only with cu_seqlens_q.
+        out_dtype: the output's dtype: float32, float64, bfloat16 or float16; None: q's.
+        out: a float32 (or bfloat16, float16, float64) tensor of the output's shape to write,
+            not requiring grad while autograd records; None: a new tensor.
 
-    scale None: 1 / sqrt(head_dim). rope: a posenc.Rope or a RotaryEmbedding
-    (its length rule follows the positions), or M-RoPE (a posenc.MRope or a
-    MultimodalRotaryEmbedding): then query_positions and key_positions are
-    its position streams, Hugging Face's position_ids [3, *batch, tokens]
-    (or [*batch, tokens] for text; None: the token order), q and k are
-    rotated by them, and the masks and ALiBi follow the token order (the
-    default positions).
+    Shapes:
+        q: [..., q_tokens, heads, head_dim] for "bshd"; [..., heads, q_tokens, head_dim] for
+            "bhsd"; [total_q, heads, head_dim] with cu_seqlens_q.
+        k: [..., kv_tokens, kv_heads, head_dim], heads before tokens for "bhsd"; [total_k,
+            kv_heads, head_dim] with cu_seqlens_q. heads is a multiple of kv_heads.
+        v: [..., kv_tokens, kv_heads, value_dim], as k.
+        out: [..., q_tokens, heads, value_dim], heads before tokens for "bhsd".
 
-    softcap > 0 (Gemma 2's attn_logit_softcapping): each scaled score s
-    becomes softcap * tanh(s / softcap) before the ALiBi bias and the masks;
-    0 is off. sinks (gpt-oss): a floating tensor [heads] on q's device, one
-    logit per query head that joins every row's softmax denominator and adds
-    no value; it may require grad (its gradient comes from the kernel's
-    backward pass, or through the PyTorch definition).
+    Returns:
+        The output [..., q_tokens, heads, value_dim] ([..., heads, q_tokens, value_dim] for
+        "bhsd") in out_dtype (default q's: float32 out for float32 in, bfloat16 for bfloat16),
+        or out itself, written.
 
-    Output dtype: q's (float32 out for float32 in, bfloat16 for bfloat16)
-    unless out_dtype says otherwise; out= takes a float32 tensor of the
-    output's shape to write.
-
-    Where it runs: CPU float32 and bfloat16 tensors run posenc's fused
-    kernel (no T x T buffer; see posenc.attention for its bfloat16
-    arithmetic), as posenc's torch ops (posenc::attention, and in training
-    posenc::attention_forward and posenc::attention_backward), which
-    torch.compile and torch.export see as one node each; plain tensors in
-    eager code reach the kernel without the dispatcher. When autograd
-    records (a tensor requires grad), the kernel's backward pass runs
-    (FlashAttention-2 style: scores recomputed from a saved log-sum-exp, no
-    T x T buffer; deterministic for any thread count); gradients of
-    bfloat16 inputs come back in bfloat16, computed in float32. The kernel's
-    backward is not differentiable again (a second derivative raises
-    RuntimeError). A padding mask whose kept keys are not one interval runs
-    the kernel on those keys at their own positions. Everything else runs
-    the same definition in PyTorch operations, differentiable to any order:
-    CUDA and other devices, meta tensors, float16 and float64 (which
-    ``torch.autograd.gradcheck`` needs).
+    Raises:
+        posenc.Error: a bad argument (type, dtype, shape, grouping, position, mask, segments,
+            option), named, before anything is computed or written.
     """
     views = (
         _plain_views(q, k, v, qkv_format, out)
@@ -608,17 +629,45 @@ def self_extend_attention(
     qkv_format=None,
     out_dtype=None,
 ):
-    """Self-Extend attention (Jin et al. 2024; posenc/self_extend.h): a RoPE model reads past its
-    trained context with no training. Keys closer than ``neighbor_window`` (W) to the query are
-    scored at their own positions, farther ones at grouped positions (keys floor(p / G), queries
-    floor(p / G) + W - floor(W / G), G = ``group_size``), one softmax over both. q and k are the
-    un-rotated projections; ``rope`` (a posenc.Rope or a RotaryEmbedding) is required.
+    """Self-Extend attention (Jin et al. 2024, arXiv:2401.01325; posenc/self_extend.h): a RoPE
+    model reads past its trained context with no training.
 
-    Shapes, positions (and their defaults), causal, window, scale, qkv_format and the output
-    dtype as in ``attention``. Plain CPU float32 and bfloat16 tensors run posenc's tiled kernel
-    twice with no T x T buffer; everything else (other devices, meta and fake tensors, autograd)
-    the same formula in PyTorch operations. The authors pick the smallest G whose window
-    (L0 - W) G + W holds the input (L0 the trained length); docs/SELF_EXTEND.md.
+    Keys closer than ``neighbor_window`` (W) to the query are scored at their own positions,
+    farther ones at grouped positions (keys floor(p / G), queries floor(p / G) + W - floor(W /
+    G), G = ``group_size``), one softmax over both. The authors pick the smallest G whose window
+    (L0 - W) G + W holds the input (L0 the trained length); docs/SELF_EXTEND.md. Plain CPU
+    float32 and bfloat16 tensors run posenc's tiled kernel twice with no T x T buffer;
+    everything else (other devices, meta and fake tensors, autograd) the same formula in
+    PyTorch operations.
+
+    Args:
+        q: the un-rotated query projections: float32, bfloat16, float16 or float64.
+        k: the un-rotated key projections, of q's dtype.
+        v: the values, of q's dtype.
+        query_positions: int64 [q_tokens] or [..., q_tokens]; None: the last q_tokens of the
+            keys' (as in ``attention``).
+        key_positions: int64 [kv_tokens] or [..., kv_tokens]; None: 0 .. kv_tokens - 1.
+        rope: the rotation Self-Extend regroups, a ``posenc.Rope`` or a ``RotaryEmbedding``;
+            required.
+        group_size: G, an int in [1, 2^32]: keys at distance >= W are scored at floor(p / G).
+        neighbor_window: W, an int in [1, 2^32]: keys at distance < W (and, without causal, keys
+            ahead of the query) keep their own positions.
+        causal: as in ``attention``, in the original positions.
+        scale: the score scale, a positive finite number; None: 1 / sqrt(head_dim).
+        window: a sliding window in the original positions, as in ``attention``; 0: none.
+        qkv_format: "bshd" or "bhsd", as in ``attention``; required, no default.
+        out_dtype: the output's dtype: float32, float64, bfloat16 or float16; None: q's.
+
+    Shapes:
+        q, k, v: as in ``attention``, without cu_seqlens.
+
+    Returns:
+        The output [..., q_tokens, heads, value_dim] ([..., heads, q_tokens, value_dim] for
+        "bhsd") in out_dtype.
+
+    Raises:
+        posenc.Error: rope missing, group_size or neighbor_window out of range, or a bad
+            argument as in ``attention``, named.
     """
     _check_qkv("self_extend", q, k, v)
     if rope is None:
@@ -707,19 +756,46 @@ def dual_chunk_attention(
     qkv_format=None,
     out_dtype=None,
 ):
-    """Dual chunk attention (An et al. 2024; posenc/dual_chunk.h, docs/DUAL_CHUNK.md), as
-    Qwen2.5-1M's ``dual_chunk_attention_config`` and vLLM define it: with L = chunk_size -
-    local_size, keys rotate at p mod L and each query at p mod L (keys of its own chunk),
-    min(p mod L + L, chunk_size) (the chunk before) or min(2 L - 1, chunk_size) (earlier
-    chunks), so no scored distance exceeds chunk_size; with original_max_position_embeddings
-    M > 0 the scores gain f^2, f = max(1, 0.1 ln(n / M) + 1), n the largest key position + 1.
-    Always causal. q and k are the un-rotated projections; ``rope`` (a posenc.Rope or a
-    RotaryEmbedding) is required.
+    """Dual chunk attention (An et al. 2024, arXiv:2402.17463; posenc/dual_chunk.h,
+    docs/DUAL_CHUNK.md), as Qwen2.5-1M's ``dual_chunk_attention_config`` and vLLM define it.
 
-    Shapes, positions (and their defaults), scale, qkv_format and the output dtype as in
-    ``attention``. Plain CPU float32 and bfloat16 tensors run posenc's tiled kernel once per
-    part with no T x T buffer; everything else (other devices, meta and fake tensors, autograd)
-    the same formula in PyTorch operations.
+    With L = chunk_size - local_size, keys rotate at p mod L and each query at p mod L (keys of
+    its own chunk), min(p mod L + L, chunk_size) (the chunk before) or min(2 L - 1, chunk_size)
+    (earlier chunks), so no scored distance exceeds chunk_size; with
+    original_max_position_embeddings M > 0 the scores gain f^2, f = max(1, 0.1 ln(n / M) + 1),
+    n the largest key position + 1. Always causal. Plain CPU float32 and bfloat16 tensors run
+    posenc's tiled kernel once per part with no T x T buffer; everything else (other devices,
+    meta and fake tensors, autograd) the same formula in PyTorch operations.
+
+    Args:
+        q: the un-rotated query projections: float32, bfloat16, float16 or float64.
+        k: the un-rotated key projections, of q's dtype.
+        v: the values, of q's dtype.
+        query_positions: int64 [q_tokens] or [..., q_tokens]; None: the last q_tokens of the
+            keys' (as in ``attention``).
+        key_positions: int64 [kv_tokens] or [..., kv_tokens]; None: 0 .. kv_tokens - 1.
+        rope: the rotation dual chunk attention re-positions, a ``posenc.Rope`` or a
+            ``RotaryEmbedding``; required.
+        chunk_size: an int > local_size: no scored distance exceeds it (vLLM's default 8192,
+            Qwen2.5-1M's 262144).
+        local_size: an int >= 1 (vLLM's default 1024, Qwen2.5-1M's 8192); chunks hold
+            L = chunk_size - local_size positions.
+        original_max_position_embeddings: M of the length scaling f, an int >= 0; 0: none.
+        scale: the score scale (then times f^2), a positive finite number; None:
+            1 / sqrt(head_dim).
+        qkv_format: "bshd" or "bhsd", as in ``attention``; required, no default.
+        out_dtype: the output's dtype: float32, float64, bfloat16 or float16; None: q's.
+
+    Shapes:
+        q, k, v: as in ``attention``, without cu_seqlens.
+
+    Returns:
+        The output [..., q_tokens, heads, value_dim] ([..., heads, q_tokens, value_dim] for
+        "bhsd") in out_dtype.
+
+    Raises:
+        posenc.Error: rope missing, chunk_size, local_size or original_max_position_embeddings
+            out of range, or a bad argument as in ``attention``, named.
     """
     _check_qkv("dual_chunk", q, k, v)
     if rope is None:

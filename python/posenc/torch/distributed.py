@@ -81,15 +81,26 @@ def _check_int(function, name, value, rule, ok):
 
 
 def shard_positions(seq_len, world, rank, scheme="zigzag"):
-    """int64 tensor of the global positions (0 .. seq_len - 1) that rank holds
-    when a sequence of seq_len tokens is split over world ranks.
+    """The global positions a rank holds when a sequence is split over the ranks of a group.
 
-    "zigzag": the sequence is cut into 2 * world equal chunks and rank r holds
-    chunks r and 2 * world - 1 - r (an early and a late chunk: under a causal
-    mask every rank then has the same work); seq_len must be a multiple of
-    2 * world. "contiguous": rank r holds chunk r of world equal chunks;
-    seq_len must be a multiple of world. Add an offset for sequences that do
-    not start at 0; the positions index the rank's rows of q, k and v."""
+    "zigzag": the sequence is cut into 2 * world equal chunks and rank r holds chunks r and
+    2 * world - 1 - r (an early and a late chunk: under a causal mask every rank then has the
+    same work). "contiguous": rank r holds chunk r of world equal chunks. Add an offset for
+    sequences that do not start at 0; the positions index the rank's rows of q, k and v.
+
+    Args:
+        seq_len: the tokens of the whole sequence, positions 0 .. seq_len - 1: a positive
+            multiple of 2 * world ("zigzag") or of world ("contiguous"), seq_len - 1 <= 2^32.
+        world: the number of ranks, an int >= 1.
+        rank: this rank, an int in [0, world).
+        scheme: "zigzag" or "contiguous".
+
+    Returns:
+        An int64 tensor [seq_len / world], the rank's global positions in increasing order.
+
+    Raises:
+        posenc.Error: a bad world, rank, scheme or seq_len, named.
+    """
     fn = "shard_positions"
     _check_int(fn, "world", world, "be >= 1", lambda w: w >= 1)
     _check_int(fn, "rank", rank, f"be in [0, world) = [0, {world})", lambda r: 0 <= r < world)
@@ -468,35 +479,59 @@ def context_parallel_attention(
     qkv_format=None,
     stats=None,
 ):
-    """Attention of this rank's queries over the keys of every rank of
-    ``group`` (default: the default process group), by ring attention.
+    """Attention of this rank's queries over the keys of every rank of ``group``, by ring
+    attention.
 
-    q [tokens, heads, head_dim] or [batch, tokens, heads, head_dim], k and v
-    [(batch,) tokens, kv_heads, dim] (grouped heads as posenc.torch.attention;
-    qkv_format, required: "bshd" as here, "bhsd" heads before tokens, in and
-    out), float32 or
-    bfloat16 CPU tensors of this rank's shard; positions: int64 [tokens], the
-    shard's global positions (``shard_positions``). Every rank holds the same
-    shapes. causal, alibi, rope (a posenc.Rope or a RotaryEmbedding; a
-    length-dependent rule reads the global largest position), window,
-    scale, softcap and sinks as posenc.torch.attention, applied at the
-    global positions, the same on every rank.
+    Every rank holds its shard's q, k and v and their global positions; the K/V blocks travel
+    round the ring and the partial outputs merge by their log-sum-exp, so each rank gets the
+    exact attention of its queries over the whole sequence. Every position rule reads the global
+    positions. All ranks must call it together, with the same shapes and options; a rank that
+    leaves mid-ring makes the others raise RuntimeError (at the latest after the group's
+    timeout). Autograd records through it: the backward pass runs the ring again (a collective
+    call: every rank must call backward).
 
-    sinks (a floating tensor [heads], one logit per query head in every
-    row's softmax denominator) count once per row however many ranks hold
-    keys. Their gradient on each rank is that rank's queries' share, as for
-    any weight that every rank of the group holds: the sum over the group's
-    ranks (the data-parallel reduction of the model's other weights) is the
-    whole sequence's gradient.
+    Args:
+        q: this rank's queries: float32 or bfloat16, on the CPU.
+        k: this rank's keys, of q's dtype; grouped heads as ``posenc.torch.attention``.
+        v: this rank's values, of q's dtype.
+        positions: int64 [tokens] on the CPU: the shard's global positions
+            (``shard_positions``), each in [0, 2^32].
+        group: the torch.distributed process group; None: the default one.
+        causal: as ``posenc.torch.attention``, at the global positions.
+        alibi: a ``posenc.Alibi`` as ``posenc.torch.attention``, at global distances.
+        rope: a ``posenc.Rope`` or a ``RotaryEmbedding`` (a length-dependent rule reads the
+            global largest position), rotating q and k at their global positions.
+        window: a sliding window as ``posenc.torch.attention``, in global order; 0: none.
+        scale: the score scale; None: 1 / sqrt(head_dim).
+        softcap: soft-capping as ``posenc.torch.attention``, applied to every block's scores;
+            0: off.
+        sinks: a floating tensor [heads], one logit per query head in every row's softmax
+            denominator, counted once per row however many ranks hold keys (it joins the
+            rank's own block only, at the ring's first step). Its gradient on each rank is that
+            rank's queries' share, as for any weight that every rank of the group holds: the sum
+            over the group's ranks (the data-parallel reduction of the model's other weights) is
+            the whole sequence's gradient. None: none.
+        qkv_format: "bshd" as the shapes below, or "bhsd" (heads before tokens, in and out);
+            required, no default.
+        stats: a dict to which the call adds compute_s (kernel and merge time), wait_s (time
+            blocked on transfers) and bytes_sent, forward and backward; None: nothing counted.
 
-    Returns this shard's output in q's dtype (computed in float32). Autograd
-    records through it: the backward pass runs the ring again (a collective
-    call: every rank must call backward). All ranks must call it together;
-    a rank that leaves mid-ring makes the others raise RuntimeError (at the
-    latest after the group's timeout).
+    Shapes:
+        q: [tokens, heads, head_dim] or [batch, tokens, heads, head_dim] ("bhsd": heads before
+            tokens); the same on every rank.
+        k: [(batch,) tokens, kv_heads, head_dim], heads a multiple of kv_heads.
+        v: [(batch,) tokens, kv_heads, value_dim].
 
-    stats: a dict to which the call adds compute_s (kernel and merge time),
-    wait_s (time blocked on transfers) and bytes_sent, forward and backward.
+    Returns:
+        This shard's output [(batch,) tokens, heads, value_dim] ("bhsd": heads before tokens)
+        in q's dtype (computed in float32).
+
+    Raises:
+        posenc.Error: a bad argument, named, or no initialized process group. Shapes, dtype,
+            positions and sinks are compared across the group before the ring starts, so that
+            every rank raises together.
+        RuntimeError: a rank of the group left or stalled past the group's timeout, naming the
+            ring step and the neighbour.
     """
     qkv_format = _qkv_format(_FN, qkv_format)
     q_view, k_view, v_view = _check_inputs(q, k, v, positions, qkv_format)

@@ -108,25 +108,36 @@ def _rope_call(function, rope, positions, q, k, qkv_format, inplace):
 
 
 def apply_rope(rope, positions, q, k=None, *, qkv_format=None):
-    """Rotates q (and k) by RoPE; differentiable. Returns q_rot, or
-    (q_rot, k_rot) when k is given. The argument order is posenc's everywhere
-    (numpy's ``posenc.apply_rope`` and the C++ ApplyRope): scheme, positions,
-    tensors.
+    """Rotates q (and k) by RoPE at their positions; differentiable.
 
-    rope is a ``posenc.Rope`` or a ``RotaryEmbedding`` (whose dynamic or
-    LongRoPE frequencies then follow the positions: L = max(positions) + 1).
-    qkv_format (required, no default) "bshd" (posenc's): q [..., tokens, heads, head_dim],
-    k [..., tokens, kv_heads, head_dim]; "bhsd" (Hugging Face's): q [...,
-    heads, tokens, head_dim], k [..., kv_heads, tokens, head_dim], read and
-    written without a copy, forward and backward. positions is int64
-    [tokens] (shared by the batch) or [..., tokens] (Hugging Face's
-    position_ids [batch, seq]).
+    Forward: pair i of each head turns by phi = pos * rope.inv_freq[i], cos and sin times
+    rope.attention_factor (y = a R(phi) x). Backward: the transpose a R(-phi), by the same
+    kernel. The argument order is posenc's everywhere (numpy's ``posenc.apply_rope`` and the C++
+    ApplyRope): scheme, positions, tensors. Plain CPU tensors run the C++ kernels in float32,
+    float64, bfloat16 or float16; tensors elsewhere (CUDA, meta, FakeTensor) run the same
+    definition in PyTorch operations.
 
-    Forward: pair i of each head is turned by phi = pos * rope.inv_freq[i],
-    cos and sin times rope.attention_factor (y = a R(phi) x). Backward: the
-    transpose a R(-phi), by the same kernel. Plain CPU tensors run the C++
-    kernels in float32, float64, bfloat16 or float16; tensors elsewhere
-    (CUDA, meta, FakeTensor) run the same definition in PyTorch operations.
+    Args:
+        rope: a ``posenc.Rope``, or a ``RotaryEmbedding`` (whose dynamic-NTK or LongRoPE
+            frequencies then follow the positions: L = max(positions) + 1).
+        positions: int64 [tokens] (shared by the batch) or [..., tokens] (Hugging Face's
+            position_ids [batch, seq]), each in [0, 2^32]; a sequence of ints is converted.
+        q: the queries: float32, float64, bfloat16 or float16.
+        k: the keys, of q's dtype; None rotates q alone.
+        qkv_format: "bshd" (posenc's) or "bhsd" (Hugging Face's, read and written without a
+            copy, forward and backward); required, no default.
+
+    Shapes:
+        q: [..., tokens, heads, head_dim] for "bshd"; [..., heads, tokens, head_dim] for "bhsd".
+        k: [..., tokens, kv_heads, head_dim] for "bshd"; [..., kv_heads, tokens, head_dim] for
+            "bhsd".
+
+    Returns:
+        q_rot, or (q_rot, k_rot) when k is given: new tensors of the inputs' shapes and dtype.
+
+    Raises:
+        posenc.Error: a bad argument (type, dtype, shape, qkv_format, a position outside
+            [0, 2^32]), before anything is computed.
     """
     if _plain_rope_call(rope, positions, q, k, qkv_format):
         return _ops.kernel_rotate(rope, positions.numpy(), q, k, _core.RopeDirection.FORWARD)
@@ -166,10 +177,28 @@ def _apply_rope_one(rope, positions, x, qkv_format):
 
 
 def apply_rope_(rope, positions, q, k=None, *, qkv_format=None):
-    """apply_rope in place, for decode loops: q (and k) are overwritten with
-    their rotation and returned. Not differentiable: a tensor that requires
-    grad while autograd records raises posenc.Error. Nothing is written
-    unless every argument is valid."""
+    """Rotates q (and k) by RoPE in place, for decode loops: ``apply_rope`` written into its
+    inputs.
+
+    Not differentiable. Nothing is written unless every argument is valid.
+
+    Args:
+        rope: a ``posenc.Rope`` or a ``RotaryEmbedding``, as in ``apply_rope``.
+        positions: int64 [tokens] or [..., tokens], as in ``apply_rope``.
+        q: the queries, overwritten with their rotation.
+        k: the keys, overwritten likewise (not sharing memory with q); None rotates q alone.
+        qkv_format: "bshd" or "bhsd", as in ``apply_rope``; required, no default.
+
+    Shapes:
+        q, k: as in ``apply_rope``.
+
+    Returns:
+        q, or (q, k) when k is given: the input tensors themselves, rotated.
+
+    Raises:
+        posenc.Error: a bad argument as in ``apply_rope``, k sharing memory with q, or a tensor
+            that requires grad while autograd records (an in-place rotation has no backward).
+    """
     if _plain_rope_call(rope, positions, q, k, qkv_format):
         _ops.rotate_inplace(rope, positions, q, k)
         return q if k is None else (q, k)
@@ -177,12 +206,25 @@ def apply_rope_(rope, positions, q, k=None, *, qkv_format=None):
 
 
 def rope_cos_sin(rope, positions, dtype=torch.float32):
-    """Hugging Face's (cos, sin), each [..., tokens, rotary_dim] for int64
-    positions [..., tokens]: pair i's cos(pos * inv_freq[i]) *
-    attention_factor on both of its features (half-split: cat(f, f);
-    interleaved: each twice), formed in float64 and rounded once to dtype
-    (Hugging Face forms the angle in float32, which loses digits at large
-    positions). rope is a posenc.Rope or a RotaryEmbedding."""
+    """Hugging Face's (cos, sin) tables of a RoPE at these positions.
+
+    Pair i's cos(pos * inv_freq[i]) * attention_factor (and its sin) sits on both of the pair's
+    features (half-split: cat(f, f); interleaved: each twice), formed in float64 and rounded
+    once to dtype (Hugging Face forms the angle in float32, which loses digits at large
+    positions).
+
+    Args:
+        rope: a ``posenc.Rope`` or a ``RotaryEmbedding`` (a length-dependent rule at
+            L = max(positions) + 1).
+        positions: int64 [..., tokens], each in [0, 2^32]; a sequence of ints is converted.
+        dtype: the tables' dtype: float32, float64, bfloat16 or float16.
+
+    Returns:
+        (cos, sin), each [..., tokens, rotary_dim] of dtype.
+
+    Raises:
+        posenc.Error: a bad rope, position or dtype.
+    """
     dtype = _float_dtype("rope", "dtype", dtype)
     positions = _position_tensor("rope", positions)
     return _reference.hf_cos_sin(_rope_scheme("rope", rope, positions), positions, dtype)
@@ -204,18 +246,30 @@ torch.fx.wrap("_module_rope")
 
 
 class RotaryEmbedding(torch.nn.Module):
-    """RoPE as a module: ``forward(q, k=None, positions=None, *,
-    qkv_format=None)`` -> q_rot, or (q_rot, k_rot) when k is given.
+    """RoPE as a module: ``forward(q, k=None, positions=None, *, qkv_format=None)`` -> q_rot, or
+    (q_rot, k_rot) when k is given.
 
-    Built from plain RoPE arguments (head_dim, base, layout 'half_split' or
-    'interleaved' (the pairs), rotary_dim: the rotated features, None for all
-    from rotary_offset; rotary_offset: the first rotated feature, DeepSeek
-    MLA: head_dim 192, rotary_offset 128, rotary_dim 64), from a ready
-    ``posenc.Rope`` (``rope=``), or from a Hugging Face config
-    (``from_hf_config``). Shapes as in ``apply_rope``; qkv_format ('bshd' or
-    'bhsd'), given here or per call (one of them is required), says where the
-    tokens are; positions left out are 0 .. tokens - 1. The module has no
-    parameters; it pickles, deep-copies and goes through torch.save.
+    Built from plain RoPE arguments (head_dim, base, layout, rotary_dim, rotary_offset), from a
+    ready ``posenc.Rope`` (``rope=``), or from a Hugging Face config (``from_hf_config``). The
+    module has no parameters; it pickles, deep-copies and goes through torch.save.
+
+    Args:
+        head_dim: the features of a head; required unless rope is given.
+        base: theta of the plain frequencies inv_freq[i] = base^(-2i / rotary_dim).
+        layout: the pairs: "half_split" (GPT-NeoX, Llama in Hugging Face: pair i = (i, i +
+            rotary_dim / 2)) or "interleaved" (RoFormer, GPT-J: pair i = (2i, 2i + 1)).
+        rotary_dim: the rotated features (even); None: all from rotary_offset on. Features past
+            them pass through untouched (partial rotary).
+        rotary_offset: the first rotated feature (DeepSeek MLA: head_dim 192, rotary_offset 128,
+            rotary_dim 64).
+        rope: a ready ``posenc.Rope``; None builds one from the arguments above, which are not
+            read when it is given.
+        qkv_format: "bshd" or "bhsd" (``apply_rope``): where the tokens are, given here or per
+            call (one of them is required); None: each call says.
+
+    Raises:
+        posenc.Error: head_dim missing without rope, or a bad size, base, layout, rope or
+            qkv_format, named.
     """
 
     def __init__(
@@ -265,16 +319,33 @@ class RotaryEmbedding(torch.nn.Module):
         qkv_format=None,
         yarn_rules=None,
     ):
-        """The RoPE of a Hugging Face config (see ``rope_from_hf_config``;
-        ``yarn_rules`` picks a transformers release's YaRN, None: the release
-        that wrote the config).
+        """The RoPE of one layer of a Hugging Face config (``posenc.rope_from_hf_config``).
 
-        ``layer`` is a layer index (``posenc.model_positions(config).layers``)
-        or a layer type; a layer that does not rotate (a NoPE layer of Llama 4
-        or SmolLM3) raises ``posenc.Error`` (a ValueError) naming it. Where
-        the rope type depends on the length (dynamic NTK, LongRoPE) the
-        frequencies follow each call's positions, L = max(positions) + 1, as
-        Hugging Face's module does, unless ``seq_len`` fixes L here."""
+        Where the rope type depends on the length (dynamic NTK, LongRoPE) the frequencies follow
+        each call's positions, L = max(positions) + 1, as Hugging Face's module does, unless
+        ``seq_len`` fixes L here.
+
+        Args:
+            config: a transformers ``PretrainedConfig``, a dict (a parsed config.json), its JSON
+                text or the path of a config.json (read once: the module depends on no file).
+            layer: a layer index (``posenc.model_positions(config).layers``) or a layer type;
+                None: the config's first RoPE setting, as in ``rope_from_hf_config``.
+            layer_type: one of a per-layer config's types (e.g. "sliding_attention").
+            seq_len: L of a length-dependent rule, fixed here; None: each call's positions.
+            precision: ``posenc.RopePrecision.REFERENCE`` (the float32 frequencies the models
+                were trained with) or ``EXACT`` (double throughout).
+            qkv_format: "bshd" or "bhsd" for the module's calls, as in ``RotaryEmbedding``.
+            yarn_rules: a transformers release's YaRN ("transformers5", "transformers4_50" or
+                "transformers4_51"); None: the release that wrote the config.
+
+        Returns:
+            A ``RotaryEmbedding``.
+
+        Raises:
+            posenc.Error: a config that is not RoPE, a bad key (named as written in the file),
+                or a layer that does not rotate (a NoPE layer of Llama 4 or SmolLM3), named
+                (posenc.Error is a ValueError).
+        """
         options = dict(
             layer=layer, layer_type=layer_type, precision=precision, yarn_rules=yarn_rules
         )
@@ -290,10 +361,17 @@ class RotaryEmbedding(torch.nn.Module):
         return module
 
     def rope_at(self, *positions):
-        """The posenc.Rope of a call at these int64 positions (one tensor, or
-        a call's query and key positions): the module's own, or for a
-        length-dependent rule the one of L = max(positions) + 1 (cached per
-        length). Fixed rules never read the positions."""
+        """The ``posenc.Rope`` of a call at these positions.
+
+        The module's own, or for a length-dependent rule (dynamic NTK, LongRoPE) the one of
+        L = max(positions) + 1 (cached per length). Fixed rules never read the positions.
+
+        Args:
+            *positions: int64 tensors: one, or a call's query and key positions.
+
+        Returns:
+            A ``posenc.Rope``.
+        """
         if self._length_rule is None:
             return self.rope
         known = [p for p in positions if p.numel() and p.device.type != "meta"]
@@ -311,18 +389,56 @@ class RotaryEmbedding(torch.nn.Module):
 
     @property
     def inv_freq(self):
-        """float64 [rotary_dim / 2]: the inverse frequencies (at the
-        construction-time length for a length-dependent rule)."""
+        """float64 [rotary_dim / 2]: the inverse frequencies (at the construction-time length
+        for a length-dependent rule)."""
         return torch.tensor(self.rope.inv_freq, dtype=torch.float64)
 
     def cos_sin(self, positions, dtype=torch.float32):
-        """Hugging Face's (cos, sin) at these positions (``rope_cos_sin``)."""
+        """Hugging Face's (cos, sin) at these positions: ``rope_cos_sin`` of this module.
+
+        Args:
+            positions: int64 [..., tokens], each in [0, 2^32].
+            dtype: the tables' dtype: float32, float64, bfloat16 or float16.
+
+        Returns:
+            (cos, sin), each [..., tokens, rotary_dim] of dtype.
+
+        Raises:
+            posenc.Error: a bad position or dtype.
+        """
         return rope_cos_sin(self, positions, dtype)
 
     def forward(self, q, k=None, positions=None, *, qkv_format=None):
+        """Rotates q (and k) by the module's RoPE; differentiable (``apply_rope``).
+
+        Args:
+            q: the queries: float32, float64, bfloat16 or float16.
+            k: the keys, of q's dtype; None rotates q alone.
+            positions: int64 [tokens] or [..., tokens]; None: 0 .. tokens - 1. A
+                length-dependent rule (dynamic NTK, LongRoPE) turns at L = max(positions) + 1.
+            qkv_format: "bshd" or "bhsd"; None: the module's (one of them is required).
+
+        Shapes:
+            q: [..., tokens, heads, head_dim] for "bshd"; [..., heads, tokens, head_dim] for
+                "bhsd".
+            k: [..., tokens, kv_heads, head_dim] for "bshd"; [..., kv_heads, tokens, head_dim]
+                for "bhsd".
+
+        Returns:
+            q_rot, or (q_rot, k_rot) when k is given, of the inputs' shapes and dtype.
+
+        Raises:
+            posenc.Error: as ``apply_rope``, or no qkv_format here nor on the module.
+        """
         return _rotate_with(_module_rope, self, q, k, positions, qkv_format)
 
     def extra_repr(self):
+        """The module's line in ``print(model)``: its ``posenc.Rope``, qkv_format when set, and
+        whether the frequencies follow the positions' length.
+
+        Returns:
+            str.
+        """
         text = repr(self.rope)
         if self.qkv_format is not None:
             text += f", qkv_format={self.qkv_format!r}"
