@@ -15,16 +15,21 @@ reads either way).
 
 Modules and functions: ``RotaryEmbedding`` (``from_hf_config(config,
 layer=i)`` for a model's layer i; a NoPE layer is an error),
-``SinusoidalPositions``, ``LearnedPositions``, ``apply_rope``,
-``attention``, and the biases added to the attention scores:
-``alibi_bias`` (ALiBi's fixed linear bias) and ``RelativePositionBias``
-(T5's learned bias: buckets of key - query position from posenc, a
-trainable [num_buckets, num_heads] table looked up in torch). Multimodal RoPE:
-``MultimodalRotaryEmbedding`` (Qwen-VL's M-RoPE, ``from_hf_config``, called
-with Hugging Face's position_ids [3, batch, seq]), ``VisionRotaryEmbedding``
-(the 2-D RoPE of vision towers), ``apply_mrope`` and ``get_rope_index``
-(Qwen-VL's positions and rope deltas). ``KVCache``: one layer's KV cache for a
-decode loop (keys rotated once on append; context shifts and attention sinks).
+``SinusoidalPositions``, ``LearnedPositions``, ``apply_rope`` (and in place,
+``apply_rope_``), ``rope_cos_sin`` (Hugging Face's cos and sin tables),
+``attention``, ``self_extend_attention`` and ``dual_chunk_attention`` (two
+ways to read past the trained context), and the biases added to the attention
+scores: ``alibi_slopes`` and ``alibi_bias`` (ALiBi's fixed linear bias) and
+``RelativePositionBias`` (T5's learned bias: buckets of key - query position
+from posenc, a trainable [num_buckets, num_heads] table looked up in torch).
+Multimodal RoPE: ``MultimodalRotaryEmbedding`` (Qwen-VL's M-RoPE,
+``from_hf_config``, called with Hugging Face's position_ids [3, batch, seq]),
+``VisionRotaryEmbedding`` (the 2-D RoPE of vision towers), ``apply_mrope`` and
+``get_rope_index`` (Qwen-VL's positions and rope deltas). ``KVCache``: one
+layer's KV cache for a decode loop (keys rotated once on append; context
+shifts and attention sinks); ``KVCacheBatch``: a batch of sequences of
+different lengths. ``posenc.torch.distributed``: context-parallel (ring)
+attention over a torch.distributed process group.
 
 Example::
 
