@@ -18,6 +18,7 @@
 #include <string_view>
 #include <thread>
 
+#include "blas_info.h"
 #include "parallel.h"
 #include "stop.h"
 #include "study.h"
@@ -75,6 +76,7 @@ int Fail(int code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  posenc::study::RestartWithOpenBlasKernelsForThisCpu(argv);
   posenc::study::parallel::Init(&argc, &argv);
   CLI::App app{"posenc length-extrapolation study: train at 128 characters, evaluate up to 16x"};
   bool quick = false;

@@ -104,6 +104,7 @@ class Runner {
 }  // namespace
 
 int main(int argc, char** argv) {
+  RestartWithOpenBlasKernelsForThisCpu(argv);  // as the study does
   CLI::App app{"the posenc study's training step, timed on the full settings' model"};
   int64_t steps = 10, repeats = 5;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -145,8 +146,9 @@ int main(int argc, char** argv) {
       ms[i].push_back(took.count() / static_cast<double>(steps));
     }
   }
-  std::printf("%d threads, %lld steps x %lld repeats, round-robin; ms per step\n", threads,
-              static_cast<long long>(steps), static_cast<long long>(repeats));
+  std::printf("%d threads, BLAS: %s; %lld steps x %lld repeats, round-robin; ms per step\n",
+              threads, DescribeBlas().c_str(), static_cast<long long>(steps),
+              static_cast<long long>(repeats));
   std::printf("%-16s %10s %10s\n", "case", "best", "median");
   for (size_t i = 0; i < cases.size(); ++i) {
     std::sort(ms[i].begin(), ms[i].end());
