@@ -18,16 +18,16 @@ looks it up).
 Multimodal RoPE: ``MRope`` turns each rotary pair by one of several position
 streams (Qwen-VL's M-RoPE over time, height and width; the 2-D RoPE of vision
 towers over patch rows and columns), applied by ``apply_mrope`` to positions
-[streams, ..., tokens]; ``qwen_vl_rope_index`` builds Qwen-VL's positions as
+[streams, ..., tokens]; ``get_rope_index`` builds Qwen-VL's positions as
 Hugging Face's ``get_rope_index`` does.
 
-KV cache: ``KvCache`` is one layer's cache of one sequence: keys rotated once
+KV cache: ``KVCache`` is one layer's cache of one sequence: keys rotated once
 on ``append``, ``attend`` rotating only the new queries, and the position
 moves of a live cache (``context_shift``, ``roll_sink_window`` for attention
 sinks) re-rotating the moved keys exactly; LongRoPE's two factor sets with
 ``long_rope=`` (Phi-3's switch at original_max_position_embeddings).
-``KvCacheBatch`` holds a batch of sequences of different lengths (a
-left-padded prefill, then decode steps), one ``KvCache`` per row.
+``KVCacheBatch`` holds a batch of sequences of different lengths (a
+left-padded prefill, then decode steps), one ``KVCache`` per row.
 
 Training: ``attention_forward`` returns attention's output with each row's
 log-sum-exp, and ``attention_backward`` turns the gradient of that output
@@ -58,8 +58,8 @@ from posenc._core import (
     MAX_OUTPUT_BYTES,
     Alibi,
     Error,
-    KvCache,
-    KvCacheBatch,
+    KVCache,
+    KVCacheBatch,
     LearnedPositions,
     MRope,
     MropeIndexRules,
@@ -407,7 +407,7 @@ def qwen_vl_tokens(config, rules=None):
     )
 
 
-def qwen_vl_rope_index(
+def get_rope_index(
     config,
     input_ids,
     image_grid_thw=None,
@@ -453,8 +453,8 @@ __all__ = [
     "Alibi",
     "ArgumentTypeError",
     "Error",
-    "KvCache",
-    "KvCacheBatch",
+    "KVCache",
+    "KVCacheBatch",
     "LayerPositions",
     "LearnedPositions",
     "MRope",
@@ -482,6 +482,7 @@ __all__ = [
     "default_inv_freq",
     "dual_chunk_attention",
     "embed_tokens",
+    "get_rope_index",
     "llama4_vision_positions",
     "model_positions",
     "mrope_from_hf_config",
@@ -489,7 +490,6 @@ __all__ = [
     "qwen_vision_positions",
     "qwen_vision_positions_in_window_order",
     "qwen_vision_window_order",
-    "qwen_vl_rope_index",
     "qwen_vl_tokens",
     "relative_position_bucket",
     "rope_angle",
@@ -506,3 +506,24 @@ checked_types(
     sys.modules[__name__],
     [name for name in __all__ if getattr(_core, name, None) is globals()[name]],
 )
+
+# Names of an earlier release, one per concept now: each still works, with a DeprecationWarning
+# naming its replacement (the same spelling as posenc.torch's).
+_RENAMED = {
+    "KvCache": "KVCache",
+    "KvCacheBatch": "KVCacheBatch",
+    "qwen_vl_rope_index": "get_rope_index",
+}
+
+
+def __getattr__(name):
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(
+            f"posenc.{name} is now posenc.{_RENAMED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module 'posenc' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-// posenc.KvCache: one layer's KV cache of one sequence on numpy arrays (posenc/kv_cache.h): keys
+// posenc.KVCache: one layer's KV cache of one sequence on numpy arrays (posenc/kv_cache.h): keys
 // rotated once on append, attention of new queries against the cache, context shifts and
 // attention sinks.
 #include <Python.h>
@@ -95,7 +95,7 @@ py::array ReadOnlyView(const Element* data, std::vector<int64_t> shape, const py
   return array;
 }
 
-// The cache behind posenc.KvCache: float32 or bfloat16 storage, and a lock, as every call that
+// The cache behind posenc.KVCache: float32 or bfloat16 storage, and a lock, as every call that
 // reads or changes the cache runs with the GIL released.
 class PyKvCache {
  public:
@@ -187,6 +187,11 @@ SinkPositions ModeOf(const py::object& mode) {
   return mode.cast<std::string>() == "text" ? SinkPositions::kText : SinkPositions::kCache;
 }
 
+// value_dim as both caches take it: None (or the library's 0) means head_dim.
+int64_t ValueDimArg(const py::object& value_dim, std::string_view fn) {
+  return value_dim.is_none() ? 0 : IntArg(value_dim, fn, "value_dim", "be None or an int");
+}
+
 // LongRoPE's long factors (KvCacheOptions::long_rope): None, or a posenc.Rope with the
 // threshold L0 and the crossing rule "recompute" (Phi-3's generate()) or "keep_rotation".
 void SetLongRope(KvCacheOptions& options, const py::object& long_rope, const py::object& threshold,
@@ -210,11 +215,11 @@ std::string CrossingName(LongRopeCrossing crossing) {
 
 constexpr const char* kDoc = R"(One attention layer's KV cache of one sequence (posenc/kv_cache.h).
 
-KvCache(capacity, kv_heads, head_dim, *, value_dim=0, rope=None, mrope=None, bfloat16=False,
+KVCache(capacity, kv_heads, head_dim, *, value_dim=None, rope=None, mrope=None, bfloat16=False,
         long_rope=None, long_rope_threshold=0, crossing="recompute")
 
-Keys [capacity, kv_heads, head_dim] and values [capacity, kv_heads, value_dim] (value_dim 0 means
-head_dim), allocated up front and filled from slot 0, with each slot's position. Keys are rotated
+Keys [capacity, kv_heads, head_dim] and values [capacity, kv_heads, value_dim] (value_dim None
+means head_dim), allocated up front and filled from slot 0, with each slot's position. Keys are rotated
 once, when they are appended, by `rope` (a posenc.Rope) or `mrope` (a posenc.MRope: positions
 then also come as streams), or not at all (neither: NoPE, ALiBi); `attend` rotates only its
 queries. Moving positions (context_shift, shift_positions, roll_sink_window in "cache" mode)
@@ -235,7 +240,7 @@ Every problem raises posenc.Error before the cache changes. Calls release the GI
 serialises the calls on one cache.)";
 
 // ---------------------------------------------------------------------------------------------
-// posenc.KvCacheBatch: a batch of sequences of different lengths (KvCacheBatch).
+// posenc.KVCacheBatch: a batch of sequences of different lengths (KvCacheBatch).
 
 constexpr std::string_view kBatchFn = "kv_cache_batch";
 
@@ -303,12 +308,12 @@ class PyKvCacheBatch {
 };
 
 constexpr const char* kBatchDoc = R"(A batch of sequences of different lengths (posenc/kv_cache.h,
-KvCacheBatch): row b is a KvCache of its own, with its own size, positions and LongRoPE regime.
+KvCacheBatch): row b is a KVCache of its own, with its own size, positions and LongRoPE regime.
 
-KvCacheBatch(batch, capacity, kv_heads, head_dim, *, value_dim=0, rope=None, bfloat16=False,
+KVCacheBatch(batch, capacity, kv_heads, head_dim, *, value_dim=None, rope=None, bfloat16=False,
              long_rope=None, long_rope_threshold=0, crossing="recompute")
 
-capacity is per row; the options are KvCache's (not mrope). A step passes k, v [batch, n, kv_heads,
+capacity is per row; the options are KVCache's (not mrope). A step passes k, v [batch, n, kv_heads,
 dim] and q [batch, n, heads, dim], positions [batch, n] and a mask [batch, n] (bool, or Hugging
 Face's int attention_mask; nonzero: a real token) whose real tokens form one run per row: a
 left-padded prompt, one decode token per row, or none (a finished row). Pads never enter a cache,
@@ -318,7 +323,7 @@ changes; errors name the row.)";
 }  // namespace
 
 void BindKvCacheBatch(py::module_& m) {
-  py::class_<PyKvCacheBatch>(m, "KvCacheBatch", kBatchDoc)
+  py::class_<PyKvCacheBatch>(m, "KVCacheBatch", kBatchDoc)
       .def(py::init([](const py::object& batch, const py::object& capacity,
                        const py::object& kv_heads, const py::object& head_dim,
                        const py::object& value_dim, const py::object& rope, bool bfloat16,
@@ -328,15 +333,14 @@ void BindKvCacheBatch(py::module_& m) {
              options.capacity = IntArg(capacity, kBatchFn, "capacity");
              options.kv_heads = IntArg(kv_heads, kBatchFn, "kv_heads");
              options.head_dim = IntArg(head_dim, kBatchFn, "head_dim");
-             options.value_dim =
-                 IntArg(value_dim, kBatchFn, "value_dim", "be an int (0: head_dim)");
+             options.value_dim = ValueDimArg(value_dim, kBatchFn);
              options.rope = OptionalArg<Rope>(rope, kBatchFn, "rope", "be None or a posenc.Rope");
              SetLongRope(options, long_rope, long_rope_threshold, crossing);
              return std::make_unique<PyKvCacheBatch>(IntArg(batch, kBatchFn, "batch"), options,
                                                      bfloat16);
            }),
            py::arg("batch"), py::arg("capacity"), py::arg("kv_heads"), py::arg("head_dim"),
-           py::kw_only(), py::arg("value_dim") = 0, py::arg("rope") = py::none(),
+           py::kw_only(), py::arg("value_dim") = py::none(), py::arg("rope") = py::none(),
            py::arg("bfloat16") = false, py::arg("long_rope") = py::none(),
            py::arg("long_rope_threshold") = 0, py::arg("crossing") = "recompute")
       .def(
@@ -403,7 +407,7 @@ void BindKvCacheBatch(py::module_& m) {
           py::arg("sinks") = py::none(), py::arg("out") = py::none(),
           "Each row's real queries of q [batch, n, heads, head_dim] at query_pos [batch, n] "
           "against that row's cache -> float32 [batch, n, heads, value_dim], zero at pads; the "
-          "options are KvCache.attend's.")
+          "options are KVCache.attend's.")
       .def(
           "clear",
           [](PyKvCacheBatch& self, const py::object& row) {
@@ -443,7 +447,7 @@ void BindKvCacheBatch(py::module_& m) {
 }
 
 void BindKvCache(py::module_& m) {
-  py::class_<PyKvCache>(m, "KvCache", kDoc)
+  py::class_<PyKvCache>(m, "KVCache", kDoc)
       .def(py::init([](const py::object& capacity, const py::object& kv_heads,
                        const py::object& head_dim, const py::object& value_dim,
                        const py::object& rope, const py::object& mrope, bool bfloat16,
@@ -453,7 +457,7 @@ void BindKvCache(py::module_& m) {
                  .capacity = IntArg(capacity, kFn, "capacity"),
                  .kv_heads = IntArg(kv_heads, kFn, "kv_heads"),
                  .head_dim = IntArg(head_dim, kFn, "head_dim"),
-                 .value_dim = IntArg(value_dim, kFn, "value_dim", "be an int (0: head_dim)"),
+                 .value_dim = ValueDimArg(value_dim, kFn),
                  .rope = OptionalArg<Rope>(rope, kFn, "rope",
                                            "be None or a posenc.Rope (of a RotaryEmbedding: its "
                                            ".rope)"),
@@ -467,9 +471,10 @@ void BindKvCache(py::module_& m) {
              return std::make_unique<PyKvCache>(std::move(options), bfloat16);
            }),
            py::arg("capacity"), py::arg("kv_heads"), py::arg("head_dim"), py::kw_only(),
-           py::arg("value_dim") = 0, py::arg("rope") = py::none(), py::arg("mrope") = py::none(),
-           py::arg("bfloat16") = false, py::arg("long_rope") = py::none(),
-           py::arg("long_rope_threshold") = 0, py::arg("crossing") = "recompute")
+           py::arg("value_dim") = py::none(), py::arg("rope") = py::none(),
+           py::arg("mrope") = py::none(), py::arg("bfloat16") = false,
+           py::arg("long_rope") = py::none(), py::arg("long_rope_threshold") = 0,
+           py::arg("crossing") = "recompute")
       .def(
           "clear",
           [](PyKvCache& self) {
@@ -649,7 +654,7 @@ keep a snapshot.)")
           "int64 [size]: each cached token's position, a read-only view as `keys` is.")
       .def("__repr__", [](PyKvCache& self) {
         const KvCacheOptions& o = self.Options();
-        std::string out = "KvCache(size=" + std::to_string(self.Size()) +
+        std::string out = "KVCache(size=" + std::to_string(self.Size()) +
                           ", capacity=" + std::to_string(o.capacity) +
                           ", kv_heads=" + std::to_string(o.kv_heads) +
                           ", head_dim=" + std::to_string(o.head_dim) +

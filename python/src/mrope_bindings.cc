@@ -601,7 +601,7 @@ From a config: posenc.qwen_vl_tokens(config, rules=None).)")
       py::arg("video_grid_thw") = py::none(), py::arg("second_per_grid_ts") = py::none(),
       py::arg("attention_mask") = py::none(),
       "(position_ids int64 [3, batch, seq_len], rope_deltas int64 [batch, 1]); see "
-      "posenc.qwen_vl_rope_index.");
+      "posenc.get_rope_index.");
 
   DefLayerReaders(m, "mrope_from_hf_config", &MRopeFromModel,
                   "The MRope of a config.json given as text; see posenc.mrope_from_hf_config.",

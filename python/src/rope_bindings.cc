@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "arrays.h"
@@ -128,11 +129,18 @@ V2/V3 MLA: head_dim 192, rotary_offset 128, rotary_dim 64).)")
            py::arg("head_dim"), py::arg("rotary_dim"), py::arg("layout"), py::arg("inv_freq"),
            py::arg("attention_factor") = 1.0, py::kw_only(), py::arg("rotary_offset") = 0,
            "A Rope with explicit frequencies (e.g. from a scaling rule); validated.")
-      .def_static("default", &Rope::Default, py::arg("head_dim"), py::arg("base") = 10000.0,
-                  py::arg("layout") = RopeLayout::kHalfSplit, py::arg("rotary_dim") = 0,
-                  py::kw_only(), py::arg("rotary_offset") = 0,
-                  "Plain RoPE: inv_freq[i] = base^(-2i / rotary_dim) over the rotary_dim "
-                  "features from rotary_offset (rotary_dim 0 means head_dim - rotary_offset).")
+      .def_static(
+          "default",
+          [](int64_t head_dim, double base, RopeLayout layout, std::optional<int64_t> rotary_dim,
+             int64_t rotary_offset) {
+            // None, as in posenc.torch.RotaryEmbedding, is the library's 0: all the rest.
+            return Rope::Default(head_dim, base, layout, rotary_dim.value_or(0), rotary_offset);
+          },
+          py::arg("head_dim"), py::arg("base") = 10000.0,
+          py::arg("layout") = RopeLayout::kHalfSplit, py::arg("rotary_dim") = py::none(),
+          py::kw_only(), py::arg("rotary_offset") = 0,
+          "Plain RoPE: inv_freq[i] = base^(-2i / rotary_dim) over the rotary_dim features from "
+          "rotary_offset (rotary_dim None means head_dim - rotary_offset).")
       .def_readwrite("head_dim", &Rope::head_dim)
       .def_readwrite("rotary_dim", &Rope::rotary_dim)
       .def_readwrite("rotary_offset", &Rope::rotary_offset,

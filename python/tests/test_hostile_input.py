@@ -621,7 +621,7 @@ WRONG_TYPES = {
         lambda: posenc.Rope.default(8.5),
         "[Rope.default] arguments must be (head_dim: int, base: float = 10000.0, "
         "layout: posenc._core.RopeLayout = <RopeLayout.HALF_SPLIT: 0>, rotary_dim: "
-        "int = 0, *, rotary_offset: int = 0), got (float 8.5)",
+        "int | None = None, *, rotary_offset: int = 0), got (float 8.5)",
     ),
     "apply_rope, no Rope": (
         lambda: posenc.apply_rope(None, np.arange(2), data(2, 1, 8)),

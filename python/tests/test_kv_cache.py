@@ -1,4 +1,4 @@
-"""posenc.KvCache and posenc.torch.KVCache: a decode through the cache equals
+"""posenc.KVCache and posenc.torch.KVCache: a decode through the cache equals
 attention over the whole sequence; context shifts and sink rolls equal
 attention from scratch at the moved positions; every error leaves the cache
 as it was."""
@@ -40,7 +40,7 @@ def test_decode_through_the_cache_equals_attention_over_the_sequence():
     q, k, v = qkv(n)
     positions = np.arange(n) + 5  # not from 0: the rotation must use them
     expect = posenc.attention(q, k, v, positions, causal=True, rope=ROPE)
-    cache = posenc.KvCache(32, KV_HEADS, HEAD_DIM, rope=ROPE)
+    cache = posenc.KVCache(32, KV_HEADS, HEAD_DIM, rope=ROPE)
     cache.append(positions[:prefill], k[:prefill], v[:prefill])
     got = [cache.attend(q[:prefill], positions[:prefill], causal=True)]
     for t in range(prefill, n):
@@ -57,7 +57,7 @@ def test_attention_options_pass_through():
     n = 12
     q, k, v = qkv(n, seed=3)
     pos = np.arange(n)
-    cache = posenc.KvCache(n, KV_HEADS, HEAD_DIM, rope=ROPE)
+    cache = posenc.KVCache(n, KV_HEADS, HEAD_DIM, rope=ROPE)
     cache.append(pos, k, v)
     alibi = posenc.Alibi(HEADS)
     for options in (
@@ -69,7 +69,7 @@ def test_attention_options_pass_through():
         got = cache.attend(q, pos, **options)
         np.testing.assert_allclose(got, expect, rtol=0, atol=1e-6)
     # ALiBi without rotation: a cache without rope.
-    plain = posenc.KvCache(n, KV_HEADS, HEAD_DIM)
+    plain = posenc.KVCache(n, KV_HEADS, HEAD_DIM)
     plain.append(pos, k, v)
     expect = posenc.attention(q, k, v, pos, causal=True, alibi=alibi)
     np.testing.assert_allclose(
@@ -85,7 +85,7 @@ def test_attention_options_pass_through():
 
 def test_out_and_value_dim():
     q, k, v = qkv(5, value_dim=6)
-    cache = posenc.KvCache(8, KV_HEADS, HEAD_DIM, value_dim=6, rope=ROPE)
+    cache = posenc.KVCache(8, KV_HEADS, HEAD_DIM, value_dim=6, rope=ROPE)
     cache.append(np.arange(5), k, v)
     out = np.full((5, HEADS, 6), np.nan, np.float32)
     assert cache.attend(q, np.arange(5), causal=True, out=out) is out
@@ -97,9 +97,9 @@ def test_chunked_appends_equal_one():
     n = 17
     q, k, v = qkv(n, seed=5)
     pos = np.arange(n) * 3  # any increasing positions
-    one = posenc.KvCache(n, KV_HEADS, HEAD_DIM, rope=ROPE)
+    one = posenc.KVCache(n, KV_HEADS, HEAD_DIM, rope=ROPE)
     one.append(pos, k, v)
-    chunked = posenc.KvCache(n, KV_HEADS, HEAD_DIM, rope=ROPE)
+    chunked = posenc.KVCache(n, KV_HEADS, HEAD_DIM, rope=ROPE)
     for a, b in ((0, 1), (1, 6), (6, 13), (13, 13), (13, n)):
         chunked.append(pos[a:b], k[a:b], v[a:b])
     for name in ("keys", "values", "positions"):
@@ -112,7 +112,7 @@ def test_chunked_appends_equal_one():
 def test_context_shift_equals_attention_from_scratch_at_the_shifted_positions():
     n, n_keep, n_discard = 20, 4, 7
     q, k, v = qkv(n + 1, seed=9)
-    cache = posenc.KvCache(n + 1, KV_HEADS, HEAD_DIM, rope=ROPE)
+    cache = posenc.KVCache(n + 1, KV_HEADS, HEAD_DIM, rope=ROPE)
     cache.append(np.arange(n), k[:n], v[:n])
     cache.context_shift(n_keep, n_discard)
     kept = np.r_[0:n_keep, n_keep + n_discard : n]
@@ -134,8 +134,8 @@ def test_context_shift_equals_attention_from_scratch_at_the_shifted_positions():
 
 def test_remove_and_shift_positions_are_the_two_halves():
     q, k, v = qkv(10, seed=2)
-    a = posenc.KvCache(10, KV_HEADS, HEAD_DIM, rope=ROPE)
-    b = posenc.KvCache(10, KV_HEADS, HEAD_DIM, rope=ROPE)
+    a = posenc.KVCache(10, KV_HEADS, HEAD_DIM, rope=ROPE)
+    b = posenc.KVCache(10, KV_HEADS, HEAD_DIM, rope=ROPE)
     for cache in (a, b):
         cache.append(np.arange(10), k, v)
     a.context_shift(2, 3)
@@ -150,7 +150,7 @@ def test_remove_and_shift_positions_are_the_two_halves():
 def test_sink_roll(mode):
     sinks, window, n = 2, 4, 9
     q, k, v = qkv(n, seed=4)
-    cache = posenc.KvCache(sinks + window, KV_HEADS, HEAD_DIM, rope=ROPE)
+    cache = posenc.KVCache(sinks + window, KV_HEADS, HEAD_DIM, rope=ROPE)
     stayed = []  # the original token index of each slot
     for t in range(n):
         dropped = cache.roll_sink_window(sinks, window, mode=mode)
@@ -180,7 +180,7 @@ def test_sink_roll(mode):
 
 
 def test_roll_with_room_drops_nothing():
-    cache = posenc.KvCache(8, KV_HEADS, HEAD_DIM, rope=ROPE)
+    cache = posenc.KVCache(8, KV_HEADS, HEAD_DIM, rope=ROPE)
     _, k, v = qkv(3)
     cache.append(np.arange(3), k, v)
     assert cache.roll_sink_window(1, 4, incoming=2, mode="cache") == 0
@@ -195,7 +195,7 @@ def test_bfloat16_decode_equals_bfloat16_attention():
     q, k, v = (bf16_bits(x) for x in qkv(n, seed=6))
     pos = np.arange(n)
     expect = posenc.attention(q, k, v, pos, causal=True, rope=ROPE, bfloat16=True)
-    cache = posenc.KvCache(n, KV_HEADS, HEAD_DIM, rope=ROPE, bfloat16=True)
+    cache = posenc.KVCache(n, KV_HEADS, HEAD_DIM, rope=ROPE, bfloat16=True)
     assert cache.bfloat16
     cache.append(pos[:prefill], k[:prefill], v[:prefill])
     got = [cache.attend(q[:prefill], pos[:prefill], causal=True)]
@@ -219,7 +219,7 @@ def test_bfloat16_context_shift_within_bfloat16_rounding():
     n = 10
     _, k, v = qkv(n, seed=8)
     kb, vb = bf16_bits(k), bf16_bits(v)
-    cache = posenc.KvCache(n, KV_HEADS, HEAD_DIM, rope=ROPE, bfloat16=True)
+    cache = posenc.KVCache(n, KV_HEADS, HEAD_DIM, rope=ROPE, bfloat16=True)
     cache.append(np.arange(n), kb, vb)
     cache.context_shift(1, 3)
     kept = np.r_[0:1, 4:n]
@@ -233,7 +233,7 @@ def test_bfloat16_context_shift_within_bfloat16_rounding():
 
 def mrope_cache():
     mrope = posenc.MRope.sections(ROPE, [2, 3, 3])
-    return mrope, posenc.KvCache(16, KV_HEADS, HEAD_DIM, mrope=mrope)
+    return mrope, posenc.KVCache(16, KV_HEADS, HEAD_DIM, mrope=mrope)
 
 
 def test_mrope_cache_with_streams():
@@ -286,13 +286,13 @@ def test_mrope_cache_needs_streams_and_a_plain_cache_refuses_them():
             "(positions alone rotate its keys), got an array"
         ),
     ):
-        posenc.KvCache(4, KV_HEADS, HEAD_DIM, rope=ROPE).append([0, 1], k, v, streams=[[0, 1]] * 3)
+        posenc.KVCache(4, KV_HEADS, HEAD_DIM, rope=ROPE).append([0, 1], k, v, streams=[[0, 1]] * 3)
     assert cache.size == 0
 
 
 def filled_cache():
     _, k, v = qkv(6)
-    cache = posenc.KvCache(8, KV_HEADS, HEAD_DIM, rope=ROPE)
+    cache = posenc.KVCache(8, KV_HEADS, HEAD_DIM, rope=ROPE)
     cache.append(np.arange(6), k, v)
     return cache
 
@@ -384,7 +384,7 @@ def test_errors_leave_the_cache_untouched(call, message):
 
 def test_constructor_errors():
     with pytest.raises(posenc.Error, match=re.escape("[kv_cache] capacity must be >= 1, got 0")):
-        posenc.KvCache(0, 1, 8)
+        posenc.KVCache(0, 1, 8)
     with pytest.raises(
         posenc.Error,
         match=re.escape(
@@ -392,11 +392,11 @@ def test_constructor_errors():
             "its .rope), got RotaryEmbedding"
         ),
     ):
-        posenc.KvCache(4, 1, 8, rope=pt.RotaryEmbedding(8, qkv_format="bshd"))
+        posenc.KVCache(4, 1, 8, rope=pt.RotaryEmbedding(8, qkv_format="bshd"))
     with pytest.raises(
         posenc.Error, match=re.escape("[kv_cache] kv_heads must be an int, got str")
     ):
-        posenc.KvCache(4, "2", 8)
+        posenc.KVCache(4, "2", 8)
 
 
 def test_views_are_read_only_and_keep_the_cache_alive():

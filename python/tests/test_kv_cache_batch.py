@@ -1,6 +1,6 @@
-"""posenc.KvCacheBatch: a batch of sequences of different lengths, left-padded
+"""posenc.KVCacheBatch: a batch of sequences of different lengths, left-padded
 as Hugging Face's batched generate() pads them, equals each sequence alone
-through its own posenc.KvCache (to the bit); errors name the row and change
+through its own posenc.KVCache (to the bit); errors name the row and change
 no row."""
 
 import numpy as np
@@ -49,8 +49,8 @@ def run(batch_cache, alone, expected_positions, lengths, starts, n, seed):
 
 def test_left_padded_prefill_and_decode_equal_each_sequence_alone():
     lengths = [5, 9, 2]
-    batch_cache = posenc.KvCacheBatch(3, 16, KV_HEADS, HEAD_DIM, rope=ROPE)
-    alone = [posenc.KvCache(16, KV_HEADS, HEAD_DIM, rope=ROPE) for _ in lengths]
+    batch_cache = posenc.KVCacheBatch(3, 16, KV_HEADS, HEAD_DIM, rope=ROPE)
+    alone = [posenc.KVCache(16, KV_HEADS, HEAD_DIM, rope=ROPE) for _ in lengths]
     cached = [[], [], []]
     run(batch_cache, alone, cached, lengths, [0, 0, 0], 9, 10)
     starts = list(lengths)
@@ -63,7 +63,7 @@ def test_left_padded_prefill_and_decode_equal_each_sequence_alone():
 
 
 def test_bad_input_names_the_row_and_changes_no_row():
-    c = posenc.KvCacheBatch(2, 16, KV_HEADS, HEAD_DIM, rope=ROPE)
+    c = posenc.KVCacheBatch(2, 16, KV_HEADS, HEAD_DIM, rope=ROPE)
     c.append(*step([3, 14], [0, 0], 14, 1)[:2], *step([3, 14], [0, 0], 14, 1)[3:])
     positions, mask, q, k, v = step([3, 3], [3, 14], 3, 2)
     with pytest.raises(posenc.Error, match=r"free slots .* got 3 \(row 1\)"):
@@ -80,7 +80,7 @@ def test_bad_input_names_the_row_and_changes_no_row():
     with pytest.raises(posenc.Error, match=r"positions.shape must be"):
         c.append(positions[:, :2], mask, k, v)
     with pytest.raises(posenc.Error, match="batch must be in"):
-        posenc.KvCacheBatch(0, 16, KV_HEADS, HEAD_DIM)
+        posenc.KVCacheBatch(0, 16, KV_HEADS, HEAD_DIM)
     assert c.sizes == [3, 14]
 
 

@@ -1,4 +1,4 @@
-"""posenc.KvCache with LongRoPE's two factor sets across
+"""posenc.KVCache with LongRoPE's two factor sets across
 original_max_position_embeddings, against transformers 5.23.0's own Phi-3
 (tests/golden/longrope_kv_cache/): generate() recomputes at the crossing
 (crossing="recompute"), a plain forward loop keeps the cached keys' rotation
@@ -23,7 +23,7 @@ L0 = GOLDEN["config"]["original_max_position_embeddings"]
 def cache(crossing, long_rope=True):
     config = GOLDEN["config"]
     short = posenc.rope_from_hf_config(config, seq_len=L0)
-    return posenc.KvCache(
+    return posenc.KVCache(
         32,
         1,
         96,
@@ -77,9 +77,9 @@ def test_bad_long_rope_options_are_clear_errors():
     with pytest.raises(posenc.Error, match="crossing must be 'recompute' or"):
         cache("sometimes")
     with pytest.raises(posenc.Error, match="long_rope must be None or a posenc.Rope"):
-        posenc.KvCache(4, 1, 96, rope=posenc.Rope.default(96), long_rope=3)
+        posenc.KVCache(4, 1, 96, rope=posenc.Rope.default(96), long_rope=3)
     with pytest.raises(posenc.Error, match="long_rope_threshold must be >= 1"):
-        posenc.KvCache(4, 1, 96, rope=posenc.Rope.default(96), long_rope=posenc.Rope.default(96))
+        posenc.KVCache(4, 1, 96, rope=posenc.Rope.default(96), long_rope=posenc.Rope.default(96))
     c = cache("keep_rotation")
     assert c.crossing == "keep_rotation" and c.long_rope_threshold == L0
     with pytest.raises(posenc.Error, match="long_rope must be unset to move"):

@@ -815,11 +815,9 @@ def test_transformers5_golden_files_are_there():
     [INDEX / f"{n}.json" for n in INDEX_FILES] + [INDEX_V5 / f"{n}.json" for n in INDEX_FILES_V5],
     ids=INDEX_FILES + [f"v5/{n}" for n in INDEX_FILES_V5],
 )
-def test_qwen_vl_rope_index_golden(path):
+def test_get_rope_index_golden(path):
     g = json.loads(path.read_text())
-    positions, deltas = posenc.qwen_vl_rope_index(
-        index_config(g), *index_args(g), rules=g["release"]
-    )
+    positions, deltas = posenc.get_rope_index(index_config(g), *index_args(g), rules=g["release"])
     assert positions.dtype == np.int64 and deltas.dtype == np.int64
     np.testing.assert_array_equal(positions, g["position_ids"])
     np.testing.assert_array_equal(deltas, g["rope_deltas"])
@@ -875,14 +873,14 @@ def test_rope_index_rules_and_repr():
     # A video of grid (2, 2, 2) at 0.5 s per grid: frame 1 at time 1 by the
     # released rule, at 0 with the int cast.
     ids = [[1, 4, 6, 6, 2]]
-    released, _ = posenc.qwen_vl_rope_index(
+    released, _ = posenc.get_rope_index(
         tokens,
         ids,
         video_grid_thw=[[2, 2, 2]],
         second_per_grid_ts=[0.5],
         rules="qwen2_5_vl",
     )
-    cast, _ = posenc.qwen_vl_rope_index(
+    cast, _ = posenc.get_rope_index(
         tokens, ids, video_grid_thw=[[2, 2, 2]], second_per_grid_ts=[0.5]
     )
     assert released[0, 0].tolist() == [0, 1, 2, 3, 4]
@@ -892,7 +890,7 @@ def test_rope_index_rules_and_repr():
 INDEX_TOKENS = posenc.QwenVlTokens(image_token_id=5, video_token_id=6, vision_start_token_id=4)
 INDEX_ERRORS = {
     "1-D input_ids": (
-        lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [1, 2, 3]),
+        lambda: posenc.get_rope_index(INDEX_TOKENS, [1, 2, 3]),
         "[mrope_index] input_ids.shape must be (batch, seq_len), got (3,)",
     ),
     "float input_ids tensor": (
@@ -900,15 +898,15 @@ INDEX_ERRORS = {
         "[mrope_index] input_ids must be an integer tensor, got float32",
     ),
     "grid rows": (
-        lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [[4, 5]], [[1, 2]]),
+        lambda: posenc.get_rope_index(INDEX_TOKENS, [[4, 5]], [[1, 2]]),
         "[mrope_index] image_grid_thw.shape must be (grids, 3): one (t, h, w) per grid, got (1, 2)",
     ),
     "mask shape": (
-        lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [[1, 2]], attention_mask=[[1]]),
+        lambda: posenc.get_rope_index(INDEX_TOKENS, [[1, 2]], attention_mask=[[1]]),
         "[mrope_index] attention_mask.shape must equal input_ids.shape (1, 2), got (1, 1)",
     ),
     "seconds as strings": (
-        lambda: posenc.qwen_vl_rope_index(INDEX_TOKENS, [[1]], second_per_grid_ts="1"),
+        lambda: posenc.get_rope_index(INDEX_TOKENS, [[1]], second_per_grid_ts="1"),
         "[mrope_index] second_per_grid_ts must be a sequence of real numbers, got str",
     ),
     "rules name": (

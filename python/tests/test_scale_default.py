@@ -39,7 +39,7 @@ def test_numpy_attention_defaults_to_none():
 
 
 def numpy_cache():
-    cache = posenc.KvCache(8, HEADS, DIM)
+    cache = posenc.KVCache(8, HEADS, DIM)
     cache.append(KPOS, K, V)
     return cache
 

@@ -355,7 +355,7 @@ def test_bad_softcap_and_sinks_are_refused():
 
 @pytest.mark.parametrize("torch_cache", [False, True])
 def test_kv_cache_decode_with_softcap_and_sinks(torch_cache):
-    """A decode loop on posenc's KV cache (numpy KvCache.attend, posenc.torch.KVCache.attend)
+    """A decode loop on posenc's KV cache (numpy KVCache.attend, posenc.torch.KVCache.attend)
     with both options: each step against the definition written as Hugging Face writes it."""
     q, k, v = inputs(12, 12, seed=12)
     q, k, v = q[:1], k[:1], v[:1]  # one sequence per cache
@@ -363,7 +363,7 @@ def test_kv_cache_decode_with_softcap_and_sinks(torch_cache):
     if torch_cache:
         cache = pt.KVCache(12, KV_HEADS, DIM)
     else:
-        cache = posenc.KvCache(12, KV_HEADS, DIM)
+        cache = posenc.KVCache(12, KV_HEADS, DIM)
     for t in range(12):
         k_t, v_t = k[0, :, t : t + 1].transpose(0, 1), v[0, :, t : t + 1].transpose(0, 1)
         q_t = q[0, :, t : t + 1].transpose(0, 1).contiguous()  # [1, heads, dim]

@@ -482,3 +482,30 @@ def test_relative_position_bias_from_a_t5_config_and_bad_input():
         pt.RelativePositionBias(32, 128, 4)(torch.tensor([-1]), torch.tensor([0]))
     with pytest.raises(ValueError, match=r"\[relative_bias\] query_pos must have dtype int64"):
         pt.RelativePositionBias(32, 128, 4)(torch.tensor([0.5]), torch.tensor([0]))
+
+
+def test_alibi_takes_a_posenc_alibi_as_numpy_does():
+    alibi = posenc.Alibi(6, max_bias=4.0, head_offset=2, shard_heads=3)
+    torch.testing.assert_close(
+        pt.alibi_slopes(alibi, dtype=torch.float64),
+        torch.from_numpy(posenc.alibi_slopes(alibi)),
+        rtol=0,
+        atol=0,
+    )
+    queries = torch.tensor([0, 3, 5])
+    expected = posenc.alibi_bias(alibi, queries.numpy())
+    torch.testing.assert_close(pt.alibi_bias(alibi, queries), torch.from_numpy(expected))
+    with pytest.raises(ValueError, match=r"\[alibi\] max_bias, head_offset, shard_heads must be"):
+        pt.alibi_slopes(alibi, max_bias=2.0)
+
+
+def test_names_of_an_earlier_release_warn_and_point_to_the_new_ones():
+    for old, new in (
+        ("KvCache", "KVCache"),
+        ("KvCacheBatch", "KVCacheBatch"),
+        ("qwen_vl_rope_index", "get_rope_index"),
+    ):
+        with pytest.warns(DeprecationWarning, match=f"posenc.{old} is now posenc.{new}"):
+            assert getattr(posenc, old) is getattr(posenc, new)
+    with pytest.raises(AttributeError):
+        posenc.no_such_name  # noqa: B018

@@ -17,39 +17,63 @@ from posenc.torch._tensors import (
 )
 
 
-def _alibi(num_heads, max_bias, head_offset, shard_heads):
-    """The posenc.Alibi of alibi_slopes' and alibi_bias' arguments."""
+def _alibi(alibi, max_bias, head_offset, shard_heads):
+    """The posenc.Alibi of alibi_slopes' and alibi_bias' arguments: ``alibi``
+    itself, or one built from a head count and the keyword fields."""
+    if isinstance(alibi, _core.Alibi):
+        if (max_bias, head_offset, shard_heads) != (8.0, 0, 0):
+            raise _error(
+                "alibi",
+                "max_bias, head_offset, shard_heads",
+                "be left at their defaults when a posenc.Alibi is given (it holds them)",
+                (max_bias, head_offset, shard_heads),
+            )
+        alibi.validate()
+        return alibi
     for name, value in (
-        ("num_heads", num_heads),
+        ("num_heads", alibi),
         ("head_offset", head_offset),
         ("shard_heads", shard_heads),
     ):
         _check_int("alibi", name, value)
     _check_number("alibi", "max_bias", max_bias)
-    return _core.Alibi(
-        num_heads, max_bias=max_bias, head_offset=head_offset, shard_heads=shard_heads
-    )
+    return _core.Alibi(alibi, max_bias=max_bias, head_offset=head_offset, shard_heads=shard_heads)
 
 
 def alibi_slopes(
-    num_heads,
+    alibi,
     *,
     max_bias=8.0,
     head_offset=0,
     shard_heads=0,
     dtype=torch.float32,
 ):
-    """[local_heads] ALiBi slopes (Press et al. 2022): 2^(-max_bias (h + 1) /
-    n) for n a power of two, the paper's interleaving otherwise; head_offset
-    and shard_heads (0: the rest) pick a tensor-parallel shard. Computed in
-    double, returned as dtype."""
-    alibi = _alibi(num_heads, max_bias, head_offset, shard_heads)
+    """ALiBi's per-head slopes (Press et al. 2022), computed in double.
+
+    Head h of n has slope 2^(-max_bias (h + 1) / n) when n is a power of two,
+    the paper's interleaving of the next powers of two otherwise.
+
+    Args:
+        alibi: a ``posenc.Alibi``, or the head count n (then ``max_bias``,
+            ``head_offset`` and ``shard_heads`` build one, as
+            ``posenc.Alibi(n, ...)`` would).
+        max_bias: the paper's m (8).
+        head_offset: the first head of a tensor-parallel shard.
+        shard_heads: the heads in the shard (0: all from head_offset on).
+        dtype: the returned dtype (float32, float64, bfloat16 or float16).
+    Returns:
+        [local_heads] tensor of slopes.
+    Raises:
+        posenc.Error: a field out of range, or fields given beside a
+            ``posenc.Alibi``.
+    """
+    alibi = _alibi(alibi, max_bias, head_offset, shard_heads)
     _float_dtype("alibi", "dtype", dtype)
     return torch.from_numpy(_core.alibi_slopes(alibi)).to(dtype)
 
 
 def alibi_bias(
-    num_heads,
+    alibi,
     query_positions,
     key_positions=None,
     *,
@@ -58,16 +82,30 @@ def alibi_bias(
     shard_heads=0,
     dtype=torch.float32,
 ):
-    """[local_heads, queries, keys] additive score bias: -slope[h] *
-    (query_pos[i] - key_pos[j]).
+    """ALiBi's additive score bias: -slope[h] * (query_pos[i] - key_pos[j]).
 
-    query_positions and key_positions are int64 [queries] and [keys]
-    (key_positions defaults to query_positions). Add it to the attention scores
-    [..., heads, queries, keys] before softmax; the causal mask is separate.
-    dtype float32, float64, bfloat16 or float16 (the last two rounded from
-    float32).
+    Add it to the attention scores before softmax; the causal mask is
+    separate. ``posenc.torch.attention(alibi=...)`` fuses the same bias
+    without building it.
+
+    Args:
+        alibi: a ``posenc.Alibi``, or the head count (as in ``alibi_slopes``).
+        query_positions: int64 positions of the queries.
+        key_positions: int64 positions of the keys (None: query_positions).
+        max_bias: as in ``alibi_slopes``.
+        head_offset: as in ``alibi_slopes``.
+        shard_heads: as in ``alibi_slopes``.
+        dtype: float32, float64, bfloat16 or float16 (the last two rounded
+            from float32).
+    Shapes:
+        query_positions: [queries]; key_positions: [keys].
+    Returns:
+        [local_heads, queries, keys] tensor, to add to scores
+        [..., heads, queries, keys].
+    Raises:
+        posenc.Error: bad fields or positions.
     """
-    alibi = _alibi(num_heads, max_bias, head_offset, shard_heads)
+    alibi = _alibi(alibi, max_bias, head_offset, shard_heads)
     queries = _positions("alibi", query_positions, "query_positions")
     keys = queries if key_positions is None else _positions("alibi", key_positions, "key_positions")
     _float_dtype("alibi", "dtype", dtype)

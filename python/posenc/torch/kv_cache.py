@@ -103,7 +103,7 @@ def _cache_rotation(config, layer, crossing, kwargs, allow_mrope=True):
 
 class KVCache:
     """One attention layer's KV cache of one sequence, for decoding on the
-    CPU (``posenc.KvCache`` on torch tensors).
+    CPU (``posenc.KVCache`` on torch tensors).
 
     Keys are rotated once, when they are appended, by the layer's RoPE (a
     ``posenc.Rope``, or a ``posenc.MRope`` for Qwen-VL's M-RoPE, or neither
@@ -174,11 +174,11 @@ class KVCache:
                 "be float32 or bfloat16",
                 _dtype_name(dtype) if isinstance(dtype, torch.dtype) else repr(dtype),
             )
-        self._cache = _core.KvCache(
+        self._cache = _core.KVCache(
             capacity,
             kv_heads,
             head_dim,
-            value_dim=0 if value_dim is None else value_dim,
+            value_dim=value_dim,
             rope=rope,
             mrope=mrope,
             bfloat16=dtype == torch.bfloat16,
@@ -416,12 +416,12 @@ class KVCache:
         return self._cache.size
 
     def __repr__(self):
-        return f"KVCache({repr(self._cache)[len('KvCache(') :]}"
+        return repr(self._cache)
 
 
 class KVCacheBatch:
     """A batch of sequences of different lengths, for batched generation on
-    the CPU (``posenc.KvCacheBatch`` on torch tensors): row b is a cache of
+    the CPU (``posenc.KVCacheBatch`` on torch tensors): row b is a cache of
     its own (``KVCache``'s rules: keys rotated once on append, LongRoPE's
     switch), with its own length and positions.
 
@@ -476,12 +476,12 @@ class KVCacheBatch:
                 "be float32 or bfloat16",
                 _dtype_name(dtype) if isinstance(dtype, torch.dtype) else repr(dtype),
             )
-        self._cache = _core.KvCacheBatch(
+        self._cache = _core.KVCacheBatch(
             batch,
             capacity,
             kv_heads,
             head_dim,
-            value_dim=0 if value_dim is None else value_dim,
+            value_dim=value_dim,
             rope=rope,
             long_rope=long_rope,
             long_rope_threshold=long_rope_threshold,

@@ -8,9 +8,9 @@ from posenc import (
     _core,
     model_positions,
     mrope_from_hf_config,
-    qwen_vl_rope_index,
     vision_rope_from_hf_config,
 )
+from posenc import get_rope_index as _numpy_get_rope_index
 from posenc.torch._tensors import (
     _check_cpu,
     _check_instance,
@@ -376,7 +376,7 @@ def get_rope_index(
 ):
     """Hugging Face's Qwen-VL ``get_rope_index`` on CPU tensors: returns
     ``(position_ids, rope_deltas)``, int64 [3, batch, seq_len] and int64
-    [batch, 1], with Hugging Face's values (``posenc.qwen_vl_rope_index``).
+    [batch, 1], with Hugging Face's values (``posenc.get_rope_index`` on numpy arrays).
 
     config: a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config (a dict, its JSON text
     or a config.json path) or a ``posenc.QwenVlTokens``. input_ids [batch,
@@ -392,7 +392,7 @@ def get_rope_index(
     if isinstance(seconds, torch.Tensor):
         _check_cpu(fn, "second_per_grid_ts", seconds)
         seconds = seconds.detach().numpy()
-    positions, deltas = qwen_vl_rope_index(
+    positions, deltas = _numpy_get_rope_index(
         config,
         _int_tensor_numpy(fn, "input_ids", input_ids),
         _int_tensor_numpy(fn, "image_grid_thw", image_grid_thw),
