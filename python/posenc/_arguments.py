@@ -8,11 +8,19 @@ of _core once, at import, so that such a call raises ``ArgumentTypeError``
 (a ``posenc.Error`` and a ``TypeError``) in posenc's pattern: the function,
 the signature it takes and the types it got. Any other error passes through
 unchanged, and a call with the right types costs one Python call more.
+
+The same wrappers refuse an instance whose __init__ never ran or raised (Python
+can hold one: ``KVCache.__new__(KVCache)``), to which pybind11 would hand
+uninitialized memory: its repr says so, and its methods and properties, and
+every binding it is passed to, raise ``posenc.Error``. A constructor that
+raises leaves no reference to its half-built instance in the traceback, so
+that a debugger or pytest showing the frame's values never meets it.
 """
 
 import functools
 import re
 
+from posenc import _core
 from posenc._core import Error
 
 
@@ -52,18 +60,93 @@ def _argument_error(name, error, args, kwargs):
     return ArgumentTypeError(f"[{name}] arguments must be {rule}, got {_got(args, kwargs)}")
 
 
-def _checked(function, name, skip_self=False):
+_classes = ()  # the classes of _core: their instances are checked to be constructed
+
+
+def _unbuilt_error(name, value):
+    return Error(
+        f"[{name}] the {type(value).__name__} was never constructed: its __init__ did not run or "
+        "raised; make one by calling the class"
+    )
+
+
+def _constructed(value):
+    """Whether value's __init__ ran (pybind11's flag). torch.compile may take the answer as a
+    constant: posenc.torch marks it so, as Dynamo cannot trace into a binding."""
+    return _core._constructed(value)
+
+
+def _refuse_unbuilt(name, args, kwargs):
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, _classes) and not _constructed(value):
+            raise _unbuilt_error(name, value)
+
+
+def _is_incompatible(error):
+    return type(error) is TypeError and _INCOMPATIBLE.search(str(error))
+
+
+def _checked(function, name, method=False):
+    """method: the first argument is the instance."""
+
     @functools.wraps(function)
     def call(*args, **kwargs):
+        _refuse_unbuilt(name, args, kwargs)
         try:
             return function(*args, **kwargs)
         except TypeError as error:
-            if type(error) is not TypeError or not _INCOMPATIBLE.search(str(error)):
+            if not _is_incompatible(error):
                 raise
-            shown = args[1:] if skip_self else args
-            raise _argument_error(name, error, shown, kwargs) from None
+            raise _argument_error(name, error, args[1:] if method else args, kwargs) from None
 
     return call
+
+
+def _checked_init(function, name):
+    """__init__ and __setstate__, which construct the instance."""
+
+    @functools.wraps(function)
+    def init(self, *args, **kwargs):
+        _refuse_unbuilt(name, args, kwargs)
+        try:
+            function(self, *args, **kwargs)
+        except BaseException as error:
+            del self  # half-built: no traceback may show it
+            if _is_incompatible(error):
+                raise _argument_error(name, error, args, kwargs) from None
+            raise
+
+    return init
+
+
+def _checked_repr(function):
+    @functools.wraps(function)
+    def call(self):
+        if not _constructed(self):
+            return f"<posenc.{type(self).__name__}, never constructed>"
+        return function(self)
+
+    return call
+
+
+def _checked_property(cls, attribute, prop, name):
+    # The binding's own property stays, under another name: torch.compile reads it as it reads any
+    # binding's attribute, where it cannot trace a call of prop.fget.
+    unchecked = f"_{attribute}_unchecked"
+    setattr(cls, unchecked, prop)
+
+    def built(self):
+        if not _constructed(self):
+            raise _unbuilt_error(name, self)
+        return self
+
+    def get(self):
+        return getattr(built(self), unchecked)
+
+    def set(self, value):
+        setattr(built(self), unchecked, value)
+
+    return property(get, set if prop.fset else None, doc=prop.__doc__)
 
 
 def _is_binding(value):
@@ -83,13 +166,21 @@ def checked_types(module, names):
 
 
 def _check_class(cls):
+    global _classes
+    _classes += (cls,)
     for attribute, raw in list(vars(cls).items()):
-        if attribute.startswith("__") and attribute not in ("__init__", "__setstate__"):
-            continue
         name = f"{cls.__name__}.{attribute}" if attribute != "__init__" else cls.__name__
-        if isinstance(raw, staticmethod) or type(raw).__name__ == "builtin_function_or_method":
+        if attribute in ("__init__", "__setstate__"):  # both build an unbuilt instance
+            setattr(cls, attribute, _checked_init(raw, name))
+        elif attribute == "__repr__":
+            setattr(cls, attribute, _checked_repr(raw))
+        elif attribute == "_pybind11_conduit_v1_":
+            continue
+        elif type(raw) is property:  # not pybind11's static properties
+            setattr(cls, attribute, _checked_property(cls, attribute, raw, name))
+        elif isinstance(raw, staticmethod) or type(raw).__name__ == "builtin_function_or_method":
             function = getattr(cls, attribute)
             if _is_binding(function):
                 setattr(cls, attribute, staticmethod(_checked(function, name)))
         elif _is_binding(raw):
-            setattr(cls, attribute, _checked(raw, name, skip_self=True))
+            setattr(cls, attribute, _checked(raw, name, method=True))

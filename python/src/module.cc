@@ -27,6 +27,19 @@ PYBIND11_MODULE(_core, m) {
       R"(Raises posenc.Error unless every position (an int, or an int64 array of any shape) is in
 [0, 2^32] (kMaxPosition), with the message of every other API: "[function] name[i][j] must be
 <= 2^32 = 4294967296 (kMaxPosition, ...), got ...".)");
+  // Python can hold an instance of a posenc class whose __init__ never ran or raised
+  // (`KVCache.__new__(KVCache)`); pybind11 would hand its methods uninitialized memory.
+  // posenc._arguments asks here first (pybind11's own flag of a built object).
+  m.def(
+      "_constructed",
+      [](const pybind11::handle& object) {
+        if (pybind11::detail::get_type_info(Py_TYPE(object.ptr())) == nullptr) {
+          return true;  // not a pybind11 instance: pybind11's own argument check answers
+        }
+        auto* instance = reinterpret_cast<pybind11::detail::instance*>(object.ptr());
+        return instance->get_value_and_holder().holder_constructed();
+      },
+      pybind11::arg("object"));
   posenc::python::BindRope(m);
   posenc::python::BindAbsolute(m);
   posenc::python::BindAlibi(m);

@@ -7,9 +7,11 @@ inputs, and NaN carried through attention as the math carries it.
 """
 
 import pathlib
+import pickle
 import re
 import subprocess
 import sys
+import traceback
 
 import numpy as np
 import posenc
@@ -861,3 +863,70 @@ def test_torch_before_2_4_is_refused_at_import():
     )
     assert "posenc.torch requires torch >= 2.4" in result.stdout
     assert "the installed torch is 1.13.1" in result.stdout
+
+
+def _never_constructed(cls):
+    return cls.__new__(cls)  # what Python allows: an instance whose __init__ never ran
+
+
+BOUND_CLASSES = [
+    posenc.KVCache,
+    posenc.KVCacheBatch,
+    posenc.Rope,
+    posenc.Alibi,
+    posenc.MRope,
+    posenc.Sinusoidal,
+    posenc.LearnedPositions,
+    posenc.QwenVlTokens,
+]
+
+
+@pytest.mark.parametrize("cls", BOUND_CLASSES, ids=lambda c: c.__name__)
+def test_an_instance_never_constructed_is_refused_not_read(cls):
+    # pybind11 hands such an instance's methods uninitialized memory: posenc refuses it.
+    unbuilt = _never_constructed(cls)
+    name = cls.__name__
+    assert repr(unbuilt) in (f"<posenc.{name}, never constructed>", object.__repr__(unbuilt))
+    refused = f"the {name} was never constructed: its __init__ did not run or raised"
+    members = [
+        m
+        for m, v in vars(cls).items()
+        if not m.startswith("_")
+        and not isinstance(v, staticmethod)
+        and type(v).__name__ != "pybind11_static_property"
+        and (isinstance(v, property) or callable(v))
+    ]
+    assert members
+    for member in members:
+        with pytest.raises(posenc.Error, match=rf"^\[{name}\.{member}\] {refused}"):
+            value = getattr(unbuilt, member)
+            value()  # reached only for methods
+    dunders = {"__getstate__": pickle.dumps, "__len__": len, "__eq__": lambda x: x == x}
+    for dunder, call in dunders.items():
+        if dunder in vars(cls):
+            with pytest.raises(posenc.Error, match=rf"^\[{name}\.{dunder}\] {refused}"):
+                call(unbuilt)
+
+
+def test_an_instance_never_constructed_is_refused_as_an_argument():
+    rope = _never_constructed(posenc.Rope)
+    with pytest.raises(posenc.Error, match=r"^\[apply_rope\] the Rope was never constructed"):
+        posenc.apply_rope(rope, np.arange(4), np.zeros((4, 8), np.float32))
+    with pytest.raises(posenc.Error, match=r"^\[KVCache\] the Rope was never constructed"):
+        posenc.KVCache(8, 2, 4, rope=rope)
+    with pytest.raises(posenc.Error, match=r"^\[MRope\] the Rope was never constructed"):
+        posenc.MRope(rope, [0, 0, 1, 1])
+    assert posenc.Rope.default(8) == pickle.loads(pickle.dumps(posenc.Rope.default(8)))
+
+
+def test_a_constructor_that_raises_leaves_no_half_built_instance_in_the_traceback():
+    # A debugger, or pytest showing each frame's values, calls repr() on every local: a half-built
+    # instance there is uninitialized memory.
+    with pytest.raises(posenc.Error) as raised:
+        posenc.KVCache(8, 2, 4, value_dim="x")
+    for frame, _ in traceback.walk_tb(raised.tb):
+        for value in (
+            *frame.f_locals.values(),
+            *[v for a in frame.f_locals.values() if isinstance(a, tuple) for v in a],
+        ):
+            assert not isinstance(value, posenc.KVCache), frame.f_code.co_name

@@ -56,6 +56,7 @@ if tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) <
         f"the installed torch is {torch.__version__}"
     )
 
+import posenc._arguments
 from posenc import rope_from_hf_config
 from posenc.torch import distributed
 from posenc.torch.absolute import LearnedPositions, SinusoidalPositions
@@ -101,3 +102,7 @@ __all__ = [
 torch.fx.wrap("attention")
 torch.fx.wrap("self_extend_attention")
 torch.fx.wrap("dual_chunk_attention")
+
+# posenc's classes check that an instance was constructed (posenc/_arguments.py) through a
+# binding, which Dynamo cannot trace into; the answer cannot change while a graph runs.
+torch.compiler.assume_constant_result(posenc._arguments._constructed)
