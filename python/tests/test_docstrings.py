@@ -23,7 +23,10 @@ _SECTION = re.compile(r"[A-Z][A-Za-z ]*:$")
 _MODULES = (
     "posenc.torch.absolute",
     "posenc.torch.attention",
+    "posenc.torch.biases",
     "posenc.torch.distributed",
+    "posenc.torch.kv_cache",
+    "posenc.torch.mrope",
     "posenc.torch.rope",
 )
 
@@ -156,6 +159,8 @@ def test_the_public_surface_is_found():
         "posenc.torch.RotaryEmbedding.from_hf_config",
         "posenc.torch.RotaryEmbedding.inv_freq",
         "posenc.torch.LearnedPositions.save",
+        "posenc.torch.KVCache.attend",
+        "posenc.torch.KVCache.kv_heads",
         "posenc.torch.distributed.context_parallel_attention",
     ):
         assert expected in names

@@ -31,6 +31,9 @@ shifts and attention sinks); ``KVCacheBatch``: a batch of sequences of
 different lengths. ``posenc.torch.distributed``: context-parallel (ring)
 attention over a torch.distributed process group.
 
+Each public call's docstring lists its arguments (Args), tensor shapes
+(Shapes), result (Returns) and errors (Raises): ``help(posenc.torch.attention)``.
+
 Example::
 
     import torch

@@ -125,21 +125,32 @@ def alibi_bias(
 
 class RelativePositionBias(torch.nn.Module):
     """T5's learned relative position bias (Raffel et al. 2020) as a module:
-    ``forward(query_len, key_len)`` or ``forward(query_pos, key_pos)`` ->
-    bias [num_heads, queries, keys], to add to the attention scores
-    [..., heads, queries, keys] before softmax (T5 scores without the
-    1/sqrt(d) scale).
+    ``forward(query_len, key_len)`` or ``forward(query_pos, key_pos)`` -> bias [num_heads,
+    queries, keys], to add to the attention scores [..., heads, queries, keys] before softmax
+    (T5 scores without the 1/sqrt(d) scale).
 
+    bias_h(i, j) = weight[bucket(key_pos[j] - query_pos[i]), h] (posenc/relative_bias.h).
     ``weight`` [num_buckets, num_heads] is the trainable table, T5's
-    ``relative_attention_bias.weight`` (load it with ``load_state_dict({
-    "weight": t5_state["encoder.block.0.layer.0.SelfAttention.
-    relative_attention_bias.weight"]})``); initialised N(0, 1) like
-    ``nn.Embedding``. The buckets of key_pos[j] - query_pos[i] are computed by
-    posenc (``posenc.relative_position_bucket``, bit-exact with Hugging
-    Face's), the lookup by torch, so gradients reach ``weight``.
-    bidirectional: the encoder's buckets; False: the decoder's (causal; keys
-    after the query share bucket 0, the causal mask is separate). The bias
-    has the weight's dtype (float32 unless the module is converted).
+    ``relative_attention_bias.weight`` (load it with ``load_state_dict({"weight":
+    t5_state["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]})``);
+    initialised N(0, 1) like ``nn.Embedding``. The buckets are computed by posenc
+    (``posenc.relative_position_bucket``, bit-exact with Hugging Face's), the lookup by torch,
+    so gradients reach ``weight``. The bias has the weight's dtype (float32 unless the module is
+    converted).
+
+    Args:
+        num_buckets: T5's relative_attention_num_buckets: distances below half of them (a
+            quarter when bidirectional) get a bucket each, larger ones logarithmically wider
+            buckets.
+        max_distance: T5's relative_attention_max_distance: every distance from it on falls
+            into the last bucket; it must exceed the exact buckets' range.
+        num_heads: the attention heads, an int > 0.
+        bidirectional: True: the encoder's buckets (half of them for keys after the query);
+            False: the decoder's (causal; keys after the query share bucket 0, the causal mask
+            is separate).
+
+    Raises:
+        posenc.Error: a bad bucket count, max_distance or num_heads, named.
     """
 
     def __init__(self, num_buckets=32, max_distance=128, num_heads=8, bidirectional=True):
@@ -164,9 +175,21 @@ class RelativePositionBias(torch.nn.Module):
 
     @classmethod
     def from_hf_config(cls, config, *, bidirectional=True):
-        """The bias of a T5 / mT5 / UMT5 config (bucket counts and heads from
-        the config; bidirectional True for the encoder, False for the
-        decoder), with a fresh table to load or train."""
+        """The bias of a T5, mT5 or UMT5 config (bucket counts and heads from the config), with
+        a fresh table to load or train.
+
+        Args:
+            config: a transformers ``PretrainedConfig``, a dict (a parsed config.json), its JSON
+                text or the path of a config.json.
+            bidirectional: True for the encoder, False for the decoder.
+
+        Returns:
+            A ``RelativePositionBias``.
+
+        Raises:
+            posenc.Error: a config without T5 relative-position buckets (naming its model type
+                and scheme).
+        """
         model = model_positions(config)
         if model.scheme != "relative_bias":
             raise _error(
@@ -183,7 +206,20 @@ class RelativePositionBias(torch.nn.Module):
         )
 
     def buckets(self, query_pos, key_pos):
-        """int64 [queries, keys]: the bucket of key_pos[j] - query_pos[i]."""
+        """The bucket of each key - query distance.
+
+        Args:
+            query_pos: int64 [queries] (or a sequence of ints), each in [0, 2^32].
+            key_pos: int64 [keys], likewise.
+
+        Returns:
+            int64 [queries, keys]: the bucket of key_pos[j] - query_pos[i], in
+            [0, num_buckets).
+
+        Raises:
+            posenc.Error: positions that are not 1-D or not in [0, 2^32], or a bias past the
+                output cap (16 GiB).
+        """
         queries = _positions("relative_bias", query_pos, "query_pos")
         keys = _positions("relative_bias", key_pos, "key_pos")
         for name, positions in (("query_pos", queries), ("key_pos", keys)):
@@ -208,8 +244,18 @@ class RelativePositionBias(torch.nn.Module):
         )
 
     def forward(self, query, key=None):
-        """query and key: lengths (positions 0 .. n - 1) or int64 positions;
-        key defaults to query."""
+        """The bias of these queries and keys; gradients reach ``weight``.
+
+        Args:
+            query: the queries: a length n (positions 0 .. n - 1) or int64 positions [queries].
+            key: the keys, likewise; None: query.
+
+        Returns:
+            [num_heads, queries, keys] in the weight's dtype.
+
+        Raises:
+            posenc.Error: a negative length, bad positions, or a bias past the output cap.
+        """
         if key is None:
             key = query
         is_length = [isinstance(p, int) and not isinstance(p, bool) for p in (query, key)]
@@ -230,6 +276,11 @@ class RelativePositionBias(torch.nn.Module):
         _require_size("relative_bias", (self.num_heads, queries, keys), self.weight.dtype)
 
     def extra_repr(self):
+        """The module's line in ``print(model)``.
+
+        Returns:
+            str: num_buckets, max_distance, num_heads and bidirectional.
+        """
         return (
             f"num_buckets={self.num_buckets}, max_distance={self.max_distance}, "
             f"num_heads={self.num_heads}, bidirectional={self.bidirectional}"

@@ -147,6 +147,25 @@ class KVCache:
     sequence. ``"keep_rotation"``: cached keys keep the short factors, as a
     plain forward loop does. ``from_hf_config`` sets all of it for a
     LongRoPE config (docs/KV_CACHE.md).
+
+    Args:
+        capacity: the slots, allocated up front, an int >= 1.
+        kv_heads: the key/value heads, an int >= 1.
+        head_dim: the features of a key head, an int >= 1.
+        value_dim: the features of a value head; None: head_dim.
+        rope: the ``posenc.Rope`` that rotates keys on append (LongRoPE: the short factors);
+            None: no 1-D RoPE.
+        mrope: the ``posenc.MRope`` that rotates keys by position streams instead (not with
+            rope); None: none.
+        dtype: the storage, torch.float32 or torch.bfloat16 (bfloat16 keys are rotated in
+            float32 and rounded once).
+        long_rope: LongRoPE's long-factor ``posenc.Rope`` (the same head_dim, rotary_dim, layout
+            and rotary_offset as rope); None: none.
+        long_rope_threshold: L0 (original_max_position_embeddings), >= 1 with long_rope.
+        crossing: "recompute" or "keep_rotation": what crossing L0 does (above).
+
+    Raises:
+        posenc.Error: a bad size, dtype, rotation or crossing, named.
     """
 
     def __init__(
@@ -233,22 +252,38 @@ class KVCache:
         crossing="recompute",
         **kwargs,
     ):
-        """A cache for one layer of a Hugging Face model: kv_heads
-        (num_key_value_heads) and the layer's RoPE from the config (a dict,
-        its JSON text or a config.json path): ``mrope_from_hf_config`` for a
-        config with mrope_section, else ``rope_from_hf_config``; a NoPE layer
-        (Llama 4, SmolLM3) gets a cache that does not rotate; a LongRoPE layer
-        (Phi-3) gets both factor sets, switching at
-        original_max_position_embeddings by ``crossing`` (see the class),
-        unless ``seq_len`` fixes one. ``layer`` is a layer index or type as
-        in ``rope_from_hf_config``; other keywords (layer_type, seq_len,
-        precision, yarn_rules) go to it."""
+        """A cache for one layer of a Hugging Face model.
+
+        kv_heads (num_key_value_heads) and the layer's RoPE come from the config:
+        ``mrope_from_hf_config`` for a config with mrope_section, else ``rope_from_hf_config``;
+        a NoPE layer (Llama 4, SmolLM3) gets a cache that does not rotate; a LongRoPE layer
+        (Phi-3) gets both factor sets, switching at original_max_position_embeddings by
+        ``crossing`` (see the class), unless ``seq_len`` fixes one.
+
+        Args:
+            config: a dict, its JSON text or a config.json path (or a transformers
+                ``PretrainedConfig``).
+            capacity: the slots, an int >= 1.
+            layer: a layer index or type, as in ``rope_from_hf_config``; None: the config's
+                first RoPE setting.
+            dtype: the storage, torch.float32 or torch.bfloat16.
+            crossing: "recompute" or "keep_rotation", for a LongRoPE layer (see the class).
+            **kwargs: the other keywords of ``rope_from_hf_config`` (layer_type, seq_len,
+                precision, yarn_rules).
+
+        Returns:
+            A ``KVCache``.
+
+        Raises:
+            posenc.Error: a config without RoPE (a RoPE-less cache is built directly), or a bad
+                key or argument.
+        """
         kv_heads, head_dim, rotation = _cache_rotation(config, layer, crossing, kwargs)
         return cls(capacity, kv_heads, head_dim, dtype=dtype, **rotation)
 
     def clear(self):
-        """Empties the cache (capacity and options kept): before appending a
-        recomputed sequence."""
+        """Empties the cache (capacity and options kept): before appending a recomputed
+        sequence."""
         self._cache.clear()
 
     @property
@@ -281,10 +316,26 @@ class KVCache:
         )
 
     def append(self, k, v, positions=None, *, streams=None):
-        """Appends n tokens: k [n, kv_heads, head_dim] rotated at
-        ``positions`` into the next slots, v [n, kv_heads, value_dim]. Default
-        positions continue from the last cached position + 1 (0 for an empty
-        cache); explicit ones are an int64 tensor or a sequence of ints."""
+        """Appends n tokens: their keys rotated at their positions into the next slots, their
+        values as they are.
+
+        Args:
+            k: the keys, un-rotated, of the cache's dtype.
+            v: the values, of the cache's dtype.
+            positions: int64 [n] (a tensor or a sequence of ints), each in [0, 2^32]; None:
+                continuing from the last cached position + 1 (0 for an empty cache).
+            streams: an M-RoPE cache's position streams [streams, n] for the keys' rotation
+                (positions keep the token order); None: every stream at positions +
+                ``rope_delta``.
+
+        Shapes:
+            k: [n, kv_heads, head_dim].
+            v: [n, kv_heads, value_dim].
+
+        Raises:
+            posenc.Error: past capacity, a bad shape, dtype or position, or a LongRoPE crossing
+                that "recompute" refuses; the cache is then untouched.
+        """
         k_array = _kv_tensor(self, "k", k)
         v_array = _kv_tensor(self, "v", v)
         if positions is None:
@@ -314,14 +365,38 @@ class KVCache:
         streams=None,
         out_dtype=None,
     ):
-        """Attention of q [n, heads, head_dim] against every cached token ->
-        [n, heads, value_dim] in the cache's dtype (or out_dtype). Default
-        positions: those of the last n cached tokens (the queries of the
-        tokens just appended). The options are ``posenc.attention``'s,
-        against the cached positions: causal, alibi, scale (None: 1 /
-        sqrt(head_dim), as in ``attention``), window (0: none), chunk_size (Llama 4's chunks; 0:
-        none), softcap (Gemma 2; 0: off), sinks (gpt-oss: a floating CPU
-        tensor [heads], read without autograd)."""
+        """Attention of n queries against every cached token: q is rotated (a copy), the
+        cached keys are not.
+
+        The options are ``posenc.attention``'s, against the cached positions.
+
+        Args:
+            q: the queries, un-rotated, of the cache's dtype.
+            positions: int64 [n]; None: those of the last n cached tokens (the queries of the
+                tokens just appended).
+            causal: key j is seen only at key_pos[j] <= query_pos[i].
+            alibi: a ``posenc.Alibi``; None: no bias.
+            scale: the score scale; None: 1 / sqrt(head_dim), as in ``attention``.
+            window: a sliding window, as in ``attention``; 0: none.
+            chunk_size: Llama 4's chunks: keys seen only in the query's chunk of positions; 0:
+                none.
+            softcap: Gemma 2's logit soft-capping; 0: off.
+            sinks: gpt-oss's sinks, a floating CPU tensor [heads], read without autograd; None:
+                none.
+            streams: an M-RoPE cache's query position streams [streams, n]; None: every stream
+                at positions + ``rope_delta``.
+            out_dtype: the output's dtype; None: the cache's.
+
+        Shapes:
+            q: [n, heads, head_dim], heads a multiple of kv_heads.
+
+        Returns:
+            [n, heads, value_dim] in the cache's dtype (or out_dtype).
+
+        Raises:
+            posenc.Error: a bad argument, named; None positions for more queries than cached
+                tokens.
+        """
         q_array = _kv_tensor(self, "q", q)
         _check_scale("kv_cache", scale)
         if sinks is not None:
@@ -362,25 +437,64 @@ class KVCache:
         return int(cached[-1]) + 1 if cached.shape[0] else 0
 
     def context_shift(self, n_keep, n_discard):
-        """llama.cpp's context shift: keeps the first n_keep tokens, drops the
-        next n_discard, moves the rest down and their positions by
-        -n_discard (keys re-rotated exactly)."""
+        """llama.cpp's context shift: keeps the first n_keep tokens, drops the next n_discard,
+        moves the rest down and their positions by -n_discard (keys re-rotated exactly).
+
+        Args:
+            n_keep: the tokens kept at the start, >= 0.
+            n_discard: the tokens dropped after them, >= 1; n_keep + n_discard <= size.
+
+        Raises:
+            posenc.Error: counts out of range, a moved position below 0, or a LongRoPE cache
+                (its keys are never moved).
+        """
         self._cache.context_shift(n_keep, n_discard)
 
     def remove(self, begin, end):
-        """Drops slots [begin, end); later tokens keep their positions."""
+        """Drops slots [begin, end) and moves the later ones down; they keep their positions
+        and keys.
+
+        Args:
+            begin: the first slot dropped, in [0, size].
+            end: the slot after the last one dropped, in [begin, size].
+
+        Raises:
+            posenc.Error: a slot out of range.
+        """
         self._cache.remove(begin, end)
 
     def shift_positions(self, begin, end, delta):
-        """Moves the positions of slots [begin, end) by delta (keys
-        re-rotated exactly)."""
+        """Moves the positions of slots [begin, end) by delta (keys re-rotated exactly).
+
+        Args:
+            begin: the first slot moved, in [0, size].
+            end: the slot after the last one moved, in [begin, size].
+            delta: the position change, in [-2^32, 2^32]; the new positions stay in [0, 2^32].
+
+        Raises:
+            posenc.Error: a slot or delta out of range, a position moved out of [0, 2^32], or a
+                LongRoPE cache (its keys are never moved).
+        """
         self._cache.shift_positions(begin, end, delta)
 
     def roll_sink_window(self, sinks, window, incoming=1, mode="text"):
-        """Attention sinks (StreamingLLM): makes room for ``incoming`` tokens
-        in a cache kept as ``sinks`` first tokens plus a window of the last
-        ``window``; returns the number dropped. mode "text" keeps positions
-        as in the text, "cache" shifts the window down to cache slots."""
+        """Attention sinks (StreamingLLM, Xiao et al. 2023): makes room for ``incoming`` tokens
+        in a cache kept as the first ``sinks`` tokens plus a window of the last ``window``,
+        dropping the oldest non-sink tokens (as few as needed).
+
+        Args:
+            sinks: the first tokens always kept, >= 0.
+            window: the last tokens kept, >= 1; sinks + window <= capacity.
+            incoming: the tokens about to be appended, in [1, window].
+            mode: "text" keeps positions as in the text; "cache" shifts the window down to cache
+                slots (StreamingLLM's choice; keys re-rotated).
+
+        Returns:
+            The number of tokens dropped.
+
+        Raises:
+            posenc.Error: counts out of range or a bad mode.
+        """
         return self._cache.roll_sink_window(sinks, window, incoming, mode)
 
     def _tensor(self, array):
@@ -406,9 +520,9 @@ class KVCache:
 
     size = property(lambda self: self._cache.size, doc="Tokens cached.")
     capacity = property(lambda self: self._cache.capacity, doc="Slots.")
-    kv_heads = property(lambda self: self._cache.kv_heads)
-    head_dim = property(lambda self: self._cache.head_dim)
-    value_dim = property(lambda self: self._cache.value_dim)
+    kv_heads = property(lambda self: self._cache.kv_heads, doc="Key/value heads.")
+    head_dim = property(lambda self: self._cache.head_dim, doc="Features of a key head.")
+    value_dim = property(lambda self: self._cache.value_dim, doc="Features of a value head.")
     rope = property(lambda self: self._cache.rope, doc="The posenc.Rope, or None.")
     mrope = property(lambda self: self._cache.mrope, doc="The posenc.MRope, or None.")
 
@@ -445,6 +559,21 @@ class KVCacheBatch:
         for step in range(steps):
             cache.append(k1, v1, mask=alive)       # one token per live row
             out = cache.attend(q1, mask=alive)
+
+    Args:
+        batch: the rows, an int in [1, 2^20].
+        capacity: the slots of each row, an int >= 1.
+        kv_heads: as in ``KVCache``.
+        head_dim: as in ``KVCache``.
+        value_dim: as in ``KVCache``; None: head_dim.
+        rope: as in ``KVCache`` (no M-RoPE: one KVCache per such sequence).
+        long_rope: as in ``KVCache``.
+        long_rope_threshold: as in ``KVCache``.
+        crossing: as in ``KVCache``.
+        dtype: as in ``KVCache``: torch.float32 or torch.bfloat16.
+
+    Raises:
+        posenc.Error: a bad size, dtype, rotation or crossing, named.
     """
 
     def __init__(
@@ -503,8 +632,24 @@ class KVCacheBatch:
         **kwargs,
     ):
         """A batch cache for one layer of a Hugging Face model, with
-        ``KVCache.from_hf_config``'s rotation (LongRoPE's two factor sets
-        included); M-RoPE configs are refused (one KVCache per sequence)."""
+        ``KVCache.from_hf_config``'s rotation (LongRoPE's two factor sets included).
+
+        Args:
+            config: as in ``KVCache.from_hf_config``.
+            batch: the rows, an int in [1, 2^20].
+            capacity: the slots of each row.
+            layer: as in ``KVCache.from_hf_config``.
+            dtype: torch.float32 or torch.bfloat16.
+            crossing: as in ``KVCache.from_hf_config``.
+            **kwargs: as in ``KVCache.from_hf_config``.
+
+        Returns:
+            A ``KVCacheBatch``.
+
+        Raises:
+            posenc.Error: as ``KVCache.from_hf_config``, or an M-RoPE config (one KVCache per
+                sequence).
+        """
         kv_heads, head_dim, rotation = _cache_rotation(
             config, layer, crossing, kwargs, allow_mrope=False
         )
@@ -537,9 +682,23 @@ class KVCacheBatch:
         return mask, positions
 
     def append(self, k, v, positions=None, *, mask=None):
-        """Appends each row's real tokens (``mask``; None: all) of k
-        [batch, n, kv_heads, head_dim] and v [batch, n, kv_heads, value_dim]
-        at ``positions`` [batch, n] (default: each row continues)."""
+        """Appends each row's real tokens to that row's cache.
+
+        Args:
+            k: the keys, un-rotated, of the cache's dtype.
+            v: the values, of the cache's dtype.
+            positions: int64 [batch, n]; None: each row continues from its last cached
+                position + 1 over its real tokens.
+            mask: bool or integer [batch, n] (nonzero: a real token), one run of real tokens per
+                row; None: all real.
+
+        Shapes:
+            k: [batch, n, kv_heads, head_dim].
+            v: [batch, n, kv_heads, value_dim].
+
+        Raises:
+            posenc.Error: a bad argument, naming the row, before any row changes.
+        """
         k = k.contiguous() if isinstance(k, torch.Tensor) else k
         v = v.contiguous() if isinstance(v, torch.Tensor) else v
         k_array = _kv_tensor(self, "k", k)
@@ -563,10 +722,31 @@ class KVCacheBatch:
         sinks=None,
         out_dtype=None,
     ):
-        """Each row's real queries of q [batch, n, heads, head_dim] against
-        that row's cache -> [batch, n, heads, value_dim] in the cache's dtype
-        (or out_dtype), zero at pads. Default positions: those of each row's
-        last appended tokens. Options as ``KVCache.attend``."""
+        """Each row's real queries against that row's cache; zero at pads.
+
+        Args:
+            q: the queries, un-rotated, of the cache's dtype.
+            positions: int64 [batch, n]; None: those of each row's last appended tokens.
+            mask: bool or integer [batch, n] (nonzero: a real query); None: all real.
+            causal: as in ``KVCache.attend``.
+            alibi: as in ``KVCache.attend``.
+            scale: as in ``KVCache.attend``; None: 1 / sqrt(head_dim).
+            window: as in ``KVCache.attend``.
+            chunk_size: as in ``KVCache.attend``.
+            softcap: as in ``KVCache.attend``.
+            sinks: as in ``KVCache.attend``.
+            out_dtype: the output's dtype; None: the cache's.
+
+        Shapes:
+            q: [batch, n, heads, head_dim].
+
+        Returns:
+            [batch, n, heads, value_dim] in the cache's dtype (or out_dtype), zero at pads.
+
+        Raises:
+            posenc.Error: a bad argument, naming the row; None positions for a row with more
+                queries than cached tokens.
+        """
         q = q.contiguous() if isinstance(q, torch.Tensor) else q
         q_array = _kv_tensor(self, "q", q)
         n = q.shape[1] if q.dim() == 4 else 0
@@ -611,7 +791,11 @@ class KVCacheBatch:
         return torch.from_numpy(out).to(out_dtype)
 
     def clear(self, row):
-        """Empties row ``row`` (before appending its recomputed sequence)."""
+        """Empties one row (before appending its recomputed sequence).
+
+        Args:
+            row: the row, in [0, batch).
+        """
         self._cache.clear(row)
 
     @property
@@ -620,5 +804,12 @@ class KVCacheBatch:
         return self._cache.sizes
 
     def positions(self, row):
-        """The positions cached in row ``row`` (int64 tensor, a copy)."""
+        """The positions cached in one row.
+
+        Args:
+            row: the row, in [0, batch).
+
+        Returns:
+            int64 [size of the row], a copy.
+        """
         return torch.tensor(self._cache.positions(row), dtype=torch.int64)

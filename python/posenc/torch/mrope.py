@@ -62,18 +62,33 @@ def _stream_positions(function, mrope, q, positions, name, text_form, qkv_format
 
 
 def apply_mrope(mrope, positions, q, k=None, *, qkv_format=None):
-    """Rotates q and k by multi-stream RoPE; differentiable. Returns (q_rot,
-    k_rot), or q_rot when k is None.
+    """Rotates q (and k) by multi-stream RoPE at their position streams; differentiable.
 
-    mrope is a ``posenc.MRope`` (M-RoPE sections, a vision tower's 2-D RoPE).
-    Shapes as in ``apply_rope``: qkv_format (required) "bshd" (q [..., tokens,
-    num_heads, head_dim], k [..., tokens, num_kv_heads, head_dim]) or "bhsd"
-    (Hugging Face's, no copy); positions is int64 [streams, ..., tokens]
-    (Hugging Face's position_ids [3, batch, seq]) or [streams, tokens]
-    (shared by the batch), read where it lies (any strides, no copy). Pair i
-    turns by the position of stream mrope.pair_stream[i]. Backward: the
-    transpose, by the same kernel. Plain CPU tensors (float32, float64,
-    bfloat16, float16) run the kernels; others the PyTorch definition.
+    Pair i turns by the position of stream mrope.pair_stream[i] (posenc/mrope.h); the rotation
+    is otherwise ``apply_rope``'s. Backward: the transpose, by the same kernel. Plain CPU tensors
+    (float32, float64, bfloat16, float16) run the kernels; others the PyTorch definition.
+
+    Args:
+        mrope: a ``posenc.MRope`` (M-RoPE sections, a vision tower's 2-D RoPE; a
+            ``MultimodalRotaryEmbedding``'s is its ``.mrope``).
+        positions: int64 [streams, ..., tokens] (Hugging Face's position_ids [3, batch, seq]) or
+            [streams, tokens] (shared by the batch), each in [0, 2^32], read where it lies (any
+            strides, no copy).
+        q: the queries: float32, float64, bfloat16 or float16.
+        k: the keys, of q's dtype; None rotates q alone.
+        qkv_format: "bshd" or "bhsd" (Hugging Face's, no copy), as in ``apply_rope``; required.
+
+    Shapes:
+        q: [..., tokens, num_heads, head_dim] for "bshd"; [..., num_heads, tokens, head_dim] for
+            "bhsd".
+        k: [..., tokens, num_kv_heads, head_dim] for "bshd"; [..., num_kv_heads, tokens,
+            head_dim] for "bhsd".
+
+    Returns:
+        q_rot, or (q_rot, k_rot) when k is given, of the inputs' shapes and dtype.
+
+    Raises:
+        posenc.Error: a bad mrope, positions (shape, dtype, range) or tensor, named.
     """
     _check_instance(
         "mrope",
@@ -125,22 +140,32 @@ torch.fx.wrap("_module_vision_rope")
 
 
 class MultimodalRotaryEmbedding(torch.nn.Module):
-    """Multimodal RoPE as a module: ``forward(q, k, position_ids=None) ->
-    (q_rot, k_rot)``.
+    """Multimodal RoPE as a module: ``forward(q, k=None, position_ids=None, *, qkv_format=None)``
+    -> q_rot, or (q_rot, k_rot) when k is given.
 
-    M-RoPE of Qwen2-VL and Qwen2.5-VL (``mrope_section`` pairs per stream in
-    blocks) and Qwen3-VL (``interleaved=True``): each token has a time, a
-    height and a width position, and each rotary pair turns by one of them.
-    Built from a Hugging Face config (``from_hf_config``), from head_dim,
-    mrope_section and base (plain RoPE frequencies), from a ready
-    ``posenc.Rope`` and mrope_section, or from a ``posenc.MRope``.
+    M-RoPE of Qwen2-VL and Qwen2.5-VL (``mrope_section`` pairs per stream in blocks) and Qwen3-VL
+    (``interleaved=True``): each token has a time, a height and a width position, and each
+    rotary pair turns by one of them. Built from a Hugging Face config (``from_hf_config``), from
+    head_dim, mrope_section and base (plain RoPE frequencies), from a ready ``posenc.Rope`` and
+    mrope_section, or from a ``posenc.MRope``. Autograd: the backward pass is the inverse
+    rotation. The module has no parameters.
 
-    Shapes as in ``apply_rope``, in qkv_format "bshd" or "bhsd" (Hugging
-    Face's), said here or per call (required). position_ids is Hugging Face's int64 [3,
-    batch, tokens] (``get_rope_index``), or [batch, tokens] for text (the same
-    position in each stream: then M-RoPE is 1-D RoPE exactly), or None for 0
-    .. tokens - 1 when qkv_format says where the tokens are. Autograd: the
-    backward pass is the inverse rotation. The module has no parameters.
+    Args:
+        head_dim: the features of a head; required unless rope or mrope is given.
+        mrope_section: the pairs of each stream (time, height, width), a sequence of ints adding
+            up to rotary_dim / 2 (e.g. Qwen2-VL's [16, 24, 24]); required unless mrope is given.
+        base: theta of the plain frequencies, when built from head_dim.
+        interleaved: False: the sections in blocks (Qwen2-VL, Qwen2.5-VL); True: the streams
+            take turns pair by pair, t h w t h w ... (Qwen3-VL).
+        rope: a ready ``posenc.Rope`` whose pairs the sections share out (its frequencies,
+            layout, scaling and offset kept); None: plain RoPE of head_dim and base.
+        mrope: a ready ``posenc.MRope``; the arguments above are then not read.
+        qkv_format: "bshd" or "bhsd" (Hugging Face's), given here or per call (one of them is
+            required); None: each call says.
+
+    Raises:
+        posenc.Error: a missing or bad argument (sections that do not add up to the pairs, a
+            bad size, base, rope, mrope or qkv_format), named.
     """
 
     def __init__(
@@ -185,12 +210,25 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
 
     @classmethod
     def from_hf_config(cls, config, layer=None, *, qkv_format=None, **kwargs):
-        """The M-RoPE of a Hugging Face Qwen2-VL, Qwen2.5-VL or Qwen3-VL
-        config (a dict, its JSON text or a config.json path):
-        ``posenc.mrope_from_hf_config`` (the language model's RoPE with its
-        ``mrope_section``, in blocks or interleaved as the model lays them;
-        ``layer`` and the other keywords as in ``rope_from_hf_config``). A
-        config without M-RoPE raises ``posenc.Error``."""
+        """The M-RoPE of a Hugging Face Qwen2-VL, Qwen2.5-VL or Qwen3-VL config:
+        ``posenc.mrope_from_hf_config`` (the language model's RoPE with its ``mrope_section``, in
+        blocks or interleaved as the model lays them).
+
+        Args:
+            config: a dict, its JSON text or a config.json path (or a transformers
+                ``PretrainedConfig``).
+            layer: a layer index or type, as in ``rope_from_hf_config``; None: the config's
+                first RoPE setting.
+            qkv_format: "bshd" or "bhsd" for the module's calls; None: each call says.
+            **kwargs: the other keywords of ``rope_from_hf_config`` (layer_type, seq_len,
+                precision, yarn_rules).
+
+        Returns:
+            A ``MultimodalRotaryEmbedding``.
+
+        Raises:
+            posenc.Error: a config without M-RoPE (naming its model type), or a bad key.
+        """
         mrope = mrope_from_hf_config(config, layer=layer, **kwargs)
         if mrope.num_streams == 1:
             model = model_positions(config)
@@ -214,9 +252,36 @@ class MultimodalRotaryEmbedding(torch.nn.Module):
         return torch.tensor(self.mrope.rope.inv_freq, dtype=torch.float64)
 
     def forward(self, q, k=None, position_ids=None, *, qkv_format=None):
+        """Rotates q (and k) by the module's M-RoPE; differentiable (``apply_mrope``).
+
+        Args:
+            q: the queries: float32, float64, bfloat16 or float16.
+            k: the keys, of q's dtype; None rotates q alone.
+            position_ids: Hugging Face's int64 [3, batch, tokens] (``get_rope_index``), or
+                [batch, tokens] for text (the same position in each stream: then M-RoPE is 1-D
+                RoPE exactly), or None for 0 .. tokens - 1 in every stream.
+            qkv_format: "bshd" or "bhsd"; None: the module's (one of them is required).
+
+        Shapes:
+            q: [..., tokens, heads, head_dim] for "bshd"; [..., heads, tokens, head_dim] for
+                "bhsd".
+            k: [..., tokens, kv_heads, head_dim] for "bshd"; [..., kv_heads, tokens, head_dim]
+                for "bhsd".
+
+        Returns:
+            q_rot, or (q_rot, k_rot) when k is given, of the inputs' shapes and dtype.
+
+        Raises:
+            posenc.Error: as ``apply_mrope``, or no qkv_format here nor on the module.
+        """
         return _rotate_with(_module_mrope, self, q, k, position_ids, qkv_format)
 
     def extra_repr(self):
+        """The module's line in ``print(model)``: its ``posenc.MRope`` and qkv_format when set.
+
+        Returns:
+            str.
+        """
         text = repr(self.mrope)
         if self.qkv_format is not None:
             text += f", qkv_format={self.qkv_format!r}"
@@ -233,25 +298,33 @@ _VISION_KINDS = {
 
 
 class VisionRotaryEmbedding(torch.nn.Module):
-    """The 2-D RoPE of a vision tower as a module: ``forward(q, k, positions)
-    -> (q_rot, k_rot)``, and ``positions(...)``, the patch positions the
+    """The 2-D RoPE of a vision tower as a module: ``forward(q, k=None, positions=None)`` ->
+    q_rot, or (q_rot, k_rot) when k is given; and ``positions(...)``, the patch positions the
     tower rotates by.
 
-    kind: "qwen2_vl", "qwen2_5_vl", "qwen3_vl" (the Qwen towers: pairs
-    [0, head_dim / 4) by the patch row, the rest by the column, at
-    theta^(-2j / (head_dim / 2))), "pixtral" (rows at the even, columns at
-    the odd frequencies of theta^(-2j / head_dim)) or "llama4" (interleaved
-    pairs; positions (column + 1, row + 1), the class token (0, 0)); head_dim
-    the tower's head width (a multiple of 4), theta the base. Or a ready
-    ``posenc.MRope`` as mrope. ``from_hf_config`` reads all of it, and the
-    patch grid (spatial_merge_size, window_units, patches_per_side), from a
-    multimodal config.
+    Two streams, patch row and patch column, each over half the pairs (posenc/mrope.h).
+    Autograd: the backward pass is the inverse rotation. The module has no parameters.
 
-    q and k are [tokens, heads, head_dim] (as the Qwen towers hold them) or
-    [batch, tokens, heads, head_dim], CPU float32, bfloat16, float16 or
-    float64; positions is int64 [2, tokens] (stream 0, stream 1 of each
-    patch; shared by the batch) or [2, batch, tokens]. Autograd: the backward
-    pass is the inverse rotation. The module has no parameters.
+    Args:
+        kind: "qwen2_vl", "qwen2_5_vl", "qwen3_vl" (the Qwen towers: pairs [0, head_dim / 4) by
+            the patch row, the rest by the column, at theta^(-2j / (head_dim / 2))), "pixtral"
+            (rows at the even, columns at the odd frequencies of theta^(-2j / head_dim)) or
+            "llama4" (interleaved pairs; positions (column + 1, row + 1), the class token
+            (0, 0)); required unless mrope is given.
+        head_dim: the tower's head width, a multiple of 4.
+        theta: the base of the frequencies.
+        mrope: a ready ``posenc.MRope``; head_dim and theta are then not read (kind still picks
+            the order of ``positions``).
+        spatial_merge_size: s of the Qwen towers' spatial merge (s x s patches form one merged
+            token), for ``positions`` and ``window_order``.
+        window_units: Qwen2.5-VL's windows, window_units x window_units merged tokens
+            (window_size / s / patch_size: 112 / 2 / 14 = 4), for ``positions`` and
+            ``window_order``.
+        patches_per_side: Llama 4's patches per image side, for ``positions``; None: not
+            known.
+
+    Raises:
+        posenc.Error: a bad kind, size or mrope, named.
     """
 
     def __init__(
@@ -289,10 +362,20 @@ class VisionRotaryEmbedding(torch.nn.Module):
 
     @classmethod
     def from_hf_config(cls, config):
-        """The vision tower of a Hugging Face config (a dict, its JSON text or
-        a config.json path): Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Pixtral (llava /
-        mistral3) or Llama 4 (``posenc.vision_rope_from_hf_config``), with its
-        patch grid. A config without such a tower raises ``posenc.Error``."""
+        """The vision tower of a Hugging Face config: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Pixtral
+        (llava / mistral3) or Llama 4 (``posenc.vision_rope_from_hf_config``), with its patch
+        grid (spatial_merge_size, window_units, patches_per_side).
+
+        Args:
+            config: a dict, its JSON text or a config.json path (or a transformers
+                ``PretrainedConfig``).
+
+        Returns:
+            A ``VisionRotaryEmbedding``.
+
+        Raises:
+            posenc.Error: a config without such a tower.
+        """
         mrope = vision_rope_from_hf_config(config)
         tower = model_positions(config).vision_rope
         return cls(
@@ -304,14 +387,26 @@ class VisionRotaryEmbedding(torch.nn.Module):
         )
 
     def positions(self, grids=None, *, window_order=None):
-        """int64 [2, tokens]: the patch positions the tower rotates by, in its
-        token order.
+        """The patch positions the tower rotates by, in its token order.
 
-        Qwen kinds: grids is image_grid_thw or video_grid_thw, int [n, 3]
-        rows (t, h, w); patches in merge-block order, and for "qwen2_5_vl" in
-        window order (window_order=False: rot_pos_emb's order). "pixtral":
-        grids is [n, 2] rows (patch rows, patch columns) per image. "llama4":
-        no grids; the patches_per_side^2 patches, then the class token."""
+        Qwen kinds: patches in merge-block order, and for "qwen2_5_vl" in window order.
+        "pixtral": row-major per image, images one after another. "llama4": the
+        patches_per_side^2 patches, then the class token.
+
+        Args:
+            grids: Qwen kinds: image_grid_thw or video_grid_thw, int [n, 3] rows (t, h, w);
+                "pixtral": [n, 2] rows (patch rows, patch columns) per image; "llama4": None (no
+                grids).
+            window_order: Qwen kinds: True for Qwen2.5-VL's window order, False for
+                rot_pos_emb's order; None: window order for "qwen2_5_vl" only.
+
+        Returns:
+            int64 [2, tokens]: stream 0 and stream 1 of each patch.
+
+        Raises:
+            posenc.Error: grids of the wrong form for the kind, or "llama4" without
+                patches_per_side.
+        """
         kind = self.kind
         if kind == "llama4":
             if grids is not None or self.patches_per_side is None:
@@ -346,10 +441,19 @@ class VisionRotaryEmbedding(torch.nn.Module):
         return torch.from_numpy(out)
 
     def window_order(self, grids):
-        """Qwen2.5-VL's (window_index, cu_window_seqlens), int64, as its
-        get_window_index gives them (without repeated offsets): merged token
-        window_index[k] goes to slot k, and window attention stays inside each
-        range of cu_window_seqlens."""
+        """Qwen2.5-VL's window order, as its get_window_index gives it (without repeated
+        offsets): merged token window_index[k] goes to slot k, and window attention stays inside
+        each range of cu_window_seqlens.
+
+        Args:
+            grids: image_grid_thw or video_grid_thw, int [n, 3] rows (t, h, w).
+
+        Returns:
+            (window_index, cu_window_seqlens), int64 tensors.
+
+        Raises:
+            posenc.Error: bad grids, spatial_merge_size or window_units.
+        """
         index, offsets = _core.qwen_vision_window_order(
             _int_tensor_numpy("mrope", "grids", grids),
             self.spatial_merge_size,
@@ -358,9 +462,33 @@ class VisionRotaryEmbedding(torch.nn.Module):
         return torch.from_numpy(index), torch.from_numpy(offsets)
 
     def forward(self, q, k=None, positions=None):
+        """Rotates q (and k) by the tower's 2-D RoPE at the patch positions; differentiable.
+
+        Args:
+            q: the queries, CPU float32, bfloat16, float16 or float64.
+            k: the keys, of q's dtype; None rotates q alone.
+            positions: int64 [2, tokens] (stream 0, stream 1 of each patch; shared by the batch)
+                or [2, batch, tokens] (``positions`` gives them); required (None is refused).
+
+        Shapes:
+            q: [tokens, heads, head_dim] (as the Qwen towers hold them) or [batch, tokens,
+                heads, head_dim].
+            k: as q, with its own heads.
+
+        Returns:
+            q_rot, or (q_rot, k_rot) when k is given, of the inputs' shapes and dtype.
+
+        Raises:
+            posenc.Error: a bad tensor or positions (shape, dtype, range), named.
+        """
         return _rotate_with(_module_vision_rope, self, q, k, positions)
 
     def extra_repr(self):
+        """The module's line in ``print(model)``: its kind and ``posenc.MRope``.
+
+        Returns:
+            str.
+        """
         return (f"kind={self.kind!r}, " if self.kind else "") + repr(self.mrope)
 
 
@@ -374,18 +502,28 @@ def get_rope_index(
     *,
     rules=None,
 ):
-    """Hugging Face's Qwen-VL ``get_rope_index`` on CPU tensors: returns
-    ``(position_ids, rope_deltas)``, int64 [3, batch, seq_len] and int64
-    [batch, 1], with Hugging Face's values (``posenc.get_rope_index`` on numpy arrays).
+    """Hugging Face's Qwen-VL ``get_rope_index`` on CPU tensors, with Hugging Face's values
+    (``posenc.get_rope_index`` on numpy arrays).
 
-    config: a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config (a dict, its JSON text
-    or a config.json path) or a ``posenc.QwenVlTokens``. input_ids [batch,
-    seq_len]; image_grid_thw and video_grid_thw [n, 3] (t, h, w);
-    second_per_grid_ts [videos] (float32 as the Qwen2.5-VL processor gives
-    it); attention_mask [batch, seq_len] of 0 and 1 (int or bool). rules: the
-    video numbering (``posenc.MropeIndexRules`` or its name, e.g.
-    "qwen2_5_vl_int_seconds"); None for the config's model as released.
-    position_ids goes straight into ``MultimodalRotaryEmbedding``.
+    Text tokens count on in all three streams; image and video tokens carry (frame, row, column)
+    of their grid. position_ids goes straight into ``MultimodalRotaryEmbedding``.
+
+    Args:
+        config: a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config (a dict, its JSON text or a
+            config.json path) or a ``posenc.QwenVlTokens``.
+        input_ids: int [batch, seq_len].
+        image_grid_thw: int [n, 3] rows (t, h, w) of the images; None: no images.
+        video_grid_thw: int [n, 3] rows (t, h, w) of the videos; None: no videos.
+        second_per_grid_ts: [videos], float32 as the Qwen2.5-VL processor gives it; None: none.
+        attention_mask: [batch, seq_len] of 0 and 1 (int or bool); None: every token.
+        rules: the video numbering (``posenc.MropeIndexRules`` or its name, e.g.
+            "qwen2_5_vl_int_seconds"); None: the config's model as released.
+
+    Returns:
+        (position_ids, rope_deltas): int64 [3, batch, seq_len] and int64 [batch, 1].
+
+    Raises:
+        posenc.Error: a bad config, tensor or rule, named.
     """
     fn = "mrope_index"
     seconds = second_per_grid_ts
