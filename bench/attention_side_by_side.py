@@ -16,8 +16,9 @@ import argparse
 import time
 
 import numpy as np
-import posenc
 import torch
+
+import posenc
 
 
 def best_seconds(fn, repeats):

@@ -21,9 +21,10 @@ usage: PYTHONPATH=build/python /usr/bin/python3 bench/attention_training.py [--t
 import argparse
 import time
 
+import torch
+
 import posenc
 import posenc.torch as pt
-import torch
 
 
 def cpu_model():

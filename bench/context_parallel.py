@@ -34,9 +34,10 @@ def free_port():
 
 
 def rank_main(rank, world, port, args, threads, results):
-    import posenc.torch as pt
     import torch
     import torch.distributed as dist
+
+    import posenc.torch as pt
 
     torch.set_num_threads(threads)  # posenc's OpenMP regions follow torch's thread count
     dist.init_process_group(

@@ -13,9 +13,10 @@ import argparse
 import timeit
 
 import numpy as np
+import torch
+
 import posenc
 import posenc.torch as pt
-import torch
 from posenc import _core
 
 

@@ -53,12 +53,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import posenc
-import posenc.torch as pt
 import round_stats
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
+
+import posenc
+import posenc.torch as pt
 
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 # A whole model in bfloat16 rounds every matmul and norm, on both sides alike: the 4-layer Llama

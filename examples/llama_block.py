@@ -18,8 +18,9 @@ side (python/tests/test_example_llama_block.py checks them).
 
 import math
 
-import posenc.torch as pt
 import torch
+
+import posenc.torch as pt
 
 CONFIG = {
     "model_type": "llama",

@@ -12,8 +12,9 @@ import re
 import textwrap
 import types
 
-import posenc.torch as pt
 import pytest
+
+import posenc.torch as pt
 
 # An entry of an Args: section: "name: text" or "name (type): text", one parameter per entry
 # (*args and **kwargs as "*args:" and "**kwargs:").

@@ -8,8 +8,9 @@ import math
 from pathlib import Path
 
 import numpy as np
-import posenc
 import pytest
+
+import posenc
 
 GOLDEN = Path(__file__).resolve().parents[2] / "tests" / "golden" / "dca_vllm"
 

@@ -6,10 +6,11 @@ import json
 import pathlib
 
 import numpy as np
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
+
+import posenc
+import posenc.torch as pt
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[2] / "tests" / "golden" / "hf_rope"
 # The golden config_input is what Hugging Face was given (plain attribute

@@ -5,8 +5,6 @@ frequencies equal those transformers 5.23.0's own rotary modules compute from th
 import json
 import pathlib
 
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
 import transformers
@@ -18,6 +16,9 @@ from transformers.models.qwen2_vl.modeling_qwen2_vl import (
     apply_rotary_pos_emb_vision,
 )
 from transformers.vision_utils import get_vision_position_ids
+
+import posenc
+import posenc.torch as pt
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "configs"
 

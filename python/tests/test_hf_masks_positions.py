@@ -6,16 +6,17 @@ and chunked attention; the expected outputs from torch's scaled_dot_product_atte
 same mask, and the expected positions from generate()'s own position_ids
 (GenerationMixin._prepare_position_ids_for_generation: cumsum - 1, padding 0)."""
 
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
 import torch.nn.functional as F
-from posenc import _core
 from transformers import LlamaConfig
 from transformers import masking_utils as hf_masks
 from transformers.generation.utils import GenerationMixin
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+import posenc
+import posenc.torch as pt
+from posenc import _core
 
 torch.manual_seed(0)
 HEADS, KV_HEADS, DIM = 4, 2, 16

@@ -14,12 +14,13 @@ import sys
 import traceback
 
 import numpy as np
-import posenc
-import posenc.torch as pt
-import posenc.torch.distributed as cp
 import pytest
 import torch
 from numpy.lib.stride_tricks import as_strided
+
+import posenc
+import posenc.torch as pt
+import posenc.torch.distributed as cp
 
 ROPE = posenc.Rope.default(8)
 CAP = "must hold at most 17179869184 bytes (16 GiB, the cap on arrays posenc allocates)"

@@ -7,10 +7,11 @@ import gc
 import re
 
 import numpy as np
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
+
+import posenc
+import posenc.torch as pt
 
 HEAD_DIM = 16
 KV_HEADS = 2

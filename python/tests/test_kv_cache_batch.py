@@ -4,8 +4,9 @@ through its own posenc.KVCache (to the bit); errors name the row and change
 no row."""
 
 import numpy as np
-import posenc
 import pytest
+
+import posenc
 
 HEAD_DIM, KV_HEADS, HEADS = 16, 2, 4
 ROPE = posenc.Rope.default(HEAD_DIM, 10000.0)
@@ -85,8 +86,9 @@ def test_bad_input_names_the_row_and_changes_no_row():
 
 
 def test_torch_batch_decode_equals_each_sequence_alone():
-    import posenc.torch as pt
     import torch
+
+    import posenc.torch as pt
 
     lengths = [5, 9, 2]
     batch_cache = pt.KVCacheBatch(3, 16, KV_HEADS, HEAD_DIM, rope=ROPE)

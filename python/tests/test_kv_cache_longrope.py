@@ -8,8 +8,9 @@ import json
 import pathlib
 
 import numpy as np
-import posenc
 import pytest
+
+import posenc
 
 GOLDEN = json.loads(
     (
@@ -87,8 +88,9 @@ def test_bad_long_rope_options_are_clear_errors():
 
 
 def test_torch_kv_cache_from_a_phi3_config_switches_as_generate_does():
-    import posenc.torch as pt
     import torch
+
+    import posenc.torch as pt
 
     c = pt.KVCache.from_hf_config(GOLDEN["config"], capacity=32, layer=0)
     assert c.long_rope_threshold == L0 and c.crossing == "recompute"

@@ -8,10 +8,11 @@ import pathlib
 import re
 
 import numpy as np
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
+
+import posenc
+import posenc.torch as pt
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "mrope"

@@ -5,8 +5,6 @@ Qwen2-VL computes it (its rotary module and apply_rotary_pos_emb, then SDPA)."""
 import json
 import pathlib
 
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,6 +13,9 @@ from transformers.models.qwen2_vl.modeling_qwen2_vl import (
     Qwen2VLRotaryEmbedding,
     apply_rotary_pos_emb,
 )
+
+import posenc
+import posenc.torch as pt
 
 CONFIG = json.loads(
     (

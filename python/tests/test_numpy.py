@@ -6,8 +6,9 @@ import os
 import subprocess
 
 import numpy as np
-import posenc
 import pytest
+
+import posenc
 
 RNG_SEED = 1234
 

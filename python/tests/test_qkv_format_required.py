@@ -3,11 +3,12 @@ read either way, so every call that takes activations states the layout, and a c
 not is refused by name (nothing is computed or written); stated, either layout gives the same
 values as torch's scaled_dot_product_attention on Hugging Face's layout."""
 
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
 import torch.nn.functional as F
+
+import posenc
+import posenc.torch as pt
 
 ROPE = posenc.Rope.default(16)
 MROPE = pt.MultimodalRotaryEmbedding(16, [2, 3, 3])

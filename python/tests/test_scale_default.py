@@ -4,10 +4,11 @@ the default everywhere; the expected values are the softmax written out in float
 import math
 
 import numpy as np
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
+
+import posenc
+import posenc.torch as pt
 
 HEADS, DIM, KEYS = 2, 16, 5
 rng = np.random.default_rng(0)

@@ -5,10 +5,11 @@ neighbour scores where the distance is below W, grouped scores elsewhere, one so
 import math
 
 import numpy as np
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
+
+import posenc
+import posenc.torch as pt
 from posenc import _torch_reference as reference
 
 ROPE = posenc.Rope.default(16, 10000.0)

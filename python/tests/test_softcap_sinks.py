@@ -7,14 +7,15 @@ reproduced below line for line as the reference formula, in float64."""
 import math
 
 import numpy as np
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
-from posenc import _core
-from posenc import _torch_reference as reference
 from torch import nn
 from torch.nn import functional as F
+
+import posenc
+import posenc.torch as pt
+from posenc import _core
+from posenc import _torch_reference as reference
 
 BATCH, HEADS, KV_HEADS, DIM = 2, 4, 2, 16
 

@@ -3,10 +3,11 @@
 import math
 
 import numpy as np
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
+
+import posenc
+import posenc.torch as pt
 from posenc.torch.absolute import _LearnedLookup
 
 torch.manual_seed(0)

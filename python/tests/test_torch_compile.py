@@ -7,14 +7,15 @@ import importlib.util
 import io
 import pathlib
 
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
-from posenc.torch import _ops
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.utils import counters
 from torch._functorch.aot_autograd import make_boxed_func
+
+import posenc
+import posenc.torch as pt
+from posenc.torch import _ops
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -9,11 +9,12 @@ import math
 import pathlib
 import pickle
 
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
 import torch.fx
+
+import posenc
+import posenc.torch as pt
 from posenc import _torch_reference as reference
 from posenc.torch._tensors import _head_view
 

@@ -7,10 +7,11 @@ numpy bindings' contract, and a short AdamW run."""
 import math
 
 import numpy as np
-import posenc
-import posenc.torch as pt
 import pytest
 import torch
+
+import posenc
+import posenc.torch as pt
 from posenc import _core
 from posenc import _torch_reference as reference
 

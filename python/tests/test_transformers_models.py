@@ -13,8 +13,6 @@ import copy
 import json
 import pathlib
 
-import posenc
-import posenc.transformers as ptf
 import pytest
 import torch
 import transformers
@@ -28,6 +26,9 @@ from transformers.masking_utils import (
     sdpa_mask,
     sliding_window_causal_mask_function,
 )
+
+import posenc
+import posenc.transformers as ptf
 
 TRANSFORMERS_VERSION = "5.23.0"
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "configs"
