@@ -21,7 +21,7 @@
 #include "posenc/mrope.h"
 #include "posenc/rope.h"
 #include "posenc/vision_positions.h"
-#include "simd_targets_for_test.h"
+#include "simd/simd_targets_for_test.h"
 #include "test_support.h"
 
 namespace posenc {

@@ -15,7 +15,7 @@
 #include <cstring>
 
 #include "hwy/highway.h"
-#include "kernel_threads.h"
+#include "simd/kernel_threads.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {

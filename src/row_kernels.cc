@@ -12,7 +12,7 @@
 #if HWY_ONCE
 #include <cstring>
 
-#include "kernel_threads.h"
+#include "simd/kernel_threads.h"
 
 namespace posenc::internal {
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "simd_targets_for_test.h"
+#include "simd/simd_targets_for_test.h"
 #include "test_support.h"
 
 namespace posenc {

@@ -26,7 +26,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
-#include "kernel_threads.h"
+#include "simd/kernel_threads.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {

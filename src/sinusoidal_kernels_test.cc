@@ -11,7 +11,7 @@
 
 #include "posenc/positions.h"
 #include "posenc/sinusoidal.h"
-#include "simd_targets_for_test.h"
+#include "simd/simd_targets_for_test.h"
 
 namespace posenc {
 namespace {

@@ -21,7 +21,7 @@
 #include "attention_values-inl.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
-#include "kernel_threads.h"
+#include "simd/kernel_threads.h"
 #include "tile_gemm-inl.h"
 
 HWY_BEFORE_NAMESPACE();

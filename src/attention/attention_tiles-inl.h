@@ -23,7 +23,7 @@
 #include "attention_bf16.h"
 #include "attention_kernels.h"
 #include "hwy/highway.h"
-#include "simd_storage-inl.h"
+#include "simd/simd_storage-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {

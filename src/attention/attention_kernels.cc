@@ -3,7 +3,7 @@
 #include "attention_kernels.h"
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "attention_kernels.cc"
+#define HWY_TARGET_INCLUDE "attention/attention_kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include "hwy/highway.h"

@@ -20,7 +20,7 @@
 #include "posenc/heads.h"
 #include "posenc/positions.h"
 #include "posenc/storage.h"
-#include "simd_targets_for_test.h"
+#include "simd/simd_targets_for_test.h"
 
 namespace posenc {
 namespace {

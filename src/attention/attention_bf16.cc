@@ -1,6 +1,6 @@
 #include "attention_bf16.h"
 
-#include "cpu_features.h"
+#include "simd/cpu_features.h"
 
 #if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)
 #define POSENC_HAVE_AVX512_BF16 1

@@ -26,7 +26,7 @@
 #include "posenc/relative_bias.h"
 #include "posenc/rope.h"
 #include "posenc/storage.h"
-#include "simd_targets_for_test.h"
+#include "simd/simd_targets_for_test.h"
 #include "test_support.h"
 
 namespace posenc {

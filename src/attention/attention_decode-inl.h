@@ -27,7 +27,7 @@
 #include "attention_values-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
-#include "simd_storage-inl.h"
+#include "simd/simd_storage-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {

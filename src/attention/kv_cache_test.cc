@@ -15,7 +15,7 @@
 #include "posenc/attention.h"
 #include "posenc/positions.h"
 #include "posenc/rope.h"
-#include "simd_targets_for_test.h"
+#include "simd/simd_targets_for_test.h"
 #include "test_support.h"
 
 namespace posenc {

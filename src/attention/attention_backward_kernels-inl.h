@@ -62,8 +62,8 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
-#include "kernel_threads.h"
-#include "simd_storage-inl.h"
+#include "simd/kernel_threads.h"
+#include "simd/simd_storage-inl.h"
 #include "tile_gemm-inl.h"
 
 HWY_BEFORE_NAMESPACE();

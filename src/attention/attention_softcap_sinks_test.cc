@@ -32,7 +32,7 @@
 #include "posenc/rope.h"
 #include "posenc/self_extend.h"
 #include "posenc/storage.h"
-#include "simd_targets_for_test.h"
+#include "simd/simd_targets_for_test.h"
 #include "test_support.h"
 
 namespace posenc {

@@ -48,7 +48,7 @@
 #include "attention_tiles-inl.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
-#include "kernel_threads.h"
+#include "simd/kernel_threads.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {

@@ -17,7 +17,7 @@
 
 #include "attention_tiles-inl.h"
 #include "hwy/highway.h"
-#include "simd_storage-inl.h"
+#include "simd/simd_storage-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {
