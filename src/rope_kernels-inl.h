@@ -32,9 +32,9 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
-#include "simd/kernel_threads.h"
 #include "rope_bf16.h"
 #include "rope_kernels.h"
+#include "simd/kernel_threads.h"
 #include "simd/simd_storage-inl.h"
 
 HWY_BEFORE_NAMESPACE();

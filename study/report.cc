@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "blas_info.h"
-#include "demo/plot.h"
 #include "evaluate.h"
+#include "plot/plot.h"
 #include "results.h"
 
 namespace posenc::study {
@@ -392,7 +392,7 @@ std::string LossRows(const Table& t, const std::string& key, Protocol p, const S
 // are read against; ALiBi beside the research schemes too).
 void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s, Protocol p,
                  const fs::path& dir) {
-  demo::Figure fig;
+  plot::Figure fig;
   fig.file_stem = "loss_vs_length_" + ProtocolName(p);
   fig.width = 1900;
   fig.height = 1200;
@@ -439,12 +439,12 @@ void LengthChart(const Table& t, const std::vector<Arm>& arms, const Settings& s
   }
   plot << "unset multiplot";
   fig.script = plot.str();
-  demo::Render(fig, dir);
+  plot::Render(fig, dir);
 }
 
 void TrainingChart(const std::vector<Run>& runs, const fs::path& runs_dir, const fs::path& dir,
                    bool fine_tunes) {
-  demo::Figure fig;
+  plot::Figure fig;
   fig.file_stem = fine_tunes ? "fine_tuning" : "training";
   fig.width = 1000;
   fig.height = 550;
@@ -475,7 +475,7 @@ void TrainingChart(const std::vector<Run>& runs, const fs::path& runs_dir, const
          << "' title '" << run.name << "'";
   }
   fig.script = plot.str();
-  if (drawn > 0) demo::Render(fig, dir);
+  if (drawn > 0) plot::Render(fig, dir);
 }
 
 FineTuneCurves ReadFineTuneCurves(const std::vector<Run>& runs, const fs::path& runs_dir) {

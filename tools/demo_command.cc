@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "commands.h"
-#include "demo/report.h"
+#include "lesson/report.h"
 
 namespace posenc::cli {
 
@@ -20,7 +20,7 @@ void AddDemoCommand(CLI::App& app) {
       ->capture_default_str();
   demo->add_flag("--json", options->json, "Print the numbers as one JSON object instead of text");
   demo->callback([options] {
-    using namespace posenc::demo;
+    using namespace posenc::lesson;
     const std::vector<Section> sections = LessonSections();
     const std::filesystem::path dir = options->out;
     std::filesystem::create_directories(dir);

@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "commands.h"
-#include "demo/plot.h"
 #include "model_rope.h"
+#include "plot/plot.h"
 #include "posenc/alibi.h"
 #include "posenc/error.h"
 #include "posenc/hf_config.h"
@@ -54,7 +54,7 @@ void RenderChart(const std::filesystem::path& path, const std::vector<PairRow>& 
                   shown(rows[i].wavelength));
     data += line;
   }
-  std::string script = "set title " + demo::GnuplotString(title) +
+  std::string script = "set title " + plot::GnuplotString(title) +
                        " noenhanced\n"
                        "set xlabel 'pair i'\nset ylabel 'wavelength (positions)'\n"
                        "set logscale y\nset format y '10^{%L}'\nset key top left\n"
@@ -72,7 +72,7 @@ void RenderChart(const std::filesystem::path& path, const std::vector<PairRow>& 
       "\\\n     $wavelengths using 1:3 with linespoints ls 2 pt 7 ps 0.5 title 'after scaling'";
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
   std::filesystem::create_directories(dir);
-  demo::Render({.file_stem = path.stem().string(),
+  plot::Render({.file_stem = path.stem().string(),
                 .caption = title,
                 .data = {{"wavelengths", data}},
                 .script = script},

@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string_view>
 
-#include "demo/order_experiment.h"
-#include "demo/report.h"
+#include "lesson/order_experiment.h"
+#include "lesson/report.h"
 #include "posenc/alibi.h"
 #include "posenc/error.h"
 #include "posenc/heads.h"
@@ -450,8 +450,8 @@ std::vector<std::string> Words(Params& p) {
     words.push_back(word);
     begin = end + 1;
   }
-  Require(static_cast<int64_t>(words.size()) <= demo::kOrderMaxTokens, kFn, "tokens",
-          "hold at most " + std::to_string(demo::kOrderMaxTokens) + " words", words.size());
+  Require(static_cast<int64_t>(words.size()) <= lesson::kOrderMaxTokens, kFn, "tokens",
+          "hold at most " + std::to_string(lesson::kOrderMaxTokens) + " words", words.size());
   return words;
 }
 
@@ -463,7 +463,7 @@ std::vector<float> WordVector(const std::string& word) {
     hash = (hash ^ static_cast<unsigned char>(std::tolower(static_cast<unsigned char>(c)))) *
            1099511628211ull;
   }
-  return demo::RandomNormal(1, demo::kOrderWidth, hash);
+  return lesson::RandomNormal(1, lesson::kOrderWidth, hash);
 }
 
 // Order: a sentence and a shuffle of it through one attention layer, with positions entering
@@ -485,13 +485,13 @@ json Order(Params& p) {
   }
   const auto rows = [](const std::vector<float>& flat) {
     json out = json::array();
-    for (size_t t = 0; t < flat.size(); t += demo::kOrderWidth) {
-      out.push_back(std::vector<float>(flat.begin() + t, flat.begin() + t + demo::kOrderWidth));
+    for (size_t t = 0; t < flat.size(); t += lesson::kOrderWidth) {
+      out.push_back(std::vector<float>(flat.begin() + t, flat.begin() + t + lesson::kOrderWidth));
     }
     return out;
   };
   json schemes = json::array();
-  for (const demo::OrderResult& r : demo::CompareOrders(x, permutation)) {
+  for (const lesson::OrderResult& r : lesson::CompareOrders(x, permutation)) {
     schemes.push_back({{"scheme", r.scheme},
                        {"max_abs_diff", r.max_abs_diff},
                        {"order_blind", r.max_abs_diff < 1e-6},
@@ -512,9 +512,9 @@ json Checks(Params& p) {
   p.Finish();
   static const json answer = [] {
     json sections = json::array();
-    for (const demo::Section& section : demo::LessonSections()) {
+    for (const lesson::Section& section : lesson::LessonSections()) {
       json claims = json::array();
-      for (const demo::Check& check : section.checks) {
+      for (const lesson::Check& check : section.checks) {
         claims.push_back({{"claim", check.claim}, {"holds", check.holds}});
       }
       sections.push_back({{"id", section.id},

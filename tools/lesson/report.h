@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "demo/section.h"
+#include "lesson/section.h"
 
-namespace posenc::demo {
+namespace posenc::lesson {
 
 // Every experiment of the lesson, in its order (a, b, ...): what `posenc demo` reports and the
 // explorer's Quick checks panel reveals.
@@ -22,4 +22,4 @@ void WriteHtmlReport(const std::vector<Section>& sections, const std::filesystem
 // The number of checks that hold and in all.
 std::pair<int, int> CountChecks(const std::vector<Section>& sections);
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <numeric>
 
-#include "demo/section.h"
+#include "lesson/section.h"
 #include "posenc/sinusoidal.h"
 
-namespace posenc::demo {
+namespace posenc::lesson {
 namespace {
 
 double Dot(const Sinusoidal& spec, int64_t p, int64_t q) {
@@ -178,4 +178,4 @@ Section ShiftAsRotation() {
   return s;
 }
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson

@@ -10,9 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "demo/plot.h"
+#include "plot/plot.h"
 
-namespace posenc::demo {
+namespace posenc::lesson {
+
+// The lesson draws with the figures that the study and `posenc inspect` draw with too.
+using plot::DataBlock;
+using plot::Figure;
+using plot::GnuplotString;
+using plot::Render;
 
 // A claim of the lesson and whether our numbers reproduce it.
 struct Check {
@@ -54,4 +60,4 @@ std::string FormatVector(std::span<const float> values, int digits = 3);
 // printf-style formatting into a std::string.
 std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson

@@ -6,12 +6,12 @@
 #include <cstring>
 #include <numbers>
 
-#include "demo/section.h"
+#include "lesson/section.h"
 #include "posenc/mrope.h"
 #include "posenc/mrope_positions.h"
 #include "posenc/rope.h"
 
-namespace posenc::demo {
+namespace posenc::lesson {
 namespace {
 
 constexpr int64_t kDim = 16;
@@ -283,4 +283,4 @@ plot $seen matrix with image pixels notitle, \
   return s;
 }
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson

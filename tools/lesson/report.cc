@@ -1,4 +1,4 @@
-#include "demo/report.h"
+#include "lesson/report.h"
 
 #include <cstdarg>
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include "posenc/files.h"
 
-namespace posenc::demo {
+namespace posenc::lesson {
 
 std::vector<float> RandomNormal(int64_t rows, int64_t cols, uint64_t seed) {
   std::mt19937_64 engine(seed);
@@ -176,4 +176,4 @@ figcaption { color: #555; font-size: 0.9em; }
   WriteFileAtomically("demo", path.string(), html.str());
 }
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson

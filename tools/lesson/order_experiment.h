@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace posenc::demo {
+namespace posenc::lesson {
 
 constexpr int64_t kOrderWidth = 8;  // features per token
 constexpr int64_t kOrderMaxTokens = 16;
@@ -27,4 +27,4 @@ struct OrderResult {
 std::vector<OrderResult> CompareOrders(std::span<const float> x,
                                        std::span<const int64_t> permutation);
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson

@@ -3,12 +3,12 @@
 #include <cmath>
 #include <numbers>
 
-#include "demo/section.h"
+#include "lesson/section.h"
 #include "posenc/error.h"
 #include "posenc/learned.h"
 #include "posenc/rope_scaling.h"
 
-namespace posenc::demo {
+namespace posenc::lesson {
 
 Section Stretching() {
   Section s{.id = "i", .title = "Stretching the context"};
@@ -105,4 +105,4 @@ plot $wavelengths using 1:2 with lines ls 1 title 'original', \
   return s;
 }
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson

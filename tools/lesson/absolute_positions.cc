@@ -2,12 +2,12 @@
 // fixed number of seats.
 #include <cmath>
 
-#include "demo/section.h"
+#include "lesson/section.h"
 #include "posenc/embedding.h"
 #include "posenc/error.h"
 #include "posenc/learned.h"
 
-namespace posenc::demo {
+namespace posenc::lesson {
 
 Section SeatNumbers() {
   Section s{.id = "b", .title = "Seat numbers: token plus position"};
@@ -63,4 +63,4 @@ Section LearnedTableLimit() {
   return s;
 }
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson

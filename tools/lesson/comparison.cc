@@ -1,7 +1,7 @@
 // (j) The four methods side by side.
-#include "demo/section.h"
+#include "lesson/section.h"
 
-namespace posenc::demo {
+namespace posenc::lesson {
 
 Section MethodsSideBySide() {
   Section s{.id = "j", .title = "The methods side by side"};
@@ -35,4 +35,4 @@ Section MethodsSideBySide() {
   return s;
 }
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson

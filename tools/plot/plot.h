@@ -1,6 +1,6 @@
-// Figures for the demo, drawn by gnuplot: each figure is a gnuplot script body plus inline data
-// blocks, rendered twice, to PNG (pngcairo) and to SVG, so the HTML report and a reader of the
-// PNGs see the same picture.
+// Figures drawn by gnuplot, for the lesson, `posenc inspect` and the study: each figure is a
+// gnuplot script body plus inline data blocks, rendered twice, to PNG (pngcairo) and to SVG, so
+// the HTML report and a reader of the PNGs see the same picture.
 #pragma once
 
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace posenc::demo {
+namespace posenc::plot {
 
 // A named inline data block ($name << EOD ... EOD) for the script.
 struct DataBlock {
@@ -36,4 +36,4 @@ void Render(const Figure& figure, const std::filesystem::path& dir);
 // through it. Control characters, which gnuplot strings cannot hold, become '?'.
 std::string GnuplotString(std::string_view text);
 
-}  // namespace posenc::demo
+}  // namespace posenc::plot

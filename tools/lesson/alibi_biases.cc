@@ -1,10 +1,10 @@
 // (h) ALiBi: no position vectors at all, a per-head linear penalty on scores.
 #include <cmath>
 
-#include "demo/section.h"
+#include "lesson/section.h"
 #include "posenc/alibi.h"
 
-namespace posenc::demo {
+namespace posenc::lesson {
 
 Section AlibiBiases() {
   Section s{.id = "h", .title = "ALiBi: a linear distance penalty per head"};
@@ -55,4 +55,4 @@ Section AlibiBiases() {
   return s;
 }
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson

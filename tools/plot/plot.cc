@@ -1,4 +1,4 @@
-#include "demo/plot.h"
+#include "plot/plot.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -14,7 +14,7 @@
 
 extern char** environ;
 
-namespace posenc::demo {
+namespace posenc::plot {
 namespace {
 
 // One palette and font for every figure, set once here rather than in each script.
@@ -141,4 +141,4 @@ void Render(const Figure& figure, const std::filesystem::path& dir) {
                       Script(figure, figure.file_stem));
 }
 
-}  // namespace posenc::demo
+}  // namespace posenc::plot

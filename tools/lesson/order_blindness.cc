@@ -4,8 +4,8 @@
 #include <cmath>
 #include <optional>
 
-#include "demo/order_experiment.h"
-#include "demo/section.h"
+#include "lesson/order_experiment.h"
+#include "lesson/section.h"
 #include "posenc/alibi.h"
 #include "posenc/attention.h"
 #include "posenc/error.h"
@@ -14,7 +14,7 @@
 #include "posenc/rope.h"
 #include "posenc/sinusoidal.h"
 
-namespace posenc::demo {
+namespace posenc::lesson {
 namespace {
 
 // How positions enter one single-head attention layer.
@@ -164,4 +164,4 @@ plot $bars using 0:2:xtic(1) with boxes ls 1 notitle)"});
   return s;
 }
 
-}  // namespace posenc::demo
+}  // namespace posenc::lesson
