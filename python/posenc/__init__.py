@@ -134,33 +134,38 @@ def rope_from_hf_config(
     precision=RopePrecision.REFERENCE,
     yarn_rules=None,
 ):
-    """The ``Rope`` of a Hugging Face model config: a transformers
-    ``PretrainedConfig`` (read as its ``to_dict()``), a dict (a parsed
-    config.json), its JSON text, or the path of a config.json.
+    """The ``Rope`` of a Hugging Face model config.
 
-    The rope type, theta, head_dim and rotary width (and rotary_offset:
-    DeepSeek's 64 rotated features sit after 128 unrotated ones of a 192-wide
-    head), scaling rule (linear, dynamic, YaRN, LongRoPE, Llama 3, ...) and
-    pair layout are read as transformers standardizes them
-    (posenc/hf_config.h). ``layer`` picks a layer by index (see
-    ``model_positions``); a layer that does not rotate (Llama 4's and
-    SmolLM3's NoPE layers) raises ``posenc.Error`` naming it. ``layer_type``
-    picks one of a per-layer config's types (e.g. "sliding_attention"; a
-    string given as ``layer`` means the same). With neither, the config's
-    first RoPE setting, as ``posenc inspect`` without ``--layer`` (the rule
-    of docs/MODELS.md, "Choosing a layer": its only one, else the first in
-    rope_parameters' sorted keys, or the full layers' of Gemma 3 and
-    ModernBERT). seq_len is the length L of the
-    length-dependent rules (dynamic, longrope): max(position_ids) + 1.
-    precision REFERENCE reproduces the float32 frequencies the models were
-    trained with; EXACT is double throughout. yarn_rules picks the YaRN of a
-    transformers release (docs/MODELS.md, "YaRN by release"):
-    "transformers5" (4.56.2 and later, the paper's), "transformers4_50"
-    (4.45-4.50: the correction range over max_position_embeddings, no
-    mscale) or "transformers4_51" (4.51.0-4.56.1: factor M / L0); None takes
-    the release that wrote the config (its transformers_version: before 4.51,
-    transformers4_50), else transformers5. A config that is not RoPE, or a
-    bad key, raises ``posenc.Error`` naming the key as written in the file.
+    The rope type, theta, head_dim and rotary width (and rotary_offset: DeepSeek's 64 rotated
+    features sit after 128 unrotated ones of a 192-wide head), scaling rule (linear, dynamic,
+    YaRN, LongRoPE, Llama 3, ...) and pair layout are read as transformers standardizes them
+    (posenc/hf_config.h). With neither ``layer`` nor ``layer_type``, the config's first RoPE
+    setting, as ``posenc inspect`` without ``--layer`` (docs/MODELS.md, "Choosing a layer": its
+    only one, else the first in rope_parameters' sorted keys, or the full layers' of Gemma 3 and
+    ModernBERT).
+
+    Args:
+        config: a transformers ``PretrainedConfig`` (read as its ``to_dict()``), a dict (a
+            parsed config.json), its JSON text, or the path of a config.json.
+        layer_type: one of a per-layer config's types (e.g. "sliding_attention"); None: see
+            above.
+        layer: a layer index (see ``model_positions``), or a layer type as a string.
+        seq_len: the length L of the length-dependent rules (dynamic, longrope):
+            max(position_ids) + 1; None: the config's own length.
+        precision: ``RopePrecision.REFERENCE`` reproduces the float32 frequencies the models
+            were trained with; ``EXACT`` is double throughout.
+        yarn_rules: the YaRN of a transformers release (docs/MODELS.md, "YaRN by release"):
+            "transformers5" (4.56.2 and later, the paper's), "transformers4_50" (4.45-4.50: the
+            correction range over max_position_embeddings, no mscale) or "transformers4_51"
+            (4.51.0-4.56.1: factor M / L0); None: the release that wrote the config (its
+            transformers_version: before 4.51, transformers4_50), else transformers5.
+
+    Returns:
+        posenc.Rope.
+
+    Raises:
+        posenc.Error: a config that is not RoPE, a bad key (named as written in the file), or a
+            layer that does not rotate (Llama 4's and SmolLM3's NoPE layers), named.
     """
     return _layer_config_call(
         config,
@@ -208,13 +213,27 @@ def mrope_from_hf_config(
     precision=RopePrecision.REFERENCE,
     yarn_rules=None,
 ):
-    """The language model's RoPE of a Hugging Face config as an ``MRope``:
-    for a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config, M-RoPE over
-    ``rope_from_hf_config``'s pairs with the config's mrope_section (in
-    blocks, or interleaved for mrope_interleaved, as Hugging Face's
-    apply_interleaved_mrope lays them, also where a stream gets fewer pairs
-    than its section); for any other RoPE config, one stream. Streams: time,
-    height, width. Arguments as ``rope_from_hf_config``."""
+    """The language model's RoPE of a Hugging Face config as an ``MRope``.
+
+    For a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config, M-RoPE over ``rope_from_hf_config``'s pairs
+    with the config's mrope_section (in blocks, or interleaved for mrope_interleaved, as Hugging
+    Face's apply_interleaved_mrope lays them, also where a stream gets fewer pairs than its
+    section); for any other RoPE config, one stream. Streams: time, height, width.
+
+    Args:
+        config: as ``rope_from_hf_config``.
+        layer_type: as ``rope_from_hf_config``.
+        layer: as ``rope_from_hf_config``.
+        seq_len: as ``rope_from_hf_config``.
+        precision: as ``rope_from_hf_config``.
+        yarn_rules: as ``rope_from_hf_config``.
+
+    Returns:
+        posenc.MRope.
+
+    Raises:
+        posenc.Error: as ``rope_from_hf_config``.
+    """
     return _layer_config_call(
         config,
         _core.mrope_from_hf_config_text,
@@ -228,17 +247,25 @@ def mrope_from_hf_config(
 
 
 def vision_rope_from_hf_config(config):
-    """The 2-D RoPE of a config's vision tower as an ``MRope`` (streams: patch
-    row and column; Llama 4: column + 1, row + 1): Qwen2-VL, Qwen2.5-VL and
-    Qwen3-VL (``MRope.qwen_vision``), Pixtral (llava / mistral3 with a pixtral
-    vision_config: ``MRope.pixtral``) and Llama 4 (``MRope.llama4_vision``),
-    head_dim and theta from vision_config with the config classes' defaults.
-    The tower's patch grid (patch_size, spatial_merge_size, window_units,
-    patches_per_side) is ``model_positions(config).vision_rope``; the
-    positions come from ``qwen_vision_positions``,
-    ``qwen_vision_positions_in_window_order``, ``pixtral_vision_positions``
-    and ``llama4_vision_positions``. A config without such a tower raises
-    ``posenc.Error``."""
+    """The 2-D RoPE of a config's vision tower as an ``MRope``.
+
+    Streams: patch row and column (Llama 4: column + 1, row + 1). Qwen2-VL, Qwen2.5-VL and
+    Qwen3-VL (``MRope.qwen_vision``), Pixtral (llava / mistral3 with a pixtral vision_config:
+    ``MRope.pixtral``) and Llama 4 (``MRope.llama4_vision``), head_dim and theta from
+    vision_config with the config classes' defaults. The tower's patch grid (patch_size,
+    spatial_merge_size, window_units, patches_per_side) is ``model_positions(config).vision_rope``;
+    the positions come from ``qwen_vision_positions``, ``qwen_vision_positions_in_window_order``,
+    ``pixtral_vision_positions`` and ``llama4_vision_positions``.
+
+    Args:
+        config: as ``rope_from_hf_config``.
+
+    Returns:
+        posenc.MRope.
+
+    Raises:
+        posenc.Error: a config without such a tower, or a bad key, named.
+    """
     return _config_call(
         config,
         _core.vision_rope_from_hf_config_text,
@@ -258,6 +285,10 @@ class LayerPositions:
     (None, or a dict rule, beta, floor_scale, offset: q is scaled by
     1 + beta ln(1 + floor((p + offset) / floor_scale))); ``causal``;
     ``symmetric_window`` (ModernBERT: the window reaches both ways).
+
+    Args:
+        data: one layer of ``posenc inspect --json``'s "layers" (a dict with the keys above);
+            ``model_positions`` makes them.
     """
 
     _FIELDS = (
@@ -278,6 +309,11 @@ class LayerPositions:
             setattr(self, name, data[name])
 
     def to_dict(self):
+        """The layer as ``posenc inspect --json`` writes it.
+
+        Returns:
+            dict: one key per attribute.
+        """
         return {name: getattr(self, name) for name in self._FIELDS}
 
     def __eq__(self, other):
@@ -304,6 +340,10 @@ class ModelPositions:
     ``max_distance``, ``bidirectional`` (the encoder's), ``encoder_layers``,
     ``decoder_layers``; learned ``max_positions``, ``dim``, ``offset`` (OPT:
     2); alibi ``num_heads``, ``max_bias``. ``to_dict()`` gives all of it.
+
+    Args:
+        data: the dict of ``posenc inspect --json``; ``model_positions`` makes it.
+        summary: the lines of ``summary()``.
     """
 
     def __init__(self, data, summary=()):
@@ -324,14 +364,22 @@ class ModelPositions:
         return sorted(set(super().__dir__()) | set(self._data))
 
     def to_dict(self):
+        """The model as ``posenc inspect --json`` writes it.
+
+        Returns:
+            dict: the model-level keys and "layers", one dict per layer.
+        """
         out = dict(self._data)
         out["layers"] = [layer.to_dict() for layer in self.layers]
         return out
 
     def summary(self):
-        """The layers run-length coded, as ``posenc inspect`` prints them:
-        ["all 32 layers: RoPE theta 1e4 [full_attention]"] or
-        ["layers 0-2, 4-6, ..., 44-46 (36): ...", ...]."""
+        """The layers run-length coded, as ``posenc inspect`` prints them.
+
+        Returns:
+            list of str: ["all 32 layers: RoPE theta 1e4 [full_attention]"] or
+            ["layers 0-2, 4-6, ..., 44-46 (36): ...", ...].
+        """
         return list(self._summary)
 
     def __repr__(self):
@@ -350,26 +398,29 @@ class ModelPositions:
 
 
 def model_positions(config):
-    """A Hugging Face config's positions, layer by layer: a
-    ``ModelPositions``.
+    """A Hugging Face config's positions, layer by layer.
 
-    config: a transformers ``PretrainedConfig``, a dict (a parsed
-    config.json), its JSON text, or the path of a config.json (as
-    ``rope_from_hf_config`` reads them); a multimodal config's language model
-    is read from ``text_config``. Each layer says whether it rotates (RoPE,
-    with its theta and rope type) or not (NoPE: Llama 4 and SmolLM3 every
-    4th layer; none: Mamba layers), its sliding window (Gemma 2/3, gpt-oss,
-    Cohere 2, ...), chunked attention (Llama 4), query scale (Llama 4's NoPE
-    temperature, Ministral 3), and whether it is causal. T5 gives its
-    relative-position buckets (``relative_position_bucket``,
-    ``posenc.torch.RelativePositionBias``). A bad key raises
-    ``posenc.Error`` naming it. Example::
+    Each layer says whether it rotates (RoPE, with its theta and rope type) or not (NoPE: Llama 4
+    and SmolLM3 every 4th layer; none: Mamba layers), its sliding window (Gemma 2/3, gpt-oss,
+    Cohere 2, ...), chunked attention (Llama 4), query scale (Llama 4's NoPE temperature,
+    Ministral 3), and whether it is causal. T5 gives its relative-position buckets
+    (``relative_position_bucket``, ``posenc.torch.RelativePositionBias``). Example::
 
         model = posenc.model_positions("Llama-4-Scout/config.json")
         model.scheme                  # "rope"
         model.layers[3].scheme        # "nope"
         model.layers[3].query_scale   # {"rule": "llama4_attn_temperature", ...}
         rope = posenc.rope_from_hf_config(config, layer=0)
+
+    Args:
+        config: as ``rope_from_hf_config``; a multimodal config's language model is read from
+            ``text_config``.
+
+    Returns:
+        ModelPositions.
+
+    Raises:
+        posenc.Error: a bad key, named.
     """
     text, summary = _config_call(config, _core.model_positions_text, _core.model_positions_file)
     data = json.loads(text)
@@ -379,15 +430,23 @@ def model_positions(config):
 
 
 def qwen_vl_tokens(config, rules=None):
-    """The token ids and sizes Qwen-VL's ``get_rope_index`` reads (a
-    ``QwenVlTokens``) from a Qwen2-VL, Qwen2.5-VL or Qwen3-VL config: a
-    ``PretrainedConfig``, a dict, its JSON text or a config.json path (ids at the top level or in
-    text_config, spatial_merge_size and tokens_per_second in vision_config,
-    the config classes' defaults otherwise).
+    """The token ids and sizes Qwen-VL's ``get_rope_index`` reads, from a Qwen2-VL, Qwen2.5-VL or
+    Qwen3-VL config: ids at the top level or in text_config, spatial_merge_size and
+    tokens_per_second in vision_config, the config classes' defaults otherwise.
 
-    rules: None for the model's release rules, or a ``MropeIndexRules`` (or
-    its name, e.g. "qwen2_5_vl_int_seconds", or "qwen2_vl_transformers5" for
-    transformers 5's numbering) of the same model."""
+    Args:
+        config: as ``rope_from_hf_config``, or a ``QwenVlTokens`` (returned as is, or with
+            ``rules`` in place of its own).
+        rules: None for the model's release rules, or a ``MropeIndexRules`` (or its name, e.g.
+            "qwen2_5_vl_int_seconds", or "qwen2_vl_transformers5" for transformers 5's
+            numbering) of the same model.
+
+    Returns:
+        posenc.QwenVlTokens.
+
+    Raises:
+        posenc.Error: a config that is not Qwen-VL's, or rules of another model, named.
+    """
     if isinstance(config, QwenVlTokens):
         if rules is None:
             return config
@@ -417,24 +476,31 @@ def get_rope_index(
     *,
     rules=None,
 ):
-    """Hugging Face's Qwen-VL ``get_rope_index``: the M-RoPE positions of a
-    batch of prompts. Returns ``(position_ids, rope_deltas)``: int64 [3,
-    batch, seq_len] (time, height, width) and int64 [batch, 1], the values
-    Hugging Face returns (posenc/mrope_positions.h; tests against its outputs
-    in tests/golden/mrope_index/).
+    """Hugging Face's Qwen-VL ``get_rope_index``: the M-RoPE positions of a batch of prompts,
+    the values Hugging Face returns (posenc/mrope_positions.h; tested against its outputs in
+    tests/golden/mrope_index/).
 
-    config: a Qwen-VL config (PretrainedConfig, dict, JSON text or path) or a
-    ``QwenVlTokens``.
-    input_ids: int64 [batch, seq_len]. image_grid_thw, video_grid_thw: int
-    [n, 3] rows (t, h, w) before merging, consumed in order across the batch.
-    second_per_grid_ts: one number per video (Qwen2.5-VL rules; None for 1.0
-    each). attention_mask: int64 [batch, seq_len] of 0 and 1 (None: all
-    ones); padded slots get position 1, as in Hugging Face. rules: the
-    numbering of video frames (``MropeIndexRules`` or its name; None for the
-    config's model as released). Feed position_ids to ``apply_mrope`` with an
-    ``MRope`` from the same config; a decoded token after the prompt is at
-    cache_position + rope_deltas in every stream. Bad input raises
-    ``posenc.Error`` naming it.
+    Feed position_ids to ``apply_mrope`` with an ``MRope`` from the same config; a decoded token
+    after the prompt is at cache_position + rope_deltas in every stream.
+
+    Args:
+        config: a Qwen-VL config (as ``rope_from_hf_config``) or a ``QwenVlTokens``.
+        input_ids: int64 [batch, seq_len].
+        image_grid_thw: int [n, 3] rows (t, h, w) of the images before merging, consumed in
+            order across the batch; None: no images.
+        video_grid_thw: int [n, 3] rows (t, h, w) of the videos, likewise; None: no videos.
+        second_per_grid_ts: one number per video (Qwen2.5-VL rules); None: 1.0 each.
+        attention_mask: int64 [batch, seq_len] of 0 and 1; None: all ones. Padded slots get
+            position 1, as in Hugging Face.
+        rules: the numbering of video frames (``MropeIndexRules`` or its name); None: the
+            config's model as released.
+
+    Returns:
+        (position_ids, rope_deltas): int64 [3, batch, seq_len] (time, height, width) and int64
+        [batch, 1].
+
+    Raises:
+        posenc.Error: a bad config, array or rule, named.
     """
     return _core.qwen_vl_rope_index_of_tokens(
         qwen_vl_tokens(config, rules),

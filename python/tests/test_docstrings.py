@@ -1,10 +1,11 @@
-"""posenc.torch's public callables document every argument: a Google-style docstring whose
-``Args:`` section names each parameter of the signature (a class: its constructor's) and nothing
-else, and a ``Returns:`` section for every function and for each method that returns a value.
-Public means the names of ``posenc.torch.__all__`` and ``posenc.torch.distributed.__all__``, and
-the methods and properties of those classes that do not start with an underscore (the ones
-inherited from torch.nn.Module are torch's). Held to it: the names defined in the modules of
-_MODULES (rope_from_hf_config is posenc's own, re-exported)."""
+"""posenc's and posenc.torch's public callables written in Python document every argument: a
+Google-style docstring whose ``Args:`` section names each parameter of the signature (a class: its
+constructor's) and nothing else, and a ``Returns:`` section for every function and for each
+method that returns a value. Public means the names of ``posenc.__all__``, ``posenc.torch.__all__``
+and ``posenc.torch.distributed.__all__``, and the methods and properties of those classes that do
+not start with an underscore (the ones inherited from torch.nn.Module are torch's). Held to it:
+the names defined in the modules of _MODULES (the bindings of posenc._core document themselves
+through pybind11's signatures)."""
 
 import ast
 import inspect
@@ -14,6 +15,7 @@ import types
 
 import pytest
 
+import posenc
 import posenc.torch as pt
 
 # An entry of an Args: section: "name: text" or "name (type): text", one parameter per entry
@@ -22,6 +24,7 @@ _ENTRY = re.compile(r"\*{0,2}(?P<name>\w+)(?: \([^)]*\))?:(?: |$)")
 _SECTION = re.compile(r"[A-Z][A-Za-z ]*:$")
 # The modules whose public names are held to it.
 _MODULES = (
+    "posenc",
     "posenc.torch.absolute",
     "posenc.torch.attention",
     "posenc.torch.biases",
@@ -37,6 +40,7 @@ def _public_objects():
     posenc.torch."""
     found = []
     for module, names in (
+        (posenc, posenc.__all__),
         (pt, pt.__all__),
         (pt.distributed, pt.distributed.__all__),
     ):
@@ -44,7 +48,7 @@ def _public_objects():
             obj = getattr(module, name)
             if isinstance(obj, types.ModuleType):
                 continue
-            if obj.__module__ not in _MODULES:
+            if getattr(obj, "__module__", None) not in _MODULES:  # not constants
                 continue
             found.append((f"{module.__name__}.{name}", obj, False))
             if inspect.isclass(obj):
