@@ -325,51 +325,8 @@ RopeCall OneStream(const Rope& rope, std::span<const int64_t> positions) {
   return RopeCall{kFn, rope, positions, nullptr, {}};
 }
 
-template <typename T>
-void RopeInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> x,
-                 RopeDirection direction) {
-  internal::RunRopeCall<T>(OneStream(rope, positions), x, direction);
-}
-template <typename T>
-void RopeInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k,
-                 RopeDirection direction) {
-  internal::RunRopeCall<T>(OneStream(rope, positions), q, k, direction);
-}
-template <typename T>
-void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
-                    Heads<T> x_out, RopeDirection direction) {
-  internal::RunRopeCall<T>(OneStream(rope, positions), x_in, x_out, direction);
-}
-template <typename T>
-void RopeOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> q_in,
-                    Heads<T> q_out, Heads<const T> k_in, Heads<T> k_out, RopeDirection direction) {
-  internal::RunRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out, direction);
-}
-template <typename T>
-void ValidateInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> x) {
-  internal::ValidateRopeCall<T>(OneStream(rope, positions), x);
-}
-template <typename T>
-void ValidateInPlace(const Rope& rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k) {
-  internal::ValidateRopeCall<T>(OneStream(rope, positions), q, k);
-}
-template <typename T>
-void ValidateOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
-                        Heads<T> x_out) {
-  internal::ValidateRopeCall<T>(OneStream(rope, positions), x_in, x_out);
-}
-template <typename T>
-void ValidateOutOfPlace(const Rope& rope, std::span<const int64_t> positions, Heads<const T> q_in,
-                        Heads<T> q_out, Heads<const T> k_in, Heads<T> k_out) {
-  internal::ValidateRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out);
-}
-template <typename T>
-void RopeReference(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x_in,
-                   Heads<T> x_out, RopeDirection direction) {
-  internal::RopeCallReference<T>(OneStream(rope, positions), x_in, x_out, direction);
-}
-
 }  // namespace
+
 std::vector<double> DefaultInvFreq(double base, int64_t rotary_dim) {
   Require(std::isfinite(base) && base > 0, "default_inv_freq", "base", "be finite and > 0", base);
   Require(rotary_dim > 0 && rotary_dim % 2 == 0, "default_inv_freq", "rotary_dim",
@@ -423,161 +380,74 @@ CosSin RopeAngle(int64_t pos, double inv_freq) {
   return {std::cos(angle), std::sin(angle)};
 }
 
-void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
-                        Heads<const float> x_in, Heads<float> x_out, RopeDirection direction) {
-  RopeReference(rope, positions, x_in, x_out, direction);
+template <typename T>
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> x,
+               RopeDirection direction) {
+  internal::RunRopeCall<T>(OneStream(rope, positions), x, direction);
 }
+template <typename T>
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k,
+               RopeDirection direction) {
+  internal::RunRopeCall<T>(OneStream(rope, positions), q, k, direction);
+}
+template <typename T>
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions,
+               std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out, RopeDirection direction) {
+  internal::RunRopeCall<T>(OneStream(rope, positions), x_in, x_out, direction);
+}
+template <typename T>
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions,
+               std::type_identity_t<Heads<const T>> q_in, Heads<T> q_out,
+               std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out, RopeDirection direction) {
+  internal::RunRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out, direction);
+}
+template <typename T>
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> x) {
+  internal::ValidateRopeCall<T>(OneStream(rope, positions), x);
+}
+template <typename T>
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> q,
+                       Heads<T> k) {
+  internal::ValidateRopeCall<T>(OneStream(rope, positions), q, k);
+}
+template <typename T>
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out) {
+  internal::ValidateRopeCall<T>(OneStream(rope, positions), x_in, x_out);
+}
+template <typename T>
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
+                       std::type_identity_t<Heads<const T>> q_in, Heads<T> q_out,
+                       std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out) {
+  internal::ValidateRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out);
+}
+template <typename T>
 void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
-                        Heads<const BFloat16> x_in, Heads<BFloat16> x_out,
+                        std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out,
                         RopeDirection direction) {
-  RopeReference(rope, positions, x_in, x_out, direction);
-}
-void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
-                        Heads<const Float16> x_in, Heads<Float16> x_out, RopeDirection direction) {
-  RopeReference(rope, positions, x_in, x_out, direction);
+  internal::RopeCallReference<T>(OneStream(rope, positions), x_in, x_out, direction);
 }
 
-void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
-                        Heads<const double> x_in, Heads<double> x_out, RopeDirection direction) {
-  RopeReference(rope, positions, x_in, x_out, direction);
-}
-
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x,
-               RopeDirection direction) {
-  RopeInPlace(rope, positions, x, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> x,
-               RopeDirection direction) {
-  RopeInPlace(rope, positions, x, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x,
-               RopeDirection direction) {
-  RopeInPlace(rope, positions, x, direction);
-}
-
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q, Heads<float> k,
-               RopeDirection direction) {
-  RopeInPlace(rope, positions, q, k, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> q,
-               Heads<BFloat16> k, RopeDirection direction) {
-  RopeInPlace(rope, positions, q, k, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> q,
-               Heads<Float16> k, RopeDirection direction) {
-  RopeInPlace(rope, positions, q, k, direction);
-}
-
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> x_in,
-               Heads<float> x_out, RopeDirection direction) {
-  RopeOutOfPlace(rope, positions, x_in, x_out, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const BFloat16> x_in,
-               Heads<BFloat16> x_out, RopeDirection direction) {
-  RopeOutOfPlace(rope, positions, x_in, x_out, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const Float16> x_in,
-               Heads<Float16> x_out, RopeDirection direction) {
-  RopeOutOfPlace(rope, positions, x_in, x_out, direction);
-}
-
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> q_in,
-               Heads<float> q_out, Heads<const float> k_in, Heads<float> k_out,
-               RopeDirection direction) {
-  RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const BFloat16> q_in,
-               Heads<BFloat16> q_out, Heads<const BFloat16> k_in, Heads<BFloat16> k_out,
-               RopeDirection direction) {
-  RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const Float16> q_in,
-               Heads<Float16> q_out, Heads<const Float16> k_in, Heads<Float16> k_out,
-               RopeDirection direction) {
-  RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
-}
-
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> x,
-               RopeDirection direction) {
-  RopeInPlace(rope, positions, x, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> q,
-               Heads<double> k, RopeDirection direction) {
-  RopeInPlace(rope, positions, q, k, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const double> x_in,
-               Heads<double> x_out, RopeDirection direction) {
-  RopeOutOfPlace(rope, positions, x_in, x_out, direction);
-}
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const double> q_in,
-               Heads<double> q_out, Heads<const double> k_in, Heads<double> k_out,
-               RopeDirection direction) {
-  RopeOutOfPlace(rope, positions, q_in, q_out, k_in, k_out, direction);
-}
-
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x) {
-  ValidateInPlace(rope, positions, x);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
-                       Heads<float> k) {
-  ValidateInPlace(rope, positions, q, k);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const float> x_in, Heads<float> x_out) {
-  ValidateOutOfPlace(rope, positions, x_in, x_out);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const float> q_in, Heads<float> q_out, Heads<const float> k_in,
-                       Heads<float> k_out) {
-  ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> x) {
-  ValidateInPlace(rope, positions, x);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> q,
-                       Heads<BFloat16> k) {
-  ValidateInPlace(rope, positions, q, k);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const BFloat16> x_in, Heads<BFloat16> x_out) {
-  ValidateOutOfPlace(rope, positions, x_in, x_out);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const BFloat16> q_in, Heads<BFloat16> q_out,
-                       Heads<const BFloat16> k_in, Heads<BFloat16> k_out) {
-  ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x) {
-  ValidateInPlace(rope, positions, x);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> q,
-                       Heads<Float16> k) {
-  ValidateInPlace(rope, positions, q, k);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const Float16> x_in, Heads<Float16> x_out) {
-  ValidateOutOfPlace(rope, positions, x_in, x_out);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const Float16> q_in, Heads<Float16> q_out, Heads<const Float16> k_in,
-                       Heads<Float16> k_out) {
-  ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> x) {
-  ValidateInPlace(rope, positions, x);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> q,
-                       Heads<double> k) {
-  ValidateInPlace(rope, positions, q, k);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const double> x_in, Heads<double> x_out) {
-  ValidateOutOfPlace(rope, positions, x_in, x_out);
-}
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const double> q_in, Heads<double> q_out, Heads<const double> k_in,
-                       Heads<double> k_out) {
-  ValidateOutOfPlace(rope, positions, q_in, q_out, k_in, k_out);
-}
+#define POSENC_INSTANTIATE_ROPE(T)                                                               \
+  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<T>, RopeDirection);    \
+  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<T>, Heads<T>,          \
+                             RopeDirection);                                                     \
+  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<const T>, Heads<T>,    \
+                             RopeDirection);                                                     \
+  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<const T>, Heads<T>,    \
+                             Heads<const T>, Heads<T>, RopeDirection);                           \
+  template void ValidateApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<T>);           \
+  template void ValidateApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<T>, Heads<T>); \
+  template void ValidateApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<const T>,      \
+                                     Heads<T>);                                                  \
+  template void ValidateApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<const T>,      \
+                                     Heads<T>, Heads<const T>, Heads<T>);                        \
+  template void ApplyRopeReference<T>(const Rope&, std::span<const int64_t>, Heads<const T>,     \
+                                      Heads<T>, RopeDirection);
+POSENC_INSTANTIATE_ROPE(float)
+POSENC_INSTANTIATE_ROPE(BFloat16)
+POSENC_INSTANTIATE_ROPE(Float16)
+POSENC_INSTANTIATE_ROPE(double)
+#undef POSENC_INSTANTIATE_ROPE
 
 }  // namespace posenc

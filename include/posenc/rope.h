@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "posenc/heads.h"
@@ -88,62 +89,40 @@ struct Rope {
   friend bool operator==(const Rope&, const Rope&) = default;
 };
 
-// Every overload validates all its arguments (rope, views, positions, shapes, aliasing) before
+// Every form validates all its arguments (rope, views, positions, shapes, aliasing) before
 // writing anything, and reports the first failure as posenc::Error naming function "rope", the
 // parameter, the rule and the value. Two views alias when a row of one shares a byte with a row
 // of the other (an exact test, so q and k slices of one fused qkv buffer are accepted).
 
+// T is the storage: float, BFloat16 and Float16 run the SIMD kernels (bfloat16 and float16 are
+// widened to float32, rotated in float32 with float32 cos and sin, which come from double angles
+// as above, and rounded back to nearest even: one rounding of the storage type per element);
+// double is the double-precision reference (no SIMD, no rounding), for gradient checks in double,
+// validated like the others.
+
 // In place: rotates x [tokens, heads, head_dim] by its tokens' positions.
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x,
+template <typename T>
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> x,
                RopeDirection direction = RopeDirection::kForward);
 
 // In place, q [tokens, num_heads, head_dim] and k [tokens, num_kv_heads, head_dim] in one call:
 // the angles of a token are shared by all its heads. Everything is validated before either
 // buffer is written.
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q, Heads<float> k,
+template <typename T>
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k,
                RopeDirection direction = RopeDirection::kForward);
 
 // Out of place: writes the rotated x_in into x_out (same shape; must not overlap x_in).
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> x_in,
-               Heads<float> x_out, RopeDirection direction = RopeDirection::kForward);
+template <typename T>
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions,
+               std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out,
+               RopeDirection direction = RopeDirection::kForward);
 
 // Out of place, q and k in one call.
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const float> q_in,
-               Heads<float> q_out, Heads<const float> k_in, Heads<float> k_out,
-               RopeDirection direction = RopeDirection::kForward);
-
-// The same four operations on bfloat16 and float16 storage (posenc/storage.h). Each element is
-// widened to float32, rotated in float32 with float32 cos and sin (which come from double angles,
-// as above), and rounded back to nearest even: one rounding of the storage type per element.
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> x,
-               RopeDirection direction = RopeDirection::kForward);
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> q,
-               Heads<BFloat16> k, RopeDirection direction = RopeDirection::kForward);
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const BFloat16> x_in,
-               Heads<BFloat16> x_out, RopeDirection direction = RopeDirection::kForward);
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const BFloat16> q_in,
-               Heads<BFloat16> q_out, Heads<const BFloat16> k_in, Heads<BFloat16> k_out,
-               RopeDirection direction = RopeDirection::kForward);
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x,
-               RopeDirection direction = RopeDirection::kForward);
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> q,
-               Heads<Float16> k, RopeDirection direction = RopeDirection::kForward);
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const Float16> x_in,
-               Heads<Float16> x_out, RopeDirection direction = RopeDirection::kForward);
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const Float16> q_in,
-               Heads<Float16> q_out, Heads<const Float16> k_in, Heads<Float16> k_out,
-               RopeDirection direction = RopeDirection::kForward);
-
-// The same four operations on float64 storage: the double-precision reference (no SIMD, no
-// rounding), for gradient checks in double. Validated like the others.
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> x,
-               RopeDirection direction = RopeDirection::kForward);
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> q,
-               Heads<double> k, RopeDirection direction = RopeDirection::kForward);
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const double> x_in,
-               Heads<double> x_out, RopeDirection direction = RopeDirection::kForward);
-void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const double> q_in,
-               Heads<double> q_out, Heads<const double> k_in, Heads<double> k_out,
+template <typename T>
+void ApplyRope(const Rope& rope, std::span<const int64_t> positions,
+               std::type_identity_t<Heads<const T>> q_in, Heads<T> q_out,
+               std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out,
                RopeDirection direction = RopeDirection::kForward);
 
 // Validate only: each ApplyRope above has a twin with the same arguments (less the direction,
@@ -151,38 +130,18 @@ void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<const
 // same order, throws the same posenc::Error, and writes nothing. For callers that must refuse a
 // set of calls before running the first (the Python bindings run some batches one call per
 // element, and validate every element before the first is written).
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> x);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<float> q,
-                       Heads<float> k);
+template <typename T>
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> x);
+template <typename T>
+void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> q,
+                       Heads<T> k);
+template <typename T>
 void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const float> x_in, Heads<float> x_out);
+                       std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out);
+template <typename T>
 void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const float> q_in, Heads<float> q_out, Heads<const float> k_in,
-                       Heads<float> k_out);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> x);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<BFloat16> q,
-                       Heads<BFloat16> k);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const BFloat16> x_in, Heads<BFloat16> x_out);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const BFloat16> q_in, Heads<BFloat16> q_out,
-                       Heads<const BFloat16> k_in, Heads<BFloat16> k_out);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> x);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<Float16> q,
-                       Heads<Float16> k);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const Float16> x_in, Heads<Float16> x_out);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const Float16> q_in, Heads<Float16> q_out, Heads<const Float16> k_in,
-                       Heads<Float16> k_out);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> x);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<double> q,
-                       Heads<double> k);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const double> x_in, Heads<double> x_out);
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       Heads<const double> q_in, Heads<double> q_out, Heads<const double> k_in,
-                       Heads<double> k_out);
+                       std::type_identity_t<Heads<const T>> q_in, Heads<T> q_out,
+                       std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out);
 
 // cos and sin of the angle pos * inv_freq, in double: the accurate angle every kernel must match.
 // The angle is one double product (error <= half an ulp: <= 2^-30 rad below 2^24), never
@@ -198,16 +157,11 @@ CosSin RopeAngle(int64_t pos, double inv_freq);
 // x_in and x_out are the same memory (partial overlap is not allowed). cos and sin are computed
 // once per (token, pair) and shared by all heads; features outside [rotary_offset, rotary_offset +
 // rotary_dim) are copied when not in place. Assumes validated input (no checks).
+// The double result is rounded to float, then to bfloat16 or float16 storage; float64 storage
+// keeps it unrounded: the path for gradient checks in double.
+template <typename T>
 void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
-                        Heads<const float> x_in, Heads<float> x_out, RopeDirection direction);
-// The twins for bfloat16 and float16 storage: the double result is rounded to float, then to the
-// storage type.
-void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
-                        Heads<const BFloat16> x_in, Heads<BFloat16> x_out, RopeDirection direction);
-void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
-                        Heads<const Float16> x_in, Heads<Float16> x_out, RopeDirection direction);
-// float64 storage keeps the double result unrounded: the path for gradient checks in double.
-void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
-                        Heads<const double> x_in, Heads<double> x_out, RopeDirection direction);
+                        std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out,
+                        RopeDirection direction);
 
 }  // namespace posenc
