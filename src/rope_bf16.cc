@@ -1,6 +1,7 @@
 #include "rope_bf16.h"
 
 #include "simd/cpu_features.h"
+#include "simd/prefetch.h"
 
 #if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)
 #define POSENC_ROPE_HAVE_AVX512_BF16 1
@@ -27,23 +28,6 @@ namespace {
 
 // bfloat16 (and float32) elements per step: one vcvtne2ps2bf16 narrows two float32 vectors.
 constexpr size_t kStep = 32;
-
-// How far ahead of the row being rotated its data is prefetched. The hardware prefetchers alone
-// leave this loop waiting on memory: on a Xeon with AVX512-BF16, one thread rotated q and k of
-// 42 MB (out of cache) in 7.1-7.6 ms, where a plain bfloat16 x *= s over the same arrays took
-// 5 ms; prefetching 1-3 KiB ahead brought it to 4.3-5.2 ms (2 KiB was best; 512 bytes is too
-// close, 8 KiB too far). For the usual [tokens, heads, head_dim] layout that is the rows a few
-// heads on; with other strides it is still memory the call is likely to touch, and a prefetch
-// never faults.
-constexpr size_t kPrefetchBytes = 2048;
-
-// Prefetches the cache lines of `bytes` bytes at p + kPrefetchBytes.
-POSENC_AVX512_BF16 inline void PrefetchAhead(const uint16_t* p, size_t bytes) {
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
-  for (uintptr_t line = start & ~uintptr_t{63}; line < start + bytes; line += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
-  }
-}
 
 // Lanes [0, count) set, for the masked loads and stores of a row's last partial step (AVX-512
 // masks suppress faults, so nothing past the row is touched).

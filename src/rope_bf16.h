@@ -17,7 +17,7 @@
 // except that it flushes float32 denormal inputs to zero; vectors holding a denormal are
 // rounded with the portable integer steps instead (a branch that real data almost never takes).
 //
-// The rows are also prefetched a little ahead (kPrefetchBytes in rope_bf16.cc): out of cache,
+// The rows are also prefetched a little ahead (simd/prefetch.h): out of cache,
 // the hardware prefetchers alone left this loop waiting on memory.
 #pragma once
 

@@ -3,7 +3,8 @@
 // Per token: cos and sin of every pair are formed once (angles in double, see angles-inl.h; for
 // consecutive positions by one exact rotation step from the previous token) into
 // a small per-thread table, scaled by attention_factor and signed for the direction, then every
-// head of q and k is rotated with float32 FMAs. Tokens are split across OpenMP threads.
+// head of q and k is rotated with float32 FMAs, each row's data prefetched a few rows ahead
+// (simd/prefetch.h). Tokens are split across OpenMP threads.
 //
 //   kHalfSplit:   y[i]        = x[i] c[i] - x[i + h] s[i]        one table entry per pair
 //                 y[i + h]    = x[i] s[i] + x[i + h] c[i]        h = rotary_dim / 2
@@ -35,6 +36,7 @@
 #include "rope_bf16.h"
 #include "rope_kernels.h"
 #include "simd/kernel_threads.h"
+#include "simd/prefetch.h"
 #include "simd/simd_storage-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -318,9 +320,11 @@ void RopeKernelT(const internal::RopeKernelArgs& args) {
               if (native_bf16) {
                 // Rotated above, every head at once; only the pass-through features are left.
               } else if (interleaved) {
+                internal::PrefetchAhead(in + rotary_offset, rotary_dim * sizeof(T));
                 RotateRowInterleaved(df, in + rotary_offset, out + rotary_offset, rotary_dim,
                                      cos_table, sin_table);
               } else {
+                internal::PrefetchAhead(in + rotary_offset, rotary_dim * sizeof(T));
                 RotateRowHalfSplit(df, in + rotary_offset, out + rotary_offset, half, cos_table,
                                    sin_table);
               }

@@ -25,8 +25,8 @@
 #include "attention_softmax-inl.h"
 #include "attention_tiles-inl.h"
 #include "attention_values-inl.h"
-#include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "simd/prefetch.h"
 #include "simd/simd_storage-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -34,13 +34,6 @@ namespace posenc {
 namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Prefetches `bytes` bytes at p, one cache line at a time.
-HWY_INLINE void PrefetchBytes(const void* p, size_t bytes) {
-  constexpr size_t kLine = 64;
-  const char* line = static_cast<const char*>(p);
-  for (size_t i = 0; i < bytes; i += kLine) hwy::Prefetch(line + i);
-}
 
 // Writes the lane sums of a0..a3 to s[0], s[stride], s[2 stride] and s[3 stride]. Two rounds of
 // interleaves and adds leave every 128-bit block holding partial sums of a0..a3 in its lanes
@@ -146,7 +139,7 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
       // cache 2.1-2.2 -> 1.6-1.7 ms; the same for float32's twice longer rows made its decode
       // slower, 2.4-2.5 -> 3.0-3.3 ms, so float32 does not).
       if constexpr (sizeof(T) == 2) {
-        PrefetchBytes(
+        internal::PrefetchLines(
             v_tile + static_cast<int64_t>(j) * a.v.token_stride + tiles[h].g * a.v.head_stride,
             value_dim * sizeof(T));
       }
