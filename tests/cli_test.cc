@@ -918,6 +918,34 @@ TEST(CliBench, QuickJsonHasPerRoundRatiosWarningsAndTheCpu) {
   }
 }
 
+// --only keeps the entries whose operation and layout contain one of its words, and the baselines
+// their ratios are taken against.
+TEST(CliBench, OnlyRunsTheNamedEntriesAndTheirBaselines) {
+  const CliRun run = Cli("bench --quick --json --repeats 1 --only interleaved decode_step");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto report = nlohmann::json::parse(run.output);
+  std::set<std::string> operations;
+  for (const auto& e : report["entries"]) {
+    const std::string label =
+        e["operation"].get<std::string>() + " " + e["layout"].get<std::string>();
+    operations.insert(e["operation"].get<std::string>());
+    const bool baseline = label.rfind("stream_read_", 0) == 0;
+    EXPECT_TRUE(baseline || label.find("interleaved") != std::string::npos ||
+                label.find("decode_step") != std::string::npos)
+        << label;
+  }
+  EXPECT_EQ(operations, (std::set<std::string>{"stream_read_modify_write", "stream_read_kv_cache",
+                                               "rope_forward", "rope_reference_scalar",
+                                               "mrope_forward", "rope_decode_step"}));
+  EXPECT_GT(report["fma_peak_gflop_per_s"].get<double>(), 0.0);
+  // A word that names nothing is an error, not a report of baselines alone.
+  const CliRun typo = Cli("bench --quick --only rope_froward");
+  EXPECT_EQ(typo.status, 1);
+  EXPECT_NE(typo.output.find("[bench] --only: 'rope_froward' is in no entry's operation"),
+            std::string::npos)
+      << typo.output;
+}
+
 TEST(CliBench, QuickJsonNamesEveryEntryAndItsRatio) {
   // A smoke run on tiny shapes: the report's structure, never a time.
   const CliRun run = Cli("bench --quick --json --repeats 1");

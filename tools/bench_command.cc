@@ -24,6 +24,7 @@
 #include "posenc/alibi.h"
 #include "posenc/attention.h"
 #include "posenc/attention_backward.h"
+#include "posenc/error.h"
 #include "posenc/heads.h"
 #include "posenc/kv_cache.h"
 #include "posenc/mrope.h"
@@ -33,6 +34,7 @@
 #include "posenc/self_extend.h"
 #include "posenc/sinusoidal.h"
 #include "posenc/storage.h"
+#include "printable.h"
 #include "stream.h"
 
 namespace posenc::cli {
@@ -47,6 +49,9 @@ struct Shapes {
 };
 constexpr Shapes kFull = {4096, 32, 8, 128, 131072, 1024, 2048, 8, 8192, 32, 8, 4'000'000};
 constexpr Shapes kQuick = {64, 4, 2, 128, 256, 64, 64, 8, 256, 4, 2, 10'000};
+
+// The in-place bandwidth baseline: the case every memory-bound ratio is measured against.
+constexpr const char* kBandwidthCase = "stream_read_modify_write";
 
 // The case that reads the decode step's KV cache once: the floor the step is measured against.
 constexpr const char* kKvReadCase = "stream_read_kv_cache";
@@ -487,9 +492,23 @@ void AddBackwardCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
   }
 }
 
-// Builds every case, warms each up once, then times them round-robin, `repeats` rounds: noise
-// from other processes then hits every case alike, and the ratios stay meaningful.
-Results RunBenchmarks(const Shapes& s, int repeats) {
+// Whether a case runs under --only: always the baselines every ratio needs, else when its
+// operation and layout ("rope_forward half_split") contain one of the words.
+bool Selected(const Case& c, const std::vector<std::string>& only) {
+  const Entry& e = c.entry;
+  if (only.empty() || c.fma_peak || e.operation == kBandwidthCase || e.operation == kKvReadCase) {
+    return true;
+  }
+  const std::string label = e.operation + " " + e.layout;
+  return std::any_of(only.begin(), only.end(), [&](const std::string& word) {
+    return label.find(word) != std::string::npos;
+  });
+}
+
+// Builds every case (those of `only`, when given), warms each up once, then times them
+// round-robin, `repeats` rounds: noise from other processes then hits every case alike, and the
+// ratios stay meaningful.
+Results RunBenchmarks(const Shapes& s, int repeats, const std::vector<std::string>& only) {
   const int threads = ThreadCount();
   Buffers b(s);
   AttentionBuffers<float> attention_f32(s);
@@ -591,6 +610,18 @@ Results RunBenchmarks(const Shapes& s, int repeats) {
   AddCachedDecodeCases(s, threads, decode, cases);
   AddCachedDecodeCases(s, threads, decode_bf16, cases);
 
+  for (const std::string& word : only) {
+    const bool matches = std::any_of(cases.begin(), cases.end(), [&](const Case& c) {
+      return (c.entry.operation + " " + c.entry.layout).find(word) != std::string::npos;
+    });
+    if (!matches) {
+      throw Error("[bench] --only: '" + Printable(word) +
+                  "' is in no entry's operation and layout (e.g. 'rope_forward half_split', "
+                  "'attention prefill causal alibi f32', 'rope_decode_step')");
+    }
+  }
+  std::erase_if(cases, [&](const Case& c) { return !Selected(c, only); });
+
   // A progress line on a terminal (a full run takes minutes); nothing in a pipe or a file.
   const bool progress = isatty(STDERR_FILENO);
   const auto report = [&](const std::string& stage) {
@@ -632,9 +663,6 @@ const Entry* FindEntry(const std::vector<Entry>& entries, const std::string& ope
   }
   return nullptr;
 }
-
-// The in-place bandwidth baseline: the case every memory-bound ratio is measured against.
-constexpr const char* kBandwidthCase = "stream_read_modify_write";
 
 double InPlaceBandwidth(const std::vector<Entry>& entries) {
   const Entry* e = FindEntry(entries, kBandwidthCase);
@@ -863,6 +891,7 @@ void AddBenchCommand(CLI::App& app) {
     bool json = false;
     bool quick = false;
     int repeats = 10;
+    std::vector<std::string> only;
   };
   auto options = std::make_shared<Options>();
   CLI::App* bench = app.add_subcommand(
@@ -877,6 +906,9 @@ void AddBenchCommand(CLI::App& app) {
                    "are medians of per-round ratios)")
       ->transform(DecimalInteger(1, 1000000))
       ->capture_default_str();
+  bench->add_option("--only", options->only,
+                    "Run only the entries whose operation and layout contain one of these words "
+                    "(e.g. --only rope_forward decode), with the baselines their ratios need");
   bench->callback([options] {
     const Shapes& shapes = options->quick ? kQuick : kFull;
     const CpuInfo& cpu = ThisCpu();  // before the run: it may ask the kernel for AMX
@@ -892,7 +924,7 @@ void AddBenchCommand(CLI::App& app) {
     };
     const double own_before = own_cpu_s();
     const auto start = std::chrono::steady_clock::now();
-    const Results results = RunBenchmarks(shapes, options->repeats);
+    const Results results = RunBenchmarks(shapes, options->repeats, options->only);
     const double wall_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double own_s = own_cpu_s() - own_before;
