@@ -633,6 +633,12 @@ Results RunBenchmarks(const Shapes& s, int repeats, const std::vector<std::strin
     report("round " + std::to_string(r + 1) + " of " + std::to_string(repeats));
     for (Case& c : cases) {
       if (static_cast<int>(c.seconds.size()) >= c.max_repeats) continue;
+      // Every thread busy with vector FMAs first, untimed, for about a quarter of the FMA-peak
+      // run: after a memory-bound or single-threaded case the cores are not at full speed at
+      // once. On an AMD EPYC Zen 5 VM, without this, round 1's FMA peak read 239 GFLOP/s
+      // against 434-468 in the later rounds, and float32 prefill right after the 1.6 s
+      // single-threaded sinusoidal reference took 1.5x its time in the other rounds.
+      bench::FmaPeakRun(s.fma_iterations / 4);
       const auto start = std::chrono::steady_clock::now();
       c.run();
       c.seconds.push_back(
