@@ -1,5 +1,5 @@
 // posenc bench's arithmetic on made-up rounds (tools/bench_stats.h) and its CPU naming
-// (tools/cpu_model.h): no timing, no machine.
+// (posenc/cpu.h): no timing, no machine.
 #include "bench_stats.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu_model.h"
+#include "posenc/cpu.h"
 
 namespace posenc::cli::bench_stats {
 namespace {

@@ -1,6 +1,6 @@
 // posenc bench: memory bandwidth and the kernels, measured in one process so that every kernel
 // is reported as a fraction of the bandwidth this machine shows right now: round by round, each
-// kernel over the baseline of the same round (bench_stats.h), with the CPU named (cpu_model.h)
+// kernel over the baseline of the same round (bench_stats.h), with the CPU named (posenc/cpu.h)
 // and a warning where the machine was not quiet.
 #include <sys/resource.h>
 #include <unistd.h>
@@ -18,12 +18,12 @@
 
 #include "bench_stats.h"
 #include "commands.h"
-#include "cpu_model.h"
 #include "fma_peak.h"
 #include "numbers.h"
 #include "posenc/alibi.h"
 #include "posenc/attention.h"
 #include "posenc/attention_backward.h"
+#include "posenc/cpu.h"
 #include "posenc/error.h"
 #include "posenc/heads.h"
 #include "posenc/kv_cache.h"

@@ -1,5 +1,6 @@
 #include "attention_bf16.h"
 
+#include "posenc/cpu.h"
 #include "simd/cpu_features.h"
 
 #if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)
@@ -28,7 +29,8 @@ int bf16_dot_override = -1;  // SetBf16DotProductsForTest: -1 none, else 0 or 1
 }  // namespace
 
 bool Bf16DotProductsPay() {
-  static const bool pay = HasBf16DotProducts() && IsAmdCpu();
+  static const bool pay =
+      HasBf16DotProducts() && Bf16DotProductsDoubleFmas(ThisCpu().microarchitecture);
   return bf16_dot_override >= 0 ? bf16_dot_override == 1 && HasBf16DotProducts() : pay;
 }
 

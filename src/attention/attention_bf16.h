@@ -26,10 +26,12 @@ constexpr size_t kFloatsPerVector = 16;
 bool HasBf16DotProducts();
 
 // Whether the attention kernel multiplies bfloat16 inputs with these functions on this CPU: when
-// it has them and runs vdpbf16ps at twice the multiply-adds of its float32 FMAs (AMD Zen 4 and
-// Zen 5: two pipes each). Intel's Xeons (Sapphire and Emerald Rapids) run vdpbf16ps on one port
-// against two FMA ports, so the same peak: there the kernel widens bfloat16 to float32 and runs
-// its float32 products, which measured faster (prefill 214 against 164 GFLOP/s,
+// it has them and its microarchitecture was measured to run vdpbf16ps at twice the multiply-adds
+// of its float32 FMAs (Bf16DotProductsDoubleFmas: AMD Zen 4 and Zen 5, where bfloat16 prefill
+// then ran 1.66-1.77x float32 on Zen 5). Intel's Xeons (Sapphire and Emerald Rapids) run
+// vdpbf16ps on one port against two FMA ports, so the same peak: there, and on any
+// microarchitecture not measured yet, the kernel widens bfloat16 to float32 and runs its float32
+// products, which measured faster on the Xeon (prefill 214 against 164 GFLOP/s,
 // docs/PERFORMANCE.md). Chosen per CPU, so every call on a machine gives the same bits.
 bool Bf16DotProductsPay();
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "posenc/storage.h"
+#include "simd/cpu_features.h"
 
 namespace posenc::internal {
 namespace {
@@ -54,6 +55,18 @@ size_t RoundUp(size_t n, size_t vector) { return (n + vector - 1) / vector * vec
 
 // Every dim around the 32-element vectors (partial last vectors read with masks), every key
 // count of a tile.
+// The bfloat16 dot products are chosen by microarchitecture, as measured, not by vendor: Zen 4
+// and Zen 5 (two vdpbf16ps pipes), not Intel's Xeons (one port), nor an AMD core not measured.
+TEST(AttentionBf16, DotProductsAreChosenByMeasuredMicroarchitecture) {
+  EXPECT_TRUE(Bf16DotProductsDoubleFmas("Zen 4"));
+  EXPECT_TRUE(Bf16DotProductsDoubleFmas("Zen 5"));
+  EXPECT_FALSE(Bf16DotProductsDoubleFmas("Sapphire Rapids"));
+  EXPECT_FALSE(Bf16DotProductsDoubleFmas("Emerald Rapids"));
+  EXPECT_FALSE(Bf16DotProductsDoubleFmas("Zen 3"));
+  EXPECT_FALSE(Bf16DotProductsDoubleFmas("Zen 6"));
+  EXPECT_FALSE(Bf16DotProductsDoubleFmas("unknown"));
+}
+
 TEST(AttentionBf16, ScoresAreScaledDotProducts) {
   SKIP_WITHOUT_BF16();
   for (const size_t dim :

@@ -13,13 +13,8 @@ bool HasAvx512Bf16() {
 #endif
 }
 
-bool IsAmdCpu() {
-#if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)
-  static const bool amd = __builtin_cpu_is("amd");
-  return amd;
-#else
-  return false;
-#endif
+bool Bf16DotProductsDoubleFmas(std::string_view microarchitecture) {
+  return microarchitecture == "Zen 4" || microarchitecture == "Zen 5";
 }
 
 }  // namespace posenc::internal

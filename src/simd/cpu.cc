@@ -1,4 +1,4 @@
-#include "cpu_model.h"
+#include "posenc/cpu.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -14,7 +14,7 @@
 #include <unistd.h>
 #endif
 
-namespace posenc::cli {
+namespace posenc {
 namespace {
 
 struct Range {
@@ -230,4 +230,4 @@ std::string CpuExtensions(const CpuInfo& cpu) {
          ", AVX512-FP16 " + yes(cpu.avx512_fp16) + ", AMX-BF16 " + amx;
 }
 
-}  // namespace posenc::cli
+}  // namespace posenc

@@ -1,11 +1,12 @@
-// The CPU a benchmark ran on, named well enough to compare figures across machines: the brand
-// string, CPUID's vendor, family, model and stepping, the microarchitecture they stand for, and
-// the instruction set extensions posenc's kernels care about (AVX-512, AVX512-BF16, AMX).
+// The CPU the kernels run on, named well enough to compare figures across machines and to choose
+// a kernel's arithmetic by measurement per microarchitecture: the brand string, CPUID's vendor,
+// family, model and stepping, the microarchitecture they stand for, and the instruction set
+// extensions posenc's kernels care about (AVX-512, AVX512-BF16, AMX). `posenc bench` prints it.
 #pragma once
 
 #include <string>
 
-namespace posenc::cli {
+namespace posenc {
 
 struct CpuInfo {
   std::string model_name = "unknown";       // the brand string ("AMD EPYC 9B45 128-Core Processor")
@@ -36,4 +37,4 @@ std::string CpuIdentity(const CpuInfo& cpu);
 // "AVX-512 yes, AVX512-BF16 yes, AVX512-FP16 yes, AMX-BF16 no".
 std::string CpuExtensions(const CpuInfo& cpu);
 
-}  // namespace posenc::cli
+}  // namespace posenc
