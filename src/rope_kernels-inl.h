@@ -317,16 +317,17 @@ void RopeKernelT(const internal::RopeKernelArgs& args) {
             for (int64_t h = 0; h < x.num_heads; ++h) {
               const T* in = in_token + h * x.in_head_stride;
               T* out = out_token + h * x.out_head_stride;
-              if (native_bf16) {
-                // Rotated above, every head at once; only the pass-through features are left.
-              } else if (interleaved) {
+              // native_bf16: rotated above, every head at once; only the pass-through features
+              // are left.
+              if (!native_bf16) {
                 internal::PrefetchAhead(in + rotary_offset, rotary_dim * sizeof(T));
-                RotateRowInterleaved(df, in + rotary_offset, out + rotary_offset, rotary_dim,
-                                     cos_table, sin_table);
-              } else {
-                internal::PrefetchAhead(in + rotary_offset, rotary_dim * sizeof(T));
-                RotateRowHalfSplit(df, in + rotary_offset, out + rotary_offset, half, cos_table,
-                                   sin_table);
+                if (interleaved) {
+                  RotateRowInterleaved(df, in + rotary_offset, out + rotary_offset, rotary_dim,
+                                       cos_table, sin_table);
+                } else {
+                  RotateRowHalfSplit(df, in + rotary_offset, out + rotary_offset, half, cos_table,
+                                     sin_table);
+                }
               }
               if (in != out) {
                 if (lead_bytes != 0) std::memcpy(out, in, lead_bytes);

@@ -18,19 +18,18 @@ namespace posenc::internal {
 // strides it is still memory the call is likely to touch, and a prefetch never faults.
 constexpr size_t kPrefetchBytes = 2048;
 
-// Asks for the cache lines of [p, p + bytes) to be loaded into L1. Past the end of an array this
-// is harmless: a prefetch never faults.
-inline void PrefetchLines(const void* p, size_t bytes) {
+// Asks for the cache lines of the `bytes` bytes `distance` bytes past p to be loaded into L1.
+// The addresses are integers, never pointers past an array's end, and past the end of an array a
+// prefetch is harmless: it never faults.
+inline void PrefetchLines(const void* p, size_t bytes, size_t distance = 0) {
   constexpr uintptr_t kLine = 64;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p) + distance;
   for (uintptr_t line = start & ~(kLine - 1); line < start + bytes; line += kLine) {
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
   }
 }
 
 // The same for the `bytes` bytes kPrefetchBytes past p: the row a few rows ahead of p's.
-inline void PrefetchAhead(const void* p, size_t bytes) {
-  PrefetchLines(static_cast<const char*>(p) + kPrefetchBytes, bytes);
-}
+inline void PrefetchAhead(const void* p, size_t bytes) { PrefetchLines(p, bytes, kPrefetchBytes); }
 
 }  // namespace posenc::internal
