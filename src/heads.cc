@@ -46,55 +46,6 @@ void Heads<T>::Validate(std::string_view function, std::string_view name) const 
           "be >= " + std::to_string(span) + " so that rows do not overlap", outer.stride);
 }
 
-namespace {
-
-// The rows of a validated view ordered by address: as Heads::Validate guarantees, the inner axis
-// steps at least a row and the outer axis at least the inner axis' whole span, so address order
-// is (outer index, inner index) order.
-struct RowLattice {
-  intptr_t base;
-  int64_t outer_count, outer_stride, inner_count, inner_stride, row_bytes;
-
-  explicit RowLattice(const RowLayout& v)
-      : base(v.base),
-        outer_count(v.tokens),
-        outer_stride(v.token_stride),
-        inner_count(v.num_heads),
-        inner_stride(v.head_stride),
-        row_bytes(v.row_bytes) {
-    // The same axis ordering as Heads::Validate.
-    if (inner_count == 1 || (outer_count > 1 && outer_stride < inner_stride)) {
-      std::swap(inner_count, outer_count);
-      std::swap(inner_stride, outer_stride);
-    }
-  }
-
-  // Whether any row intersects the byte range [lo, hi). Rows are disjoint and ordered, so their
-  // ends are ordered too: it suffices to look at the last row that starts before hi.
-  bool Intersects(intptr_t lo, intptr_t hi) const {
-    const int64_t last = static_cast<int64_t>(hi - 1 - base);  // rows must start at <= last
-    if (last < 0) return false;
-    const int64_t o = outer_count == 1 ? 0 : std::min(last / outer_stride, outer_count - 1);
-    const int64_t rest = last - o * outer_stride;
-    const int64_t i = inner_count == 1 ? 0 : std::min(rest / inner_stride, inner_count - 1);
-    const intptr_t start = base + o * outer_stride + i * inner_stride;
-    return start + row_bytes > lo;
-  }
-};
-
-}  // namespace
-
-bool RowsOverlap(const RowLayout& a, const RowLayout& b) {
-  const RowLattice lattice(b);
-  for (int64_t t = 0; t < a.tokens; ++t) {
-    for (int64_t h = 0; h < a.num_heads; ++h) {
-      const intptr_t lo = a.base + t * a.token_stride + h * a.head_stride;
-      if (lattice.Intersects(lo, lo + a.row_bytes)) return true;
-    }
-  }
-  return false;
-}
-
 template struct Heads<float>;
 template struct Heads<const float>;
 template struct Heads<BFloat16>;

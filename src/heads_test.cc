@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "posenc/positions.h"
+#include "rows.h"
 
 namespace posenc {
 namespace {
@@ -66,10 +67,10 @@ TEST(Heads, RowsOverlapIsExactForFusedQkv) {
   Heads<float> q{qkv.data(), 4, 2, 8, 48, 8};
   Heads<float> k{qkv.data() + 16, 4, 2, 8, 48, 8};
   EXPECT_TRUE(Overlaps(q, k));
-  EXPECT_FALSE(RowsOverlap(q, k));
+  EXPECT_FALSE(internal::RowsOverlap(q, k));
   Heads<float> shifted{qkv.data() + 12, 4, 2, 8, 48, 8};  // straddles q's second head
-  EXPECT_TRUE(RowsOverlap(q, shifted));
-  EXPECT_TRUE(RowsOverlap(shifted, q));
+  EXPECT_TRUE(internal::RowsOverlap(q, shifted));
+  EXPECT_TRUE(internal::RowsOverlap(shifted, q));
 }
 
 TEST(Positions, RangeAndPacked) {

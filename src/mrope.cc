@@ -173,36 +173,58 @@ void PositionStreams::Validate(std::string_view function, std::string_view name,
 }
 
 template <typename T>
+void ApplyMRope(const MRope& mrope, const Batched<PositionStreams>& positions,
+                const Batched<Heads<T>>& x, RopeDirection direction) {
+  internal::RunBatchedRopeCall(Call(mrope, {}), positions, direction, {"x"}, x);
+}
+template <typename T>
+void ApplyMRope(const MRope& mrope, const Batched<PositionStreams>& positions,
+                const Batched<Heads<T>>& q, const Batched<Heads<T>>& k, RopeDirection direction) {
+  internal::RunBatchedRopeCall(Call(mrope, {}), positions, direction, {"q", "k"}, q, k);
+}
+template <typename T>
+void ApplyMRope(const MRope& mrope, const Batched<PositionStreams>& positions,
+                const std::type_identity_t<Batched<Heads<const T>>>& x_in,
+                const Batched<Heads<T>>& x_out, RopeDirection direction) {
+  internal::RunBatchedRopeCall(Call(mrope, {}), positions, direction, {"x_in", "x_out"}, x_in,
+                               x_out);
+}
+template <typename T>
+void ApplyMRope(const MRope& mrope, const Batched<PositionStreams>& positions,
+                const std::type_identity_t<Batched<Heads<const T>>>& q_in,
+                const Batched<Heads<T>>& q_out,
+                const std::type_identity_t<Batched<Heads<const T>>>& k_in,
+                const Batched<Heads<T>>& k_out, RopeDirection direction) {
+  internal::RunBatchedRopeCall(Call(mrope, {}), positions, direction,
+                               {"q_in", "q_out", "k_in", "k_out"}, q_in, q_out, k_in, k_out);
+}
+// One call is a batch of one.
+template <typename T>
 void ApplyMRope(const MRope& mrope, const PositionStreams& positions, Heads<T> x,
                 RopeDirection direction) {
-  internal::RunRopeCall<T>(Call(mrope, positions), x, direction);
+  ApplyMRope<T>(mrope, Batched<PositionStreams>(positions), Batched<Heads<T>>(x), direction);
 }
 template <typename T>
 void ApplyMRope(const MRope& mrope, const PositionStreams& positions, Heads<T> q, Heads<T> k,
                 RopeDirection direction) {
-  internal::RunRopeCall<T>(Call(mrope, positions), q, k, direction);
+  ApplyMRope<T>(mrope, Batched<PositionStreams>(positions), Batched<Heads<T>>(q),
+                Batched<Heads<T>>(k), direction);
 }
 template <typename T>
 void ApplyMRope(const MRope& mrope, const PositionStreams& positions,
                 std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out,
                 RopeDirection direction) {
-  internal::RunRopeCall<T>(Call(mrope, positions), x_in, x_out, direction);
+  ApplyMRope<T>(mrope, Batched<PositionStreams>(positions), Batched<Heads<const T>>(x_in),
+                Batched<Heads<T>>(x_out), direction);
 }
 template <typename T>
 void ApplyMRope(const MRope& mrope, const PositionStreams& positions,
                 std::type_identity_t<Heads<const T>> q_in, Heads<T> q_out,
                 std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out,
                 RopeDirection direction) {
-  internal::RunRopeCall<T>(Call(mrope, positions), q_in, q_out, k_in, k_out, direction);
-}
-template <typename T>
-void ValidateApplyMRope(const MRope& mrope, const PositionStreams& positions, Heads<T> x) {
-  internal::ValidateRopeCall<T>(Call(mrope, positions), x);
-}
-template <typename T>
-void ValidateApplyMRope(const MRope& mrope, const PositionStreams& positions, Heads<T> q,
-                        Heads<T> k) {
-  internal::ValidateRopeCall<T>(Call(mrope, positions), q, k);
+  ApplyMRope<T>(mrope, Batched<PositionStreams>(positions), Batched<Heads<const T>>(q_in),
+                Batched<Heads<T>>(q_out), Batched<Heads<const T>>(k_in), Batched<Heads<T>>(k_out),
+                direction);
 }
 template <typename T>
 void ApplyMRopeReference(const MRope& mrope, const PositionStreams& positions,
@@ -211,17 +233,26 @@ void ApplyMRopeReference(const MRope& mrope, const PositionStreams& positions,
   internal::RopeCallReference<T>(Call(mrope, positions), x_in, x_out, direction);
 }
 
-#define POSENC_INSTANTIATE_MROPE(T)                                                              \
-  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<T>, RopeDirection);    \
-  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<T>, Heads<T>,          \
-                              RopeDirection);                                                    \
-  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<const T>, Heads<T>,    \
-                              RopeDirection);                                                    \
-  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<const T>, Heads<T>,    \
-                              Heads<const T>, Heads<T>, RopeDirection);                          \
-  template void ValidateApplyMRope<T>(const MRope&, const PositionStreams&, Heads<T>);           \
-  template void ValidateApplyMRope<T>(const MRope&, const PositionStreams&, Heads<T>, Heads<T>); \
-  template void ApplyMRopeReference<T>(const MRope&, const PositionStreams&, Heads<const T>,     \
+#define POSENC_INSTANTIATE_MROPE(T)                                                               \
+  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<T>, RopeDirection);     \
+  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<T>, Heads<T>,           \
+                              RopeDirection);                                                     \
+  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<const T>, Heads<T>,     \
+                              RopeDirection);                                                     \
+  template void ApplyMRope<T>(const MRope&, const PositionStreams&, Heads<const T>, Heads<T>,     \
+                              Heads<const T>, Heads<T>, RopeDirection);                           \
+  template void ApplyMRope<T>(const MRope&, const Batched<PositionStreams>&,                      \
+                              const Batched<Heads<T>>&, RopeDirection);                           \
+  template void ApplyMRope<T>(const MRope&, const Batched<PositionStreams>&,                      \
+                              const Batched<Heads<T>>&, const Batched<Heads<T>>&, RopeDirection); \
+  template void ApplyMRope<T>(const MRope&, const Batched<PositionStreams>&,                      \
+                              const Batched<Heads<const T>>&, const Batched<Heads<T>>&,           \
+                              RopeDirection);                                                     \
+  template void ApplyMRope<T>(const MRope&, const Batched<PositionStreams>&,                      \
+                              const Batched<Heads<const T>>&, const Batched<Heads<T>>&,           \
+                              const Batched<Heads<const T>>&, const Batched<Heads<T>>&,           \
+                              RopeDirection);                                                     \
+  template void ApplyMRopeReference<T>(const MRope&, const PositionStreams&, Heads<const T>,      \
                                        Heads<T>, RopeDirection);
 POSENC_INSTANTIATE_MROPE(float)
 POSENC_INSTANTIATE_MROPE(BFloat16)

@@ -1,20 +1,24 @@
 #include "posenc/rope.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
+#include "batch_call.h"
 #include "float32_range.h"
 #include "posenc/error.h"
 #include "posenc/positions.h"
 #include "posenc/storage.h"
 #include "rope_call.h"
 #include "rope_kernels.h"
+#include "rows.h"
 
 namespace posenc {
 namespace {
@@ -90,7 +94,7 @@ void ValidateSameHeads(const RopeCall& call, const Heads<const T>& in, const Hea
 template <typename A, typename B>
 void RequireDisjoint(const RopeCall& call, const Heads<A>& a, const Heads<B>& b,
                      std::string_view a_name, std::string_view b_name) {
-  if (!RowsOverlap(a, b)) return;
+  if (!internal::RowsOverlap(a, b)) return;
   Require(false, call.function, a_name, "not share memory with " + std::string(b_name),
           "overlapping views");
 }
@@ -299,6 +303,74 @@ void RopeCallReference(const RopeCall& call, Heads<const T> x_in, Heads<T> x_out
   }
 }
 
+inline RopeCall WithPositions(RopeCall call, std::span<const int64_t> positions) {
+  call.positions = positions;
+  return call;
+}
+inline RopeCall WithPositions(RopeCall call, const PositionStreams& streams) {
+  call.streams = streams;
+  return call;
+}
+
+template <typename P, typename... V>
+void RunBatchedRopeCall(const RopeCall& call, const Batched<P>& positions, RopeDirection direction,
+                        const std::array<std::string_view, sizeof...(V)>& names,
+                        const Batched<V>&... views) {
+  const auto& first = std::get<0>(std::tie(views...));
+  size_t n = 0;
+  (RequireSameBatch(call.function, first, views, names[0], names[n++]), ...);
+  RequirePositionsBatch(call.function, positions, first, names[0]);
+  const int64_t count = first.BatchCount();
+  if (count == 0) {
+    ValidateRopeCall(WithPositions(call, NoTokens(positions.first)), NoTokens(views.first)...);
+    return;
+  }
+  // `&`, not `&&`: every copy is folded, or the originals run one element at a time.
+  auto folded = std::make_tuple(views...);
+  std::vector<int64_t> repeated;
+  if (std::apply([](auto&... v) { return (FoldIntoTokens(v) & ...); }, folded)) {
+    if (const auto all = FoldPositions(positions, count, repeated)) {
+      std::apply([&](auto&... v) { RunRopeCall(WithPositions(call, *all), v.first..., direction); },
+                 folded);
+      return;
+    }
+  }
+  n = 0;
+  const std::array<BatchRows, sizeof...(V)> rows{RowsOf(views, names[n++])...};
+  RunEachElement(
+      call.function, count,
+      [&](int64_t b) { ValidateRopeCall(WithPositions(call, positions.At(b)), views.At(b)...); },
+      [&](int64_t b) {
+        RunRopeCall(WithPositions(call, positions.At(b)), views.At(b)..., direction);
+      },
+      rows);
+}
+
+// The four forms of a batched call for positions P and storage E.
+#define POSENC_INSTANTIATE_BATCHED_ROPE_CALL(P, E)                                            \
+  template void RunBatchedRopeCall(const RopeCall&, const Batched<P>&, RopeDirection,         \
+                                   const std::array<std::string_view, 1>&,                    \
+                                   const Batched<Heads<E>>&);                                 \
+  template void RunBatchedRopeCall(const RopeCall&, const Batched<P>&, RopeDirection,         \
+                                   const std::array<std::string_view, 2>&,                    \
+                                   const Batched<Heads<E>>&, const Batched<Heads<E>>&);       \
+  template void RunBatchedRopeCall(const RopeCall&, const Batched<P>&, RopeDirection,         \
+                                   const std::array<std::string_view, 2>&,                    \
+                                   const Batched<Heads<const E>>&, const Batched<Heads<E>>&); \
+  template void RunBatchedRopeCall(const RopeCall&, const Batched<P>&, RopeDirection,         \
+                                   const std::array<std::string_view, 4>&,                    \
+                                   const Batched<Heads<const E>>&, const Batched<Heads<E>>&,  \
+                                   const Batched<Heads<const E>>&, const Batched<Heads<E>>&);
+#define POSENC_INSTANTIATE_BATCHED_ROPE_CALLS(E)                    \
+  POSENC_INSTANTIATE_BATCHED_ROPE_CALL(std::span<const int64_t>, E) \
+  POSENC_INSTANTIATE_BATCHED_ROPE_CALL(PositionStreams, E)
+POSENC_INSTANTIATE_BATCHED_ROPE_CALLS(float)
+POSENC_INSTANTIATE_BATCHED_ROPE_CALLS(BFloat16)
+POSENC_INSTANTIATE_BATCHED_ROPE_CALLS(Float16)
+POSENC_INSTANTIATE_BATCHED_ROPE_CALLS(double)
+#undef POSENC_INSTANTIATE_BATCHED_ROPE_CALLS
+#undef POSENC_INSTANTIATE_BATCHED_ROPE_CALL
+
 #define POSENC_INSTANTIATE_ROPE_CALL(T)                                                        \
   template void ValidateRopeCall<T>(const RopeCall&, Heads<T>);                                \
   template void ValidateRopeCall<T>(const RopeCall&, Heads<T>, Heads<T>);                      \
@@ -381,45 +453,56 @@ CosSin RopeAngle(int64_t pos, double inv_freq) {
 }
 
 template <typename T>
+void ApplyRope(const Rope& rope, const BatchedPositions& positions, const Batched<Heads<T>>& x,
+               RopeDirection direction) {
+  internal::RunBatchedRopeCall(OneStream(rope, {}), positions, direction, {"x"}, x);
+}
+template <typename T>
+void ApplyRope(const Rope& rope, const BatchedPositions& positions, const Batched<Heads<T>>& q,
+               const Batched<Heads<T>>& k, RopeDirection direction) {
+  internal::RunBatchedRopeCall(OneStream(rope, {}), positions, direction, {"q", "k"}, q, k);
+}
+template <typename T>
+void ApplyRope(const Rope& rope, const BatchedPositions& positions,
+               const std::type_identity_t<Batched<Heads<const T>>>& x_in,
+               const Batched<Heads<T>>& x_out, RopeDirection direction) {
+  internal::RunBatchedRopeCall(OneStream(rope, {}), positions, direction, {"x_in", "x_out"}, x_in,
+                               x_out);
+}
+template <typename T>
+void ApplyRope(const Rope& rope, const BatchedPositions& positions,
+               const std::type_identity_t<Batched<Heads<const T>>>& q_in,
+               const Batched<Heads<T>>& q_out,
+               const std::type_identity_t<Batched<Heads<const T>>>& k_in,
+               const Batched<Heads<T>>& k_out, RopeDirection direction) {
+  internal::RunBatchedRopeCall(OneStream(rope, {}), positions, direction,
+                               {"q_in", "q_out", "k_in", "k_out"}, q_in, q_out, k_in, k_out);
+}
+// One call is a batch of one.
+template <typename T>
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> x,
                RopeDirection direction) {
-  internal::RunRopeCall<T>(OneStream(rope, positions), x, direction);
+  ApplyRope<T>(rope, BatchedPositions(positions), Batched<Heads<T>>(x), direction);
 }
 template <typename T>
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> q, Heads<T> k,
                RopeDirection direction) {
-  internal::RunRopeCall<T>(OneStream(rope, positions), q, k, direction);
+  ApplyRope<T>(rope, BatchedPositions(positions), Batched<Heads<T>>(q), Batched<Heads<T>>(k),
+               direction);
 }
 template <typename T>
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions,
                std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out, RopeDirection direction) {
-  internal::RunRopeCall<T>(OneStream(rope, positions), x_in, x_out, direction);
+  ApplyRope<T>(rope, BatchedPositions(positions), Batched<Heads<const T>>(x_in),
+               Batched<Heads<T>>(x_out), direction);
 }
 template <typename T>
 void ApplyRope(const Rope& rope, std::span<const int64_t> positions,
                std::type_identity_t<Heads<const T>> q_in, Heads<T> q_out,
                std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out, RopeDirection direction) {
-  internal::RunRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out, direction);
-}
-template <typename T>
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> x) {
-  internal::ValidateRopeCall<T>(OneStream(rope, positions), x);
-}
-template <typename T>
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> q,
-                       Heads<T> k) {
-  internal::ValidateRopeCall<T>(OneStream(rope, positions), q, k);
-}
-template <typename T>
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out) {
-  internal::ValidateRopeCall<T>(OneStream(rope, positions), x_in, x_out);
-}
-template <typename T>
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       std::type_identity_t<Heads<const T>> q_in, Heads<T> q_out,
-                       std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out) {
-  internal::ValidateRopeCall<T>(OneStream(rope, positions), q_in, q_out, k_in, k_out);
+  ApplyRope<T>(rope, BatchedPositions(positions), Batched<Heads<const T>>(q_in),
+               Batched<Heads<T>>(q_out), Batched<Heads<const T>>(k_in), Batched<Heads<T>>(k_out),
+               direction);
 }
 template <typename T>
 void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
@@ -428,21 +511,24 @@ void ApplyRopeReference(const Rope& rope, std::span<const int64_t> positions,
   internal::RopeCallReference<T>(OneStream(rope, positions), x_in, x_out, direction);
 }
 
-#define POSENC_INSTANTIATE_ROPE(T)                                                               \
-  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<T>, RopeDirection);    \
-  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<T>, Heads<T>,          \
-                             RopeDirection);                                                     \
-  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<const T>, Heads<T>,    \
-                             RopeDirection);                                                     \
-  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<const T>, Heads<T>,    \
-                             Heads<const T>, Heads<T>, RopeDirection);                           \
-  template void ValidateApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<T>);           \
-  template void ValidateApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<T>, Heads<T>); \
-  template void ValidateApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<const T>,      \
-                                     Heads<T>);                                                  \
-  template void ValidateApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<const T>,      \
-                                     Heads<T>, Heads<const T>, Heads<T>);                        \
-  template void ApplyRopeReference<T>(const Rope&, std::span<const int64_t>, Heads<const T>,     \
+#define POSENC_INSTANTIATE_ROPE(T)                                                                 \
+  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<T>, RopeDirection);      \
+  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<T>, Heads<T>,            \
+                             RopeDirection);                                                       \
+  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<const T>, Heads<T>,      \
+                             RopeDirection);                                                       \
+  template void ApplyRope<T>(const Rope&, std::span<const int64_t>, Heads<const T>, Heads<T>,      \
+                             Heads<const T>, Heads<T>, RopeDirection);                             \
+  template void ApplyRope<T>(const Rope&, const BatchedPositions&, const Batched<Heads<T>>&,       \
+                             RopeDirection);                                                       \
+  template void ApplyRope<T>(const Rope&, const BatchedPositions&, const Batched<Heads<T>>&,       \
+                             const Batched<Heads<T>>&, RopeDirection);                             \
+  template void ApplyRope<T>(const Rope&, const BatchedPositions&, const Batched<Heads<const T>>&, \
+                             const Batched<Heads<T>>&, RopeDirection);                             \
+  template void ApplyRope<T>(const Rope&, const BatchedPositions&, const Batched<Heads<const T>>&, \
+                             const Batched<Heads<T>>&, const Batched<Heads<const T>>&,             \
+                             const Batched<Heads<T>>&, RopeDirection);                             \
+  template void ApplyRopeReference<T>(const Rope&, std::span<const int64_t>, Heads<const T>,       \
                                       Heads<T>, RopeDirection);
 POSENC_INSTANTIATE_ROPE(float)
 POSENC_INSTANTIATE_ROPE(BFloat16)

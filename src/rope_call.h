@@ -3,10 +3,12 @@
 // it for float, BFloat16, Float16 and double; both public APIs are thin wrappers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string_view>
 
+#include "posenc/batch.h"
 #include "posenc/heads.h"
 #include "posenc/mrope.h"
 #include "posenc/rope.h"
@@ -44,6 +46,16 @@ void RunRopeCall(const RopeCall& call, Heads<const T> x_in, Heads<T> x_out,
 template <typename T>
 void RunRopeCall(const RopeCall& call, Heads<const T> q_in, Heads<T> q_out, Heads<const T> k_in,
                  Heads<T> k_out, RopeDirection direction);
+
+// A batch (posenc/batch.h) in any form above: every element validated, and the memory the
+// elements share, before anything is written; then one kernel call over batch x tokens when the
+// views and positions fold into one, else one call per element. `names` are the views' names in
+// messages (a Batched view's own name takes precedence). P is std::span<const int64_t> (RoPE) or
+// PositionStreams (M-RoPE).
+template <typename P, typename... V>
+void RunBatchedRopeCall(const RopeCall& call, const Batched<P>& positions, RopeDirection direction,
+                        const std::array<std::string_view, sizeof...(V)>& names,
+                        const Batched<V>&... views);
 
 // The double reference on validated input (x_in and x_out may be the same memory).
 template <typename T>

@@ -804,7 +804,7 @@ TEST(RopeValidate, RejectsOverlappingMemory) {
   f.ExpectUntouched();
 }
 
-TEST(RopeValidateOnly, ThrowsWhatApplyRopeThrowsAndWritesNothing) {
+TEST(RopeValidate, EveryFormThrowsBeforeWritingAnything) {
   InPlaceFixture f;
   const std::vector<int64_t> negative{0, 1, -4};
   Rope bad_rope = f.rope;
@@ -812,48 +812,28 @@ TEST(RopeValidateOnly, ThrowsWhatApplyRopeThrowsAndWritesNothing) {
   std::vector<float> qo(f.qbuf.size());
   const auto qov = Heads<float>::Dense(qo.data(), 3, 4, 8);
   std::vector<BFloat16> bf(3 * 4 * 8);
-  // Each case is one ApplyRope form with one bad argument; run(true) calls its validator.
-  const std::vector<std::pair<std::function<void(bool)>, std::string>> cases = {
-      {[&](bool validate_only) {
-         validate_only ? ValidateApplyRope(f.rope, negative, f.q())
-                       : ApplyRope(f.rope, negative, f.q());
-       },
-       "[rope] positions[2] must be >= 0, got -4"},
-      {[&](bool validate_only) {
-         validate_only ? ValidateApplyRope(bad_rope, f.positions, f.q(), f.k())
-                       : ApplyRope(bad_rope, f.positions, f.q(), f.k());
-       },
+  // Each case is one ApplyRope form with one bad argument.
+  const std::vector<std::pair<std::function<void()>, std::string>> cases = {
+      {[&] { ApplyRope(f.rope, negative, f.q()); }, "[rope] positions[2] must be >= 0, got -4"},
+      {[&] { ApplyRope(bad_rope, f.positions, f.q(), f.k()); },
        "[rope] inv_freq[1] must be finite and >= 0, got nan"},
-      {[&](bool validate_only) {
-         validate_only ? ValidateApplyRope(f.rope, f.positions, Heads<const float>(f.q()), f.q())
-                       : ApplyRope(f.rope, f.positions, Heads<const float>(f.q()), f.q());
-       },
+      {[&] { ApplyRope(f.rope, f.positions, Heads<const float>(f.q()), f.q()); },
        "[rope] x_out must not share memory with x_in, got overlapping views"},
-      {[&](bool validate_only) {
+      {[&] {
          const Heads<const float> qi = f.q(), ki = f.k();
-         validate_only ? ValidateApplyRope(f.rope, f.positions, qi, qov, ki, f.k())
-                       : ApplyRope(f.rope, f.positions, qi, qov, ki, f.k());
+         ApplyRope(f.rope, f.positions, qi, qov, ki, f.k());
        },
        "[rope] k_out must not share memory with k_in, got overlapping views"},
-      {[&](bool validate_only) {
+      {[&] {
          const auto x = Heads<BFloat16>::Dense(bf.data(), 3, 8, 4);
-         validate_only ? ValidateApplyRope(f.rope, f.positions, x)
-                       : ApplyRope(f.rope, f.positions, x);
+         ApplyRope(f.rope, f.positions, x);
        },
        "[rope] x.head_dim must equal rope.head_dim (8), got 4"},
   };
   for (const auto& [run, message] : cases) {
-    ExpectError([&] { run(true); }, message);
-    f.ExpectUntouched();
-    ExpectError([&] { run(false); }, message);
+    ExpectError(run, message);
     f.ExpectUntouched();
   }
-  EXPECT_EQ(qo, std::vector<float>(qo.size(), 0.0f));
-
-  // Good arguments: accepted, and still nothing written.
-  EXPECT_NO_THROW(ValidateApplyRope(f.rope, f.positions, f.q(), f.k()));
-  EXPECT_NO_THROW(ValidateApplyRope(f.rope, f.positions, Heads<const float>(f.q()), qov));
-  f.ExpectUntouched();
   EXPECT_EQ(qo, std::vector<float>(qo.size(), 0.0f));
 }
 
@@ -1283,14 +1263,13 @@ TEST(RopeValidate, RejectsBadRotaryOffset) {
   ExpectError([] { Rope::Default(192, 10000.0, RopeLayout::kHalfSplit, 0, -2); },
               "[rope] rotary_offset must be >= 0, got -2");
 
-  // ApplyRope and ValidateApplyRope refuse it before writing anything.
+  // ApplyRope refuses it before writing anything.
   InPlaceFixture f;
   f.rope.rotary_offset = 1;
   const std::string message =
       "[rope] rotary_offset must be <= head_dim - rotary_dim (8 - 8 = 0), got 1";
   ExpectError([&] { ApplyRope(f.rope, f.positions, f.q(), f.k()); }, message);
   ExpectError([&] { ApplyRope(f.rope, f.positions, f.q()); }, message);
-  ExpectError([&] { ValidateApplyRope(f.rope, f.positions, f.q(), f.k()); }, message);
   std::vector<float> out(f.qbuf.size(), -7.0f);
   ExpectError(
       [&] {

@@ -47,6 +47,7 @@
 #include <span>
 
 #include "posenc/alibi.h"
+#include "posenc/batch.h"
 #include "posenc/heads.h"
 #include "posenc/mrope.h"
 #include "posenc/query_scale.h"
@@ -119,17 +120,19 @@ void Attention(const AttentionOptions& options, Heads<const BFloat16> q, Heads<c
                Heads<const BFloat16> v, std::span<const int64_t> query_pos,
                std::span<const int64_t> key_pos, Heads<float> out);
 
-// Validate only: the twins of the two Attention overloads above, with the same arguments, make
-// exactly their checks (through the same code, in the same order), throw the same posenc::Error,
-// and write nothing. For callers that must refuse a set of calls before running the first (the
-// Python bindings run a batch one call per element and validate every element first).
-void ValidateAttention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
-                       Heads<const float> v, std::span<const int64_t> query_pos,
-                       std::span<const int64_t> key_pos, Heads<float> out);
-void ValidateAttention(const AttentionOptions& options, Heads<const BFloat16> q,
-                       Heads<const BFloat16> k, Heads<const BFloat16> v,
-                       std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
-                       Heads<float> out);
+// Batched (posenc/batch.h): q, k, v and out [..., tokens, heads, dim] with one batch shape and
+// any batch strides (a transposed Hugging Face [batch, heads, seq, dim] tensor included);
+// query_pos and key_pos shared by the batch or one list per element. Each element attends to its
+// own keys. Every element is validated, and the memory the elements share, before out is touched;
+// a later element's error ends "(in batch element b)".
+void Attention(const AttentionOptions& options, const Batched<Heads<const float>>& q,
+               const Batched<Heads<const float>>& k, const Batched<Heads<const float>>& v,
+               const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+               const Batched<Heads<float>>& out);
+void Attention(const AttentionOptions& options, const Batched<Heads<const BFloat16>>& q,
+               const Batched<Heads<const BFloat16>>& k, const Batched<Heads<const BFloat16>>& v,
+               const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+               const Batched<Heads<float>>& out);
 
 // The reference: the unfused composition in double (rotate, score, bias, mask, softmax, weighted
 // sum), the definition every fast attention kernel must match. Same contract as Attention, but

@@ -32,6 +32,7 @@
 #include <span>
 
 #include "posenc/attention.h"
+#include "posenc/batch.h"
 #include "posenc/heads.h"
 #include "posenc/storage.h"
 
@@ -79,6 +80,41 @@ void AttentionBackward(const AttentionOptions& options, Heads<const BFloat16> q,
                        std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
                        Heads<const float> out, std::span<const float> lse, Heads<const float> d_out,
                        const AttentionGradients& grads);
+
+// Batched (posenc/batch.h), as Attention's batched forms. lse is [..., q_tokens, num_heads],
+// dense over the batch too (batch count * q_tokens * num_heads entries, element after element).
+void AttentionForward(const AttentionOptions& options, const Batched<Heads<const float>>& q,
+                      const Batched<Heads<const float>>& k, const Batched<Heads<const float>>& v,
+                      const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+                      const Batched<Heads<float>>& out, std::span<float> lse);
+void AttentionForward(const AttentionOptions& options, const Batched<Heads<const BFloat16>>& q,
+                      const Batched<Heads<const BFloat16>>& k,
+                      const Batched<Heads<const BFloat16>>& v, const BatchedPositions& query_pos,
+                      const BatchedPositions& key_pos, const Batched<Heads<float>>& out,
+                      std::span<float> lse);
+
+// The gradients of a batched backward pass: dq, dk and dv per element, and the gradients of the
+// parameters the elements share (T5's table, the sinks) summed over the batch, in double, in
+// element order.
+struct BatchedAttentionGradients {
+  Batched<Heads<float>> dq;
+  Batched<Heads<float>> dk;
+  Batched<Heads<float>> dv;
+  std::span<float> relative_bias_table;
+  std::span<float> sinks;
+};
+void AttentionBackward(const AttentionOptions& options, const Batched<Heads<const float>>& q,
+                       const Batched<Heads<const float>>& k, const Batched<Heads<const float>>& v,
+                       const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+                       const Batched<Heads<const float>>& out, std::span<const float> lse,
+                       const Batched<Heads<const float>>& d_out,
+                       const BatchedAttentionGradients& grads);
+void AttentionBackward(const AttentionOptions& options, const Batched<Heads<const BFloat16>>& q,
+                       const Batched<Heads<const BFloat16>>& k,
+                       const Batched<Heads<const BFloat16>>& v, const BatchedPositions& query_pos,
+                       const BatchedPositions& key_pos, const Batched<Heads<const float>>& out,
+                       std::span<const float> lse, const Batched<Heads<const float>>& d_out,
+                       const BatchedAttentionGradients& grads);
 
 // The reference: the gradients of AttentionReference's definition, composed in double from the
 // full score matrix of each row (no saved state: it recomputes the forward), then RoPE's

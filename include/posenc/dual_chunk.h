@@ -92,16 +92,17 @@ void DualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
                         std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
                         Heads<float> out);
 
-// Validate only: the twins of the two DualChunkAttention overloads, making exactly their checks
-// and writing nothing.
-void ValidateDualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
-                                Heads<const float> q, Heads<const float> k, Heads<const float> v,
-                                std::span<const int64_t> query_pos,
-                                std::span<const int64_t> key_pos, Heads<float> out);
-void ValidateDualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
-                                Heads<const BFloat16> q, Heads<const BFloat16> k,
-                                Heads<const BFloat16> v, std::span<const int64_t> query_pos,
-                                std::span<const int64_t> key_pos, Heads<float> out);
+// Batched (posenc/batch.h), as Attention's batched forms: every element validated, and the
+// memory the elements share, before out is touched.
+void DualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
+                        const Batched<Heads<const float>>& q, const Batched<Heads<const float>>& k,
+                        const Batched<Heads<const float>>& v, const BatchedPositions& query_pos,
+                        const BatchedPositions& key_pos, const Batched<Heads<float>>& out);
+void DualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
+                        const Batched<Heads<const BFloat16>>& q,
+                        const Batched<Heads<const BFloat16>>& k,
+                        const Batched<Heads<const BFloat16>>& v, const BatchedPositions& query_pos,
+                        const BatchedPositions& key_pos, const Batched<Heads<float>>& out);
 
 // The reference, in double: per query row, every key's score with q rotated (ApplyRopeReference)
 // at the position of the key's part and k at its own, times scale f^2, the causal mask, one

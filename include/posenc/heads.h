@@ -69,31 +69,6 @@ bool Overlaps(const Heads<A>& a, const Heads<B>& b) {
   return lo_a < hi_b && lo_b < hi_a;
 }
 
-// The rows of a view in bytes, for the exact aliasing check below.
-struct RowLayout {
-  intptr_t base;                                                    // address of row (0, 0)
-  int64_t tokens, token_stride, num_heads, head_stride, row_bytes;  // strides in bytes
-
-  template <typename T>
-  explicit RowLayout(const Heads<T>& v)
-      : base(reinterpret_cast<intptr_t>(v.data)),
-        tokens(v.tokens),
-        token_stride(v.token_stride * static_cast<int64_t>(sizeof(T))),
-        num_heads(v.num_heads),
-        head_stride(v.head_stride * static_cast<int64_t>(sizeof(T))),
-        row_bytes(v.head_dim * static_cast<int64_t>(sizeof(T))) {}
-};
-
-// True when some row of a shares a byte with some row of b (both validated views). Exact, unlike
-// Overlaps, which compares the hulls: q and k carved out of one fused qkv buffer have interleaved
-// hulls but disjoint rows, and rotating them in place is fine. Costs O(rows of a) only when the
-// hulls overlap.
-bool RowsOverlap(const RowLayout& a, const RowLayout& b);
-template <typename A, typename B>
-bool RowsOverlap(const Heads<A>& a, const Heads<B>& b) {
-  return Overlaps(a, b) && RowsOverlap(RowLayout(a), RowLayout(b));
-}
-
 extern template struct Heads<float>;
 extern template struct Heads<const float>;
 extern template struct Heads<BFloat16>;

@@ -36,6 +36,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "posenc/batch.h"
 #include "posenc/heads.h"
 #include "posenc/rope.h"
 #include "posenc/storage.h"
@@ -122,6 +123,12 @@ struct PositionStreams {
                 int64_t tokens) const;
 };
 
+// The same streams `elements` further on: one batch element's (posenc/batch.h).
+inline PositionStreams MovedBy(PositionStreams streams, int64_t elements) {
+  streams.data += elements;
+  return streams;
+}
+
 // The four forms of ApplyRope (posenc/rope.h) with position streams: in place or out of place, one
 // tensor or q and k in one call (the angles of a token are formed once for both), forward or
 // inverse (the transpose: the backward pass), on float32, bfloat16, float16 (one rounding of the
@@ -145,13 +152,27 @@ void ApplyMRope(const MRope& mrope, const PositionStreams& positions,
                 std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out,
                 RopeDirection direction = RopeDirection::kForward);
 
-// Validate only: the twins of the four forms, with the same checks in the same order, writing
-// nothing (for callers that validate a batch before running its first element).
+// Batched: the four forms over a batch (posenc/batch.h), as ApplyRope's batched forms: positions
+// [num_streams, tokens] shared by the batch (no batch dims) or streams of each element's own (the
+// batch dims and strides of position streams [num_streams, ..., tokens]). The forms above are a
+// batch of one.
 template <typename T>
-void ValidateApplyMRope(const MRope& mrope, const PositionStreams& positions, Heads<T> x);
+void ApplyMRope(const MRope& mrope, const Batched<PositionStreams>& positions,
+                const Batched<Heads<T>>& x, RopeDirection direction = RopeDirection::kForward);
 template <typename T>
-void ValidateApplyMRope(const MRope& mrope, const PositionStreams& positions, Heads<T> q,
-                        Heads<T> k);
+void ApplyMRope(const MRope& mrope, const Batched<PositionStreams>& positions,
+                const Batched<Heads<T>>& q, const Batched<Heads<T>>& k,
+                RopeDirection direction = RopeDirection::kForward);
+template <typename T>
+void ApplyMRope(const MRope& mrope, const Batched<PositionStreams>& positions,
+                const std::type_identity_t<Batched<Heads<const T>>>& x_in,
+                const Batched<Heads<T>>& x_out, RopeDirection direction = RopeDirection::kForward);
+template <typename T>
+void ApplyMRope(const MRope& mrope, const Batched<PositionStreams>& positions,
+                const std::type_identity_t<Batched<Heads<const T>>>& q_in,
+                const Batched<Heads<T>>& q_out,
+                const std::type_identity_t<Batched<Heads<const T>>>& k_in,
+                const Batched<Heads<T>>& k_out, RopeDirection direction = RopeDirection::kForward);
 
 // The scalar reference in double, for one tensor, out of place or in place (x_in and x_out the same
 // memory): cos and sin by RopeAngle(position of the pair's stream, inv_freq[i]). Assumes validated

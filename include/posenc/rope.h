@@ -43,6 +43,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "posenc/batch.h"
 #include "posenc/heads.h"
 #include "posenc/storage.h"
 
@@ -125,23 +126,27 @@ void ApplyRope(const Rope& rope, std::span<const int64_t> positions,
                std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out,
                RopeDirection direction = RopeDirection::kForward);
 
-// Validate only: each ApplyRope above has a twin with the same arguments (less the direction,
-// which no check depends on) that makes exactly its checks, through the same code and in the
-// same order, throws the same posenc::Error, and writes nothing. For callers that must refuse a
-// set of calls before running the first (the Python bindings run some batches one call per
-// element, and validate every element before the first is written).
+// Batched: the four forms above over a batch (posenc/batch.h), x [..., tokens, heads, head_dim]
+// with any batch strides and positions [tokens] shared by the batch or [..., tokens] per element.
+// Every element is validated, and the memory the elements share, before anything is written; a
+// later element's error ends "(in batch element b)". A C-contiguous batch runs as one call over
+// batch x tokens; others one call per element. The forms above are a batch of one.
 template <typename T>
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> x);
+void ApplyRope(const Rope& rope, const BatchedPositions& positions, const Batched<Heads<T>>& x,
+               RopeDirection direction = RopeDirection::kForward);
 template <typename T>
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions, Heads<T> q,
-                       Heads<T> k);
+void ApplyRope(const Rope& rope, const BatchedPositions& positions, const Batched<Heads<T>>& q,
+               const Batched<Heads<T>>& k, RopeDirection direction = RopeDirection::kForward);
 template <typename T>
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       std::type_identity_t<Heads<const T>> x_in, Heads<T> x_out);
+void ApplyRope(const Rope& rope, const BatchedPositions& positions,
+               const std::type_identity_t<Batched<Heads<const T>>>& x_in,
+               const Batched<Heads<T>>& x_out, RopeDirection direction = RopeDirection::kForward);
 template <typename T>
-void ValidateApplyRope(const Rope& rope, std::span<const int64_t> positions,
-                       std::type_identity_t<Heads<const T>> q_in, Heads<T> q_out,
-                       std::type_identity_t<Heads<const T>> k_in, Heads<T> k_out);
+void ApplyRope(const Rope& rope, const BatchedPositions& positions,
+               const std::type_identity_t<Batched<Heads<const T>>>& q_in,
+               const Batched<Heads<T>>& q_out,
+               const std::type_identity_t<Batched<Heads<const T>>>& k_in,
+               const Batched<Heads<T>>& k_out, RopeDirection direction = RopeDirection::kForward);
 
 // cos and sin of the angle pos * inv_freq, in double: the accurate angle every kernel must match.
 // The angle is one double product (error <= half an ulp: <= 2^-30 rad below 2^24), never

@@ -75,17 +75,17 @@ void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
                          std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
                          Heads<float> out);
 
-// Validate only: the twins of the two SelfExtendAttention overloads, making exactly their checks
-// and writing nothing (for callers that refuse a set of calls before running the first, as the
-// Python bindings do for a batch).
-void ValidateSelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
-                                 Heads<const float> q, Heads<const float> k, Heads<const float> v,
-                                 std::span<const int64_t> query_pos,
-                                 std::span<const int64_t> key_pos, Heads<float> out);
-void ValidateSelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
-                                 Heads<const BFloat16> q, Heads<const BFloat16> k,
-                                 Heads<const BFloat16> v, std::span<const int64_t> query_pos,
-                                 std::span<const int64_t> key_pos, Heads<float> out);
+// Batched (posenc/batch.h), as Attention's batched forms: every element validated, and the
+// memory the elements share, before out is touched.
+void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                         const Batched<Heads<const float>>& q, const Batched<Heads<const float>>& k,
+                         const Batched<Heads<const float>>& v, const BatchedPositions& query_pos,
+                         const BatchedPositions& key_pos, const Batched<Heads<float>>& out);
+void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                         const Batched<Heads<const BFloat16>>& q,
+                         const Batched<Heads<const BFloat16>>& k,
+                         const Batched<Heads<const BFloat16>>& v, const BatchedPositions& query_pos,
+                         const BatchedPositions& key_pos, const Batched<Heads<float>>& out);
 
 // The reference, as the paper's code computes it: both full score matrices in double (q and k
 // rotated by ApplyRopeReference at the normal and at the grouped positions), the neighbour

@@ -61,6 +61,7 @@ BatchPositions::BatchPositions(const py::object& positions, std::span<const int6
               NpyShapeString(batched),
           NpyShapeString(shape));
   all_ = {array_.data(), static_cast<size_t>(array_.size())};
+  if (!shared_) batch_shape_.assign(batch_shape.begin(), batch_shape.end());
   RequirePositions(function, array_, name);  // every element's before any is run
 }
 
@@ -89,13 +90,14 @@ void RequirePositions(std::string_view function, const py::array& positions,
                     row_name);
 }
 
-std::optional<std::span<const int64_t>> BatchPositions::Folded(int64_t batch_count) {
-  if (!shared_ || batch_count == 1) return all_;
-  repeated_.clear();
-  repeated_.reserve(static_cast<size_t>(batch_count * tokens_));
-  for (int64_t b = 0; b < batch_count; ++b)
-    repeated_.insert(repeated_.end(), all_.begin(), all_.end());
-  return repeated_;
+BatchedPositions BatchPositions::Batch() const {
+  if (shared_) return BatchedPositions(all_);
+  std::vector<int64_t> strides(batch_shape_.size());
+  int64_t stride = tokens_;
+  for (size_t i = strides.size(); i-- > 0; stride *= batch_shape_[i]) strides[i] = stride;
+  const std::span<const int64_t> first =
+      all_.empty() ? std::span<const int64_t>() : all_.first(static_cast<size_t>(tokens_));
+  return {first, batch_shape_, std::move(strides)};
 }
 
 std::span<const int64_t> IntList(const py::object& values, py::array_t<int64_t>& array,

@@ -18,8 +18,10 @@
 #include <string_view>
 #include <vector>
 
+#include "posenc/batch.h"
 #include "posenc/error.h"
 #include "posenc/heads.h"
+#include "posenc/npy.h"
 #include "posenc/storage.h"
 
 namespace posenc::python {
@@ -86,45 +88,17 @@ void RequireDtype(const py::array& array, std::string_view function, std::string
 
 // An array [..., tokens, heads, head_dim] as a batch of Heads views (element strides).
 template <typename T>
-struct BatchedHeads {
-  std::string name;                    // the argument's name in messages
-  std::vector<int64_t> batch_shape;    // the leading dims, outermost first
-  std::vector<int64_t> batch_strides;  // in elements
-  Heads<T> first;                      // the view of batch element 0
+using BatchedHeads = Batched<Heads<T>>;
 
-  int64_t BatchCount() const {
-    int64_t count = 1;
-    for (int64_t n : batch_shape) count *= n;
-    return count;
-  }
-
-  // The view of batch element b (row-major over batch_shape).
-  Heads<T> At(int64_t b) const {
-    Heads<T> view = first;
-    for (size_t i = batch_shape.size(); i-- > 0;) {
-      view.data += (b % batch_shape[i]) * batch_strides[i];
-      b /= batch_shape[i];
-    }
-    return view;
-  }
-
-  // Merges the batch dims into tokens when each non-unit dim steps exactly over the next inner
-  // one, as in a C-contiguous batch; returns whether it did.
-  bool Fold() {
-    int64_t stride = first.token_stride, extent = first.tokens;
-    bool have_inner = first.tokens > 1;
-    for (size_t i = batch_shape.size(); i-- > 0;) {
-      if (batch_shape[i] == 1) continue;
-      if (have_inner && batch_strides[i] != stride * extent) return false;
-      if (!have_inner) first.token_stride = batch_strides[i];  // a unit tokens dim has any stride
-      stride = batch_strides[i], extent = batch_shape[i], have_inner = true;
-    }
-    first.tokens *= BatchCount();
-    batch_shape.clear();
-    batch_strides.clear();
-    return true;
-  }
-};
+// Throws posenc::Error unless `view` has the batch shape of `first` (names for the message).
+template <typename A, typename B>
+void RequireSameBatch(const BatchedHeads<A>& first, const BatchedHeads<B>& view,
+                      std::string_view function, std::string_view first_name,
+                      std::string_view name) {
+  Require(view.batch_shape == first.batch_shape, function, std::string(name) + ".shape[:-3]",
+          "equal " + std::string(first_name) + "'s batch dims " + NpyShapeString(first.batch_shape),
+          NpyShapeString(view.batch_shape));
+}
 
 // Reads a numpy array of dtype std::remove_const_t<T> laid out [..., tokens, heads, head_dim] (at
 // least 3 dims, head_dim contiguous, strides multiples of the item size). `name` is the argument's
@@ -177,21 +151,14 @@ class BatchPositions {
   BatchPositions(const py::object& positions, std::span<const int64_t> batch_shape, int64_t tokens,
                  std::string_view function, std::string_view name = "positions");
 
-  // The list of batch element b.
-  std::span<const int64_t> At(int64_t b) const {
-    return shared_ ? all_ : all_.subspan(b * tokens_, tokens_);
-  }
-  // An empty list: what a batch without elements hands the validators.
-  std::span<const int64_t> NoTokens() const { return {}; }
-  // One list for the whole batch folded into tokens (repeated when shared); never empty, a list
-  // always follows the fold (optional as RunBatched also takes position streams, which may not).
-  std::optional<std::span<const int64_t>> Folded(int64_t batch_count);
+  // The positions as the library's batch: one list shared by every element, or a list each.
+  BatchedPositions Batch() const;
   int64_t ListSize() const { return tokens_; }
 
  private:
   py::array_t<int64_t> array_;  // keeps all_ alive
-  std::vector<int64_t> repeated_;
   std::span<const int64_t> all_;
+  std::vector<int64_t> batch_shape_;
   int64_t tokens_ = 0;
   bool shared_ = true;
 };

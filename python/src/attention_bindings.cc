@@ -3,7 +3,6 @@
 #include <pybind11/stl.h>
 
 #include "arrays.h"
-#include "batch.h"
 #include "bindings.h"
 #include "posenc/attention.h"
 #include "posenc/attention_backward.h"
@@ -42,16 +41,15 @@ AttentionOptions KeywordOptions(bool causal, std::optional<Alibi> alibi, std::op
   return options;
 }
 
-// Attention, Self-Extend or dual chunk attention on one batch element: call(validate_only, q, k, v, query_pos,
-// key_pos, out) makes the checks alone, or the checks and the computation.
+// Attention, Self-Extend or dual chunk attention over a batch: call(q, k, v, query_pos, key_pos,
+// out) runs the library's batched form.
 struct PlainAttention {
   AttentionOptions options;
   template <typename T>
-  void operator()(bool validate_only, Heads<const T> q, Heads<const T> k, Heads<const T> v,
-                  std::span<const int64_t> qp, std::span<const int64_t> kp,
-                  Heads<float> out) const {
-    validate_only ? ValidateAttention(options, q, k, v, qp, kp, out)
-                  : Attention(options, q, k, v, qp, kp, out);
+  void operator()(const BatchedHeads<const T>& q, const BatchedHeads<const T>& k,
+                  const BatchedHeads<const T>& v, const BatchedPositions& qp,
+                  const BatchedPositions& kp, const BatchedHeads<float>& out) const {
+    Attention(options, q, k, v, qp, kp, out);
   }
 };
 
@@ -59,11 +57,10 @@ struct GroupedAttention {
   AttentionOptions options;
   SelfExtend se;
   template <typename T>
-  void operator()(bool validate_only, Heads<const T> q, Heads<const T> k, Heads<const T> v,
-                  std::span<const int64_t> qp, std::span<const int64_t> kp,
-                  Heads<float> out) const {
-    validate_only ? ValidateSelfExtendAttention(options, se, q, k, v, qp, kp, out)
-                  : SelfExtendAttention(options, se, q, k, v, qp, kp, out);
+  void operator()(const BatchedHeads<const T>& q, const BatchedHeads<const T>& k,
+                  const BatchedHeads<const T>& v, const BatchedPositions& qp,
+                  const BatchedPositions& kp, const BatchedHeads<float>& out) const {
+    SelfExtendAttention(options, se, q, k, v, qp, kp, out);
   }
 };
 
@@ -71,11 +68,10 @@ struct DualChunkCall {
   AttentionOptions options;
   DualChunk dca;
   template <typename T>
-  void operator()(bool validate_only, Heads<const T> q, Heads<const T> k, Heads<const T> v,
-                  std::span<const int64_t> qp, std::span<const int64_t> kp,
-                  Heads<float> out) const {
-    validate_only ? ValidateDualChunkAttention(options, dca, q, k, v, qp, kp, out)
-                  : DualChunkAttention(options, dca, q, k, v, qp, kp, out);
+  void operator()(const BatchedHeads<const T>& q, const BatchedHeads<const T>& k,
+                  const BatchedHeads<const T>& v, const BatchedPositions& qp,
+                  const BatchedPositions& kp, const BatchedHeads<float>& out) const {
+    DualChunkAttention(options, dca, q, k, v, qp, kp, out);
   }
 };
 
@@ -99,18 +95,13 @@ py::object AttentionOf(const py::object& q_arg, const py::object& k_arg, const p
   const std::vector<int64_t> given = ShapeOf(AsArray(out_object, kFn, "out"));
   Require(given == out_shape, kFn, "out.shape", "be " + NpyShapeString(out_shape),
           NpyShapeString(given));
-  BatchPositions query_pos(query_positions, q.batch_shape, q.first.tokens, kFn, "query_positions");
-  BatchPositions key_pos(key_positions.is_none() ? query_positions : key_positions, k.batch_shape,
-                         k.first.tokens, kFn, "key_positions");
-  // Never folded into tokens: a query would see the keys of other batch elements.
-  const auto run = [&](bool validate_only, int64_t b) {
-    call(validate_only, q.At(b), k.At(b), v.At(b), query_pos.At(b), key_pos.At(b), out.At(b));
-  };
-  if (q.BatchCount() == 0) {  // no element, but the shapes are still the library's to check
-    call(true, NoTokens(q), NoTokens(k), NoTokens(v), std::span<const int64_t>(),
-         std::span<const int64_t>(), NoTokens(out));
-  } else {
-    RunEachElement(kFn, q.BatchCount(), run, q, k, v, out);
+  const BatchPositions query_pos(query_positions, q.batch_shape, q.first.tokens, kFn,
+                                 "query_positions");
+  const BatchPositions key_pos(key_positions.is_none() ? query_positions : key_positions,
+                               k.batch_shape, k.first.tokens, kFn, "key_positions");
+  {
+    py::gil_scoped_release release;
+    call(q, k, v, query_pos.Batch(), key_pos.Batch(), out);
   }
   return out_object;
 }
@@ -154,13 +145,6 @@ struct TrainingInputs : QkvViews<T> {
     out_shape = lse_shape;
     out_shape.push_back(this->v.first.head_dim);
   }
-
-  // One batch element's log-sum-exp in a C-contiguous [..., q_tokens, num_heads] array.
-  template <typename L>
-  std::span<L> LseAt(L* data, int64_t b) const {
-    const int64_t rows = this->q.first.tokens * this->q.first.num_heads;
-    return {data + b * rows, static_cast<size_t>(rows)};
-  }
 };
 
 // A new float32 array of `shape`, refused past the cap before anything is allocated.
@@ -179,35 +163,12 @@ py::tuple ForwardOf(const AttentionOptions& options, const py::object& q_arg,
   py::array_t<float> out_array = NewFloatArray(in.out_shape, kForwardFn, "out");
   py::array_t<float> lse_array = NewFloatArray(in.lse_shape, kForwardFn, "lse");
   const auto out = ViewHeads<float>(out_array, kForwardFn, "out");
-  float* lse = lse_array.mutable_data();
-  // AttentionForward validates as Attention plus lse's size, which is ours and right by
-  // construction: ValidateAttention is its whole check on arguments the caller chose.
-  const auto run = [&](bool validate_only, int64_t b) {
-    if (validate_only) {
-      ValidateAttention(options, in.q.At(b), in.k.At(b), in.v.At(b), in.query_pos.At(b),
-                        in.key_pos.At(b), out.At(b));
-    } else {
-      AttentionForward(options, in.q.At(b), in.k.At(b), in.v.At(b), in.query_pos.At(b),
-                       in.key_pos.At(b), out.At(b), in.LseAt(lse, b));
-    }
-  };
-  if (in.q.BatchCount() == 0) {
-    ValidateAttention(options, NoTokens(in.q), NoTokens(in.k), NoTokens(in.v),
-                      std::span<const int64_t>(), std::span<const int64_t>(), NoTokens(out));
-  } else {
-    RunEachElement(kForwardFn, in.q.BatchCount(), run, in.q, in.k, in.v, out);
+  const std::span<float> lse(lse_array.mutable_data(), static_cast<size_t>(lse_array.size()));
+  {
+    py::gil_scoped_release release;
+    AttentionForward(options, in.q, in.k, in.v, in.query_pos.Batch(), in.key_pos.Batch(), out, lse);
   }
   return py::make_tuple(out_array, lse_array);
-}
-
-// The validators take out as written; they read no element of it.
-Heads<float> AsWritten(Heads<const float> view) {
-  return {const_cast<float*>(view.data),
-          view.tokens,
-          view.num_heads,
-          view.head_dim,
-          view.token_stride,
-          view.head_stride};
 }
 
 // A float32 argument of the backward pass with exactly `shape`.
@@ -239,7 +200,8 @@ py::tuple BackwardOf(const AttentionOptions& options, const py::object& q_arg,
   // The library reads each element's lse as one dense span.
   Require((lse_array.flags() & py::array::c_style) != 0, kBackwardFn, "lse", "be C-contiguous",
           "a strided array");
-  const auto* lse = static_cast<const float*>(lse_array.data());
+  const std::span<const float> lse(static_cast<const float*>(lse_array.data()),
+                                   static_cast<size_t>(lse_array.size()));
   const auto shape_of = [](const auto& view) {
     std::vector<int64_t> shape = view.batch_shape;
     shape.insert(shape.end(), {view.first.tokens, view.first.num_heads, view.first.head_dim});
@@ -248,44 +210,25 @@ py::tuple BackwardOf(const AttentionOptions& options, const py::object& q_arg,
   py::array_t<float> dq_array = NewFloatArray(shape_of(in.q), kBackwardFn, "dq");
   py::array_t<float> dk_array = NewFloatArray(shape_of(in.k), kBackwardFn, "dk");
   py::array_t<float> dv_array = NewFloatArray(shape_of(in.v), kBackwardFn, "dv");
-  const auto dq = ViewHeads<float>(dq_array, kBackwardFn, "dq");
-  const auto dk = ViewHeads<float>(dk_array, kBackwardFn, "dk");
-  const auto dv = ViewHeads<float>(dv_array, kBackwardFn, "dv");
+  // With sinks, their gradient [num_heads], summed over the batch elements. Made as dq is, and
+  // written through its pointer: pybind11 before 2.12 (Debian 12 has 2.10) sizes a 1-D
+  // array_t(count)'s strides and mutable_at()'s index with the element size read in numpy 1's
+  // descriptor layout, which numpy 2 changed (every head's gradient then read as one).
   const bool sinks = !options.sinks.empty();
-  std::vector<float> element_sinks(options.sinks.size());
-  std::vector<double> total_sinks(options.sinks.size(), 0.0);
-  // Validation first: ValidateAttention checks the inputs and options of every element, the
-  // shapes above checked out, lse and d_out. What is left to AttentionBackward (memory shared
-  // between lse, out, d_out and the inputs) can only fail once writing has begun, but it writes
-  // into the new gradient arrays alone, which the caller never sees then.
-  const auto run = [&](bool validate_only, int64_t b) {
-    if (validate_only) {
-      ValidateAttention(options, in.q.At(b), in.k.At(b), in.v.At(b), in.query_pos.At(b),
-                        in.key_pos.At(b), AsWritten(out.At(b)));
-    } else {
-      AttentionBackward(options, in.q.At(b), in.k.At(b), in.v.At(b), in.query_pos.At(b),
-                        in.key_pos.At(b), out.At(b), in.LseAt(lse, b), d_out.At(b),
-                        {dq.At(b), dk.At(b), dv.At(b), {}, element_sinks});
-      for (size_t h = 0; h < element_sinks.size(); ++h) total_sinks[h] += element_sinks[h];
-    }
-  };
-  if (in.q.BatchCount() == 0) {
-    ValidateAttention(options, NoTokens(in.q), NoTokens(in.k), NoTokens(in.v),
-                      std::span<const int64_t>(), std::span<const int64_t>(),
-                      AsWritten(NoTokens(out)));
-  } else {
-    RunEachElement(kBackwardFn, in.q.BatchCount(), run, in.q, in.k, in.v, out, d_out, dq, dk, dv);
+  py::array_t<float> d_sinks = NewFloatArray(
+      {sinks ? static_cast<int64_t>(options.sinks.size()) : 0}, kBackwardFn, "d_sinks");
+  const BatchedAttentionGradients grads{
+      ViewHeads<float>(dq_array, kBackwardFn, "dq"),
+      ViewHeads<float>(dk_array, kBackwardFn, "dk"),
+      ViewHeads<float>(dv_array, kBackwardFn, "dv"),
+      {},
+      {d_sinks.mutable_data(), static_cast<size_t>(d_sinks.size())}};
+  {
+    py::gil_scoped_release release;
+    AttentionBackward(options, in.q, in.k, in.v, in.query_pos.Batch(), in.key_pos.Batch(), out, lse,
+                      d_out, grads);
   }
   if (!sinks) return py::make_tuple(dq_array, dk_array, dv_array);
-  // Made as dq is, and written through its pointer: pybind11 before 2.12 (Debian 12 has 2.10)
-  // sizes a 1-D array_t(count)'s strides and mutable_at()'s index with the element size read in
-  // numpy 1's descriptor layout, which numpy 2 changed (every head's gradient then read as one).
-  py::array_t<float> d_sinks =
-      NewFloatArray({static_cast<int64_t>(total_sinks.size())}, kBackwardFn, "d_sinks");
-  float* d_sinks_data = d_sinks.mutable_data();
-  for (size_t h = 0; h < total_sinks.size(); ++h) {
-    d_sinks_data[h] = static_cast<float>(total_sinks[h]);
-  }
   return py::make_tuple(dq_array, dk_array, dv_array, d_sinks);
 }
 

@@ -252,7 +252,8 @@ Heads<T> StepView(const py::object& value, std::string_view name, int64_t batch)
   Require(shaped, kBatchFn, std::string(name) + ".shape",
           "be [batch = " + std::to_string(batch) + ", tokens, heads, dim]",
           ShapeString(AsArray(value, kBatchFn, name)));
-  Require(view.Fold(), kBatchFn, name, "step evenly over its batch dim (C-contiguous)", "strided");
+  Require(FoldIntoTokens(view), kBatchFn, name, "step evenly over its batch dim (C-contiguous)",
+          "strided");
   return view.first;
 }
 

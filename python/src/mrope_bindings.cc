@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "arrays.h"
-#include "batch.h"
 #include "bindings.h"
 #include "config_layer.h"
 #include "posenc/files.h"
@@ -52,27 +51,17 @@ RopeDirection DirectionOf(const py::object& value) {
 template <typename T>
 void RequireHeadDim(const MRope& mrope, const BatchedHeads<T>& view) {
   if (view.first.head_dim == mrope.rope.head_dim) return;
-  Require(false, kFn, view.name + ".head_dim",
+  Require(false, kFn, std::string(view.name) + ".head_dim",
           "equal rope.head_dim (" + std::to_string(mrope.rope.head_dim) + ")", view.first.head_dim);
 }
 
 template <typename A, typename B>
 void RequireSameTokens(const BatchedHeads<A>& first, const BatchedHeads<B>& view) {
   if (view.first.tokens == first.first.tokens) return;
-  Require(false, kFn, view.name + ".tokens",
-          "equal " + first.name + ".tokens (" + std::to_string(first.first.tokens) + ")",
-          view.first.tokens);
-}
-
-// A writable view of an input's memory, only for the validators (which write nothing).
-template <typename T>
-Heads<T> ForValidation(Heads<const T> view) {
-  return {.data = const_cast<T*>(view.data),
-          .tokens = view.tokens,
-          .num_heads = view.num_heads,
-          .head_dim = view.head_dim,
-          .token_stride = view.token_stride,
-          .head_stride = view.head_stride};
+  Require(
+      false, kFn, std::string(view.name) + ".tokens",
+      "equal " + std::string(first.name) + ".tokens (" + std::to_string(first.first.tokens) + ")",
+      view.first.tokens);
 }
 
 // The position streams of a batch: int64 [streams, tokens] (shared by every batch element) or
@@ -115,46 +104,9 @@ class BatchStreams {
     }
   }
 
-  // The streams of batch element b (row-major over the batch dims).
-  PositionStreams At(int64_t b) const {
-    PositionStreams streams = first_;
-    for (size_t i = batch_shape_.size(); i-- > 0;) {
-      streams.data += (b % batch_shape_[i]) * batch_strides_[i];
-      b /= batch_shape_[i];
-    }
-    return streams;
-  }
-
-  // Streams with no tokens: what a batch without elements hands the validators.
-  PositionStreams NoTokens() const {
-    PositionStreams streams = first_;
-    streams.tokens = 0;
-    return streams;
-  }
-
-  // The streams of the whole batch folded into tokens (batch_count * tokens of them, in the
-  // order BatchedHeads::Fold folds activations) when one token stride reaches them all: streams
-  // of their own whose batch dims step over each other as a C-contiguous batch does, or shared
-  // streams of one batch element or of one token (stride 0). Nothing is copied.
-  std::optional<PositionStreams> Folded(int64_t batch_count) const {
-    PositionStreams streams = first_;
-    if (shared_) {
-      if (batch_count == 1 || streams.tokens == 0) return streams;
-      if (streams.tokens != 1) return std::nullopt;
-      streams.token_stride = 0;
-    } else {
-      int64_t step = streams.token_stride, extent = streams.tokens;
-      bool have_inner = streams.tokens > 1;
-      for (size_t i = batch_shape_.size(); i-- > 0;) {
-        if (batch_shape_[i] == 1) continue;
-        if (have_inner && batch_strides_[i] != step * extent) return std::nullopt;
-        if (!have_inner) streams.token_stride = batch_strides_[i];
-        step = batch_strides_[i], extent = batch_shape_[i], have_inner = true;
-      }
-    }
-    streams.tokens *= batch_count;
-    return streams;
-  }
+  // The streams as the library's batch: shared by every element (no batch dims) or each
+  // element's own.
+  Batched<PositionStreams> Batch() const { return {first_, batch_shape_, batch_strides_}; }
 
  private:
   static py::array ReadArray(const py::object& positions) {
@@ -180,15 +132,11 @@ class BatchStreams {
 template <typename T>
 void RotateInPlace(const MRope& mrope, const py::object& positions, const py::object& x,
                    RopeDirection direction) {
-  auto view = ViewHeads<T>(x, kFn, "x");
+  const auto view = ViewHeads<T>(x, kFn, "x");
   RequireHeadDim(mrope, view);
   const BatchStreams streams(positions, mrope, view.batch_shape, view.first.tokens);
-  RunBatched(
-      kFn, streams,
-      [&](bool validate_only, const PositionStreams& p, Heads<T> v) {
-        validate_only ? ValidateApplyMRope(mrope, p, v) : ApplyMRope(mrope, p, v, direction);
-      },
-      view);
+  py::gil_scoped_release release;
+  ApplyMRope<T>(mrope, streams.Batch(), view, direction);
 }
 
 template <typename T>
@@ -197,16 +145,10 @@ py::object RotateInto(const MRope& mrope, const py::object& positions, const py:
   const IntoViews<T> views = ViewInto<T>(x, out_arg, kFn);
   RequireHeadDim(mrope, views.in);
   const BatchStreams streams(positions, mrope, views.in.batch_shape, views.in.first.tokens);
-  RunBatched(
-      kFn, streams,
-      [&](bool validate_only, const PositionStreams& p, Heads<const T> i, Heads<T> o) {
-        if (!validate_only) return ApplyMRope<T>(mrope, p, i, o, direction);
-        // The library's checks of x (rotation, view, positions) and of out's view; out has x's
-        // shape, and the aliasing of the two is checked across the batch.
-        ValidateApplyMRope(mrope, p, ForValidation(i));
-        o.Validate(kFn, "out");
-      },
-      views.in, views.dst);
+  {
+    py::gil_scoped_release release;
+    ApplyMRope<T>(mrope, streams.Batch(), views.in, views.dst, direction);
+  }
   return views.out;
 }
 
@@ -218,13 +160,8 @@ void RotateQkInPlace(const MRope& mrope, const py::object& positions, const py::
   RequireHeadDim(mrope, qv);
   RequireHeadDim(mrope, kv);
   const BatchStreams streams(positions, mrope, qv.batch_shape, qv.first.tokens);
-  RunBatched(
-      kFn, streams,
-      [&](bool validate_only, const PositionStreams& p, Heads<T> qh, Heads<T> kh) {
-        validate_only ? ValidateApplyMRope(mrope, p, qh, kh)
-                      : ApplyMRope(mrope, p, qh, kh, direction);
-      },
-      qv, kv);
+  py::gil_scoped_release release;
+  ApplyMRope<T>(mrope, streams.Batch(), qv, kv, direction);
 }
 
 template <typename T>
@@ -236,21 +173,10 @@ py::tuple RotateQkInto(const MRope& mrope, const py::object& positions, const py
   RequireHeadDim(mrope, views.q);
   RequireHeadDim(mrope, views.k);
   const BatchStreams streams(positions, mrope, views.q.batch_shape, views.q.first.tokens);
-  RunBatched(
-      kFn, streams,
-      [&](bool validate_only, const PositionStreams& p, Heads<const T> qh, Heads<const T> kh,
-          Heads<T> qoh, Heads<T> koh) {
-        if (!validate_only) return ApplyMRope<T>(mrope, p, qh, qoh, kh, koh, direction);
-        // The library's checks of the outputs (rotation, views, positions, q_out and k_out
-        // apart) and of the inputs' views; the inputs may share memory (k = q), and the inputs
-        // and outputs are kept apart across the batch.
-        qoh.Validate(kFn, "q_out");
-        koh.Validate(kFn, "k_out");
-        qh.Validate(kFn, "q");
-        kh.Validate(kFn, "k");
-        ValidateApplyMRope(mrope, p, qoh, koh);
-      },
-      views.q, views.k, views.q_dst, views.k_dst);
+  {
+    py::gil_scoped_release release;
+    ApplyMRope<T>(mrope, streams.Batch(), views.q, views.q_dst, views.k, views.k_dst, direction);
+  }
   return py::make_tuple(views.q_out, views.k_out);
 }
 

@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "arrays.h"
-#include "batch.h"
 
 namespace posenc::python {
 

@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "arrays.h"
-#include "batch.h"
 #include "bindings.h"
 #include "posenc/rope.h"
 #include "rope_arrays.h"
@@ -20,27 +19,21 @@ constexpr std::string_view kFn = "rope";
 template <typename T>
 void RotateInPlace(const Rope& rope, const py::object& positions, const py::object& x,
                    RopeDirection direction) {
-  auto view = ViewHeads<T>(x, kFn, "x");
-  BatchPositions pos(positions, view.batch_shape, view.first.tokens, kFn);
-  RunBatched(
-      kFn, pos,
-      [&](bool validate_only, std::span<const int64_t> p, Heads<T> v) {
-        validate_only ? ValidateApplyRope(rope, p, v) : ApplyRope(rope, p, v, direction);
-      },
-      view);
+  const auto view = ViewHeads<T>(x, kFn, "x");
+  const BatchPositions pos(positions, view.batch_shape, view.first.tokens, kFn);
+  py::gil_scoped_release release;
+  ApplyRope<T>(rope, pos.Batch(), view, direction);
 }
 
 template <typename T>
 py::object RotateInto(const Rope& rope, const py::object& positions, const py::object& x,
                       const py::object& out_arg, RopeDirection direction) {
   const IntoViews<T> views = ViewInto<T>(x, out_arg, kFn);
-  BatchPositions pos(positions, views.in.batch_shape, views.in.first.tokens, kFn);
-  RunBatched(
-      kFn, pos,
-      [&](bool validate_only, std::span<const int64_t> p, Heads<const T> i, Heads<T> o) {
-        validate_only ? ValidateApplyRope(rope, p, i, o) : ApplyRope(rope, p, i, o, direction);
-      },
-      views.in, views.dst);
+  const BatchPositions pos(positions, views.in.batch_shape, views.in.first.tokens, kFn);
+  {
+    py::gil_scoped_release release;
+    ApplyRope<T>(rope, pos.Batch(), views.in, views.dst, direction);
+  }
   return views.out;
 }
 
@@ -48,13 +41,9 @@ template <typename T>
 void RotateQkInPlace(const Rope& rope, const py::object& positions, const py::object& q,
                      const py::object& k, RopeDirection direction) {
   const auto [qv, kv] = ViewQk<T>(q, k, kFn);
-  BatchPositions pos(positions, qv.batch_shape, qv.first.tokens, kFn);
-  RunBatched(
-      kFn, pos,
-      [&](bool validate_only, std::span<const int64_t> p, Heads<T> qh, Heads<T> kh) {
-        validate_only ? ValidateApplyRope(rope, p, qh, kh) : ApplyRope(rope, p, qh, kh, direction);
-      },
-      qv, kv);
+  const BatchPositions pos(positions, qv.batch_shape, qv.first.tokens, kFn);
+  py::gil_scoped_release release;
+  ApplyRope<T>(rope, pos.Batch(), qv, kv, direction);
 }
 
 template <typename T>
@@ -62,15 +51,11 @@ py::tuple RotateQkInto(const Rope& rope, const py::object& positions, const py::
                        const py::object& k, const py::object& q_out_arg,
                        const py::object& k_out_arg, RopeDirection direction) {
   const QkIntoViews<T> views = ViewQkInto<T>(q, k, q_out_arg, k_out_arg, kFn);
-  BatchPositions pos(positions, views.q.batch_shape, views.q.first.tokens, kFn);
-  RunBatched(
-      kFn, pos,
-      [&](bool validate_only, std::span<const int64_t> p, Heads<const T> qh, Heads<const T> kh,
-          Heads<T> qoh, Heads<T> koh) {
-        validate_only ? ValidateApplyRope(rope, p, qh, qoh, kh, koh)
-                      : ApplyRope(rope, p, qh, qoh, kh, koh, direction);
-      },
-      views.q, views.k, views.q_dst, views.k_dst);
+  const BatchPositions pos(positions, views.q.batch_shape, views.q.first.tokens, kFn);
+  {
+    py::gil_scoped_release release;
+    ApplyRope<T>(rope, pos.Batch(), views.q, views.q_dst, views.k, views.k_dst, direction);
+  }
   return py::make_tuple(views.q_out, views.k_out);
 }
 

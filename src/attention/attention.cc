@@ -95,17 +95,33 @@ void Attention(const AttentionOptions& options, Heads<const BFloat16> q, Heads<c
   ValidatedAttention(options, q, k, v, query_pos, key_pos, out);
 }
 
-void ValidateAttention(const AttentionOptions& options, Heads<const float> q, Heads<const float> k,
-                       Heads<const float> v, std::span<const int64_t> query_pos,
-                       std::span<const int64_t> key_pos, Heads<float> out) {
-  internal::CheckAttention(options, q, k, v, query_pos, key_pos, out);
+namespace {
+
+template <typename T>
+void BatchedAttention(const AttentionOptions& options, const Batched<Heads<const T>>& q,
+                      const Batched<Heads<const T>>& k, const Batched<Heads<const T>>& v,
+                      const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+                      const Batched<Heads<float>>& out) {
+  internal::RunAttentionBatch(
+      "attention", q, k, v, query_pos, key_pos, out,
+      [&](int64_t, auto... views) { internal::CheckAttention(options, views...); },
+      [&](int64_t, auto... views) { ValidatedAttention(options, views...); });
 }
 
-void ValidateAttention(const AttentionOptions& options, Heads<const BFloat16> q,
-                       Heads<const BFloat16> k, Heads<const BFloat16> v,
-                       std::span<const int64_t> query_pos, std::span<const int64_t> key_pos,
-                       Heads<float> out) {
-  internal::CheckAttention(options, q, k, v, query_pos, key_pos, out);
+}  // namespace
+
+void Attention(const AttentionOptions& options, const Batched<Heads<const float>>& q,
+               const Batched<Heads<const float>>& k, const Batched<Heads<const float>>& v,
+               const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+               const Batched<Heads<float>>& out) {
+  BatchedAttention(options, q, k, v, query_pos, key_pos, out);
+}
+
+void Attention(const AttentionOptions& options, const Batched<Heads<const BFloat16>>& q,
+               const Batched<Heads<const BFloat16>>& k, const Batched<Heads<const BFloat16>>& v,
+               const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+               const Batched<Heads<float>>& out) {
+  BatchedAttention(options, q, k, v, query_pos, key_pos, out);
 }
 
 }  // namespace posenc

@@ -1,6 +1,7 @@
 #include "posenc/attention_backward.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -15,6 +16,7 @@
 #include "posenc/alibi.h"
 #include "posenc/error.h"
 #include "relative_bias_internal.h"
+#include "rows.h"
 
 namespace posenc {
 namespace {
@@ -69,11 +71,11 @@ void CheckGradient(Heads<float> grad, std::string_view name, Heads<const T> like
   Require(grad.head_dim == like.head_dim, kBackward, n + ".head_dim",
           Equal(l + ".head_dim", like.head_dim), grad.head_dim);
   const std::string_view rule = "not share memory with q, k, v, out or d_out";
-  Require(!RowsOverlap(grad, q), kBackward, name, rule, "a view overlapping q");
-  Require(!RowsOverlap(grad, k), kBackward, name, rule, "a view overlapping k");
-  Require(!RowsOverlap(grad, v), kBackward, name, rule, "a view overlapping v");
-  Require(!RowsOverlap(grad, out), kBackward, name, rule, "a view overlapping out");
-  Require(!RowsOverlap(grad, d_out), kBackward, name, rule, "a view overlapping d_out");
+  Require(!internal::RowsOverlap(grad, q), kBackward, name, rule, "a view overlapping q");
+  Require(!internal::RowsOverlap(grad, k), kBackward, name, rule, "a view overlapping k");
+  Require(!internal::RowsOverlap(grad, v), kBackward, name, rule, "a view overlapping v");
+  Require(!internal::RowsOverlap(grad, out), kBackward, name, rule, "a view overlapping out");
+  Require(!internal::RowsOverlap(grad, d_out), kBackward, name, rule, "a view overlapping d_out");
 }
 
 template <typename T>
@@ -95,9 +97,12 @@ void CheckBackward(const AttentionOptions& options, Heads<const T> q, Heads<cons
   CheckGradient(grads.dk, "grads.dk", k, "k", q, k, v, out, d_out);
   CheckGradient(grads.dv, "grads.dv", v, "v", q, k, v, out, d_out);
   const std::string_view apart = "not share memory with another gradient";
-  Require(!RowsOverlap(grads.dq, grads.dk), kBackward, "grads.dk", apart, "a view overlapping dq");
-  Require(!RowsOverlap(grads.dq, grads.dv), kBackward, "grads.dv", apart, "a view overlapping dq");
-  Require(!RowsOverlap(grads.dk, grads.dv), kBackward, "grads.dv", apart, "a view overlapping dk");
+  Require(!internal::RowsOverlap(grads.dq, grads.dk), kBackward, "grads.dk", apart,
+          "a view overlapping dq");
+  Require(!internal::RowsOverlap(grads.dq, grads.dv), kBackward, "grads.dv", apart,
+          "a view overlapping dq");
+  Require(!internal::RowsOverlap(grads.dk, grads.dv), kBackward, "grads.dv", apart,
+          "a view overlapping dk");
   const std::span<float> table = grads.relative_bias_table;
   if (options.relative_bias) {
     const int64_t size = static_cast<int64_t>(options.relative_bias->table.size());
@@ -282,6 +287,136 @@ void AttentionBackward(const AttentionOptions& options, Heads<const BFloat16> q,
                        Heads<const float> out, std::span<const float> lse, Heads<const float> d_out,
                        const AttentionGradients& grads) {
   Backward(options, q, k, v, query_pos, key_pos, out, lse, d_out, grads);
+}
+
+namespace {
+
+// Throws posenc::Error unless lse holds rows entries for each of count batch elements.
+void CheckBatchedLse(std::string_view function, size_t lse_size, int64_t count, int64_t rows) {
+  const int64_t want = count * rows;
+  if (static_cast<int64_t>(lse_size) == want) return;
+  Require(false, function, "lse.size()", Equal("batch count * q.tokens * q.num_heads", want),
+          static_cast<int64_t>(lse_size));
+}
+
+template <typename L>
+std::span<L> LseOf(std::span<L> lse, int64_t b, int64_t rows) {
+  return lse.subspan(static_cast<size_t>(b * rows), static_cast<size_t>(rows));
+}
+
+template <typename T>
+void BatchedForward(const AttentionOptions& options, const Batched<Heads<const T>>& q,
+                    const Batched<Heads<const T>>& k, const Batched<Heads<const T>>& v,
+                    const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+                    const Batched<Heads<float>>& out, std::span<float> lse) {
+  const int64_t rows = q.first.tokens * q.first.num_heads;
+  CheckBatchedLse(kForward, lse.size(), q.BatchCount(), rows);
+  internal::RunAttentionBatch(
+      kForward, q, k, v, query_pos, key_pos, out,
+      [&](int64_t b, auto qb, auto kb, auto vb, auto qp, auto kp, auto ob) {
+        internal::CheckAttention(options, qb, kb, vb, qp, kp, ob);
+        CheckLse(kForward, qb, kb, vb, ob, LseOf(lse, b, rows));
+      },
+      [&](int64_t b, auto... views) { ForwardWithLse(options, views..., LseOf(lse, b, rows)); });
+}
+
+template <typename T>
+void BatchedBackward(const AttentionOptions& options, const Batched<Heads<const T>>& q,
+                     const Batched<Heads<const T>>& k, const Batched<Heads<const T>>& v,
+                     const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+                     const Batched<Heads<const float>>& out, std::span<const float> lse,
+                     const Batched<Heads<const float>>& d_out,
+                     const BatchedAttentionGradients& grads) {
+  using internal::RequireSameBatch;
+  RequireSameBatch(kBackward, q, k, "q", "k");
+  RequireSameBatch(kBackward, q, v, "q", "v");
+  RequireSameBatch(kBackward, q, out, "q", "out");
+  RequireSameBatch(kBackward, q, d_out, "q", "d_out");
+  RequireSameBatch(kBackward, q, grads.dq, "q", "grads.dq");
+  RequireSameBatch(kBackward, q, grads.dk, "q", "grads.dk");
+  RequireSameBatch(kBackward, q, grads.dv, "q", "grads.dv");
+  internal::RequirePositionsBatch(kBackward, query_pos, q, "q");
+  internal::RequirePositionsBatch(kBackward, key_pos, q, "q");
+  const int64_t count = q.BatchCount(), rows = q.first.tokens * q.first.num_heads;
+  CheckBatchedLse(kBackward, lse.size(), count, rows);
+  const auto element_grads = [&](int64_t b) {
+    return AttentionGradients{grads.dq.At(b), grads.dk.At(b), grads.dv.At(b),
+                              grads.relative_bias_table, grads.sinks};
+  };
+  if (count == 0) {
+    using internal::NoTokens;
+    CheckBackward(options, NoTokens(q.first), NoTokens(k.first), NoTokens(v.first), {}, {},
+                  NoTokens(out.first), lse, NoTokens(d_out.first),
+                  {NoTokens(grads.dq.first), NoTokens(grads.dk.first), NoTokens(grads.dv.first),
+                   grads.relative_bias_table, grads.sinks});
+    std::fill(grads.relative_bias_table.begin(), grads.relative_bias_table.end(), 0.0f);
+    std::fill(grads.sinks.begin(), grads.sinks.end(), 0.0f);
+    return;
+  }
+  const std::array<internal::BatchRows, 8> views{internal::RowsOf(q, "q"),
+                                                 internal::RowsOf(k, "k"),
+                                                 internal::RowsOf(v, "v"),
+                                                 internal::RowsOf(out, "out"),
+                                                 internal::RowsOf(d_out, "d_out"),
+                                                 internal::RowsOf(grads.dq, "grads.dq"),
+                                                 internal::RowsOf(grads.dk, "grads.dk"),
+                                                 internal::RowsOf(grads.dv, "grads.dv")};
+  // The shared parameters' gradients: each element's into its own buffer, summed in double.
+  std::vector<float> table(grads.relative_bias_table.size()), sinks(grads.sinks.size());
+  std::vector<double> table_sum(table.size()), sinks_sum(sinks.size());
+  internal::RunEachElement(
+      kBackward, count,
+      [&](int64_t b) {
+        CheckBackward(options, q.At(b), k.At(b), v.At(b), query_pos.At(b), key_pos.At(b), out.At(b),
+                      LseOf(lse, b, rows), d_out.At(b), element_grads(b));
+      },
+      [&](int64_t b) {
+        AttentionGradients element = element_grads(b);
+        element.relative_bias_table = table;
+        element.sinks = sinks;
+        Backward(options, q.At(b), k.At(b), v.At(b), query_pos.At(b), key_pos.At(b), out.At(b),
+                 LseOf(lse, b, rows), d_out.At(b), element);
+        for (size_t i = 0; i < table.size(); ++i) table_sum[i] += table[i];
+        for (size_t i = 0; i < sinks.size(); ++i) sinks_sum[i] += sinks[i];
+      },
+      views);
+  std::copy(table_sum.begin(), table_sum.end(), grads.relative_bias_table.begin());
+  std::copy(sinks_sum.begin(), sinks_sum.end(), grads.sinks.begin());
+}
+
+}  // namespace
+
+void AttentionForward(const AttentionOptions& options, const Batched<Heads<const float>>& q,
+                      const Batched<Heads<const float>>& k, const Batched<Heads<const float>>& v,
+                      const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+                      const Batched<Heads<float>>& out, std::span<float> lse) {
+  BatchedForward(options, q, k, v, query_pos, key_pos, out, lse);
+}
+
+void AttentionForward(const AttentionOptions& options, const Batched<Heads<const BFloat16>>& q,
+                      const Batched<Heads<const BFloat16>>& k,
+                      const Batched<Heads<const BFloat16>>& v, const BatchedPositions& query_pos,
+                      const BatchedPositions& key_pos, const Batched<Heads<float>>& out,
+                      std::span<float> lse) {
+  BatchedForward(options, q, k, v, query_pos, key_pos, out, lse);
+}
+
+void AttentionBackward(const AttentionOptions& options, const Batched<Heads<const float>>& q,
+                       const Batched<Heads<const float>>& k, const Batched<Heads<const float>>& v,
+                       const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+                       const Batched<Heads<const float>>& out, std::span<const float> lse,
+                       const Batched<Heads<const float>>& d_out,
+                       const BatchedAttentionGradients& grads) {
+  BatchedBackward(options, q, k, v, query_pos, key_pos, out, lse, d_out, grads);
+}
+
+void AttentionBackward(const AttentionOptions& options, const Batched<Heads<const BFloat16>>& q,
+                       const Batched<Heads<const BFloat16>>& k,
+                       const Batched<Heads<const BFloat16>>& v, const BatchedPositions& query_pos,
+                       const BatchedPositions& key_pos, const Batched<Heads<const float>>& out,
+                       std::span<const float> lse, const Batched<Heads<const float>>& d_out,
+                       const BatchedAttentionGradients& grads) {
+  BatchedBackward(options, q, k, v, query_pos, key_pos, out, lse, d_out, grads);
 }
 
 void AttentionBackwardReference(const AttentionOptions& options, Heads<const float> q,

@@ -14,6 +14,7 @@
 #include "posenc/positions.h"
 #include "posenc/rope.h"
 #include "relative_bias_internal.h"
+#include "rows.h"
 
 namespace posenc::internal {
 namespace {

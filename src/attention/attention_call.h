@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "attention_kernels.h"
+#include "batch_call.h"
 #include "posenc/attention.h"
+#include "posenc/batch.h"
 #include "posenc/heads.h"
 
 namespace posenc::internal {
@@ -68,6 +70,36 @@ struct PreparedAttention {
   RelativeBiasTable relative;
   AttentionKernelArgs args;
 };
+
+// An attention call over a batch (posenc/batch.h): q, k, v and out share their batch dims, and
+// positions are shared by the batch or have its dims. Runs check(b, q, k, v, query_pos, key_pos,
+// out) on every element, then the aliasing check across the batch, then run(b, ...) on every
+// element: never folded into tokens, where a query would see the keys of other elements. A batch
+// without elements is checked on views without tokens.
+template <typename T, typename Check, typename Run>
+void RunAttentionBatch(std::string_view function, const Batched<Heads<const T>>& q,
+                       const Batched<Heads<const T>>& k, const Batched<Heads<const T>>& v,
+                       const BatchedPositions& query_pos, const BatchedPositions& key_pos,
+                       const Batched<Heads<float>>& out, const Check& check, const Run& run) {
+  RequireSameBatch(function, q, k, "q", "k");
+  RequireSameBatch(function, q, v, "q", "v");
+  RequireSameBatch(function, q, out, "q", "out");
+  RequirePositionsBatch(function, query_pos, q, "q");
+  RequirePositionsBatch(function, key_pos, q, "q");
+  const auto element = [&](const auto& call, int64_t b) {
+    call(b, q.At(b), k.At(b), v.At(b), query_pos.At(b), key_pos.At(b), out.At(b));
+  };
+  if (q.BatchCount() == 0) {
+    check(0, NoTokens(q.first), NoTokens(k.first), NoTokens(v.first), std::span<const int64_t>(),
+          std::span<const int64_t>(), NoTokens(out.first));
+    return;
+  }
+  const std::array<BatchRows, 4> rows{RowsOf(q, "q"), RowsOf(k, "k"), RowsOf(v, "v"),
+                                      RowsOf(out, "out")};
+  RunEachElement(
+      function, q.BatchCount(), [&](int64_t b) { element(check, b); },
+      [&](int64_t b) { element(run, b); }, rows);
+}
 
 extern template struct PreparedAttention<float>;
 extern template struct PreparedAttention<BFloat16>;

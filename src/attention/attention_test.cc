@@ -743,12 +743,13 @@ struct Call {
     options.alibi = Alibi{.num_heads = 8};
   }
 
-  // The message of the posenc::Error thrown by Attention (or, when validate_only, by
-  // ValidateAttention), or "no error".
-  std::string Error(bool validate_only = false) {
+  // The message of the posenc::Error thrown by Attention (or, when batched, by its batched form
+  // on a batch of one), or "no error".
+  std::string Error(bool batched = false) {
     try {
-      if (validate_only) {
-        ValidateAttention(options, q_view, k_view, v_view, query_pos, key_pos, out_view);
+      if (batched) {
+        Attention(options, Batched<Heads<const float>>(q_view), k_view, v_view,
+                  BatchedPositions(query_pos), BatchedPositions(key_pos), out_view);
       } else {
         Attention(options, q_view, k_view, v_view, query_pos, key_pos, out_view);
       }
@@ -1077,8 +1078,8 @@ TEST(AttentionErrors, OutMayShareAFusedBufferWithoutSharingARow) {
   EXPECT_EQ(fused.data, before);
 }
 
-TEST(AttentionValidateOnly, ThrowsWhatAttentionThrowsAndWritesNothing) {
-  // Each case breaks one thing in a valid call (or nothing): ValidateAttention gives Attention's
+TEST(AttentionValidate, BatchedFormThrowsWhatAttentionThrowsAndWritesNothing) {
+  // Each case breaks one thing in a valid call (or nothing): the batched form gives Attention's
   // exact message and leaves out alone.
   const std::vector<std::pair<std::function<void(Call&)>, std::string>> cases = {
       {[](Call& c) { c.k_view.head_dim = 4; },
@@ -1103,9 +1104,12 @@ TEST(AttentionValidateOnly, ThrowsWhatAttentionThrowsAndWritesNothing) {
   for (const auto& [breaks, message] : cases) {
     Call call;
     breaks(call);
-    EXPECT_EQ(call.Error(/*validate_only=*/true), message);
-    EXPECT_TRUE(call.OutUntouched());
     EXPECT_EQ(call.Error(), message);
+    EXPECT_EQ(call.OutUntouched(), message != "no error");
+    Call batched;
+    breaks(batched);
+    EXPECT_EQ(batched.Error(/*batched=*/true), message);
+    EXPECT_EQ(batched.OutUntouched(), message != "no error");
   }
   // The bfloat16 form shares the checks.
   const std::vector<BFloat16> bf(4 * 2 * 8);
@@ -1114,12 +1118,10 @@ TEST(AttentionValidateOnly, ThrowsWhatAttentionThrowsAndWritesNothing) {
   const std::vector<int64_t> pos{0, 1, 2, 3}, short_pos{0, 1, 2};
   ExpectError(
       [&] {
-        ValidateAttention({}, view, view, view, short_pos, pos,
-                          Heads<float>::Dense(out.data(), 4, 2, 8));
+        Attention({}, Batched<Heads<const BFloat16>>(view), view, view, BatchedPositions(short_pos),
+                  BatchedPositions(pos), Heads<float>::Dense(out.data(), 4, 2, 8));
       },
       "[attention] query_pos.size() must equal the number of tokens (4), got 3");
-  EXPECT_NO_THROW(
-      ValidateAttention({}, view, view, view, pos, pos, Heads<float>::Dense(out.data(), 4, 2, 8)));
   EXPECT_EQ(out, std::vector<float>(out.size(), 7.0f));
 }
 

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attention_call.h"
 #include "attention_kernels.h"
 #include "attention_reference_row.h"
 #include "float32_range.h"
@@ -130,7 +131,7 @@ void CheckDualChunk(const AttentionOptions& options, const DualChunk& dca, Heads
   Require(options.softcap == 0.0, kFunction, "options.softcap", unsupported, options.softcap);
   Require(options.sinks.empty(), kFunction, "options.sinks", unsupported,
           std::to_string(options.sinks.size()) + " sinks");
-  ValidateAttention(options, q, k, v, query_pos, key_pos, out);
+  internal::CheckAttention(options, q, k, v, query_pos, key_pos, out);
   // The kernel scores in float32 with scale f^2 (f <= 0.1 ln 2^32 + 1 < 3.3): it must stay
   // representable.
   const double scaled = ScaledScore(options, dca, q.head_dim, key_pos);
@@ -208,18 +209,34 @@ void DualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
   ValidatedDualChunk(options, dca, q, k, v, query_pos, key_pos, out);
 }
 
-void ValidateDualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
-                                Heads<const float> q, Heads<const float> k, Heads<const float> v,
-                                std::span<const int64_t> query_pos,
-                                std::span<const int64_t> key_pos, Heads<float> out) {
-  CheckDualChunk(options, dca, q, k, v, query_pos, key_pos, out);
+namespace {
+
+template <typename T>
+void BatchedDualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
+                               const Batched<Heads<const T>>& q, const Batched<Heads<const T>>& k,
+                               const Batched<Heads<const T>>& v, const BatchedPositions& query_pos,
+                               const BatchedPositions& key_pos, const Batched<Heads<float>>& out) {
+  internal::RunAttentionBatch(
+      kFunction, q, k, v, query_pos, key_pos, out,
+      [&](int64_t, auto... views) { CheckDualChunk(options, dca, views...); },
+      [&](int64_t, auto... views) { ValidatedDualChunk(options, dca, views...); });
 }
 
-void ValidateDualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
-                                Heads<const BFloat16> q, Heads<const BFloat16> k,
-                                Heads<const BFloat16> v, std::span<const int64_t> query_pos,
-                                std::span<const int64_t> key_pos, Heads<float> out) {
-  CheckDualChunk(options, dca, q, k, v, query_pos, key_pos, out);
+}  // namespace
+
+void DualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
+                        const Batched<Heads<const float>>& q, const Batched<Heads<const float>>& k,
+                        const Batched<Heads<const float>>& v, const BatchedPositions& query_pos,
+                        const BatchedPositions& key_pos, const Batched<Heads<float>>& out) {
+  BatchedDualChunkAttention(options, dca, q, k, v, query_pos, key_pos, out);
+}
+
+void DualChunkAttention(const AttentionOptions& options, const DualChunk& dca,
+                        const Batched<Heads<const BFloat16>>& q,
+                        const Batched<Heads<const BFloat16>>& k,
+                        const Batched<Heads<const BFloat16>>& v, const BatchedPositions& query_pos,
+                        const BatchedPositions& key_pos, const Batched<Heads<float>>& out) {
+  BatchedDualChunkAttention(options, dca, q, k, v, query_pos, key_pos, out);
 }
 
 void DualChunkAttentionReference(const AttentionOptions& options, const DualChunk& dca,

@@ -275,12 +275,13 @@ TEST(DualChunk, BadInputIsAnErrorAndLeavesOutUntouched) {
   const DualChunk good{.chunk_size = 8, .local_size = 2};
   Output out(4 * 2 * 8, 7.0f);
   const Heads<float> out_view = Heads<float>::Dense(out.data(), 4, 2, 8);
-  // Every check twice: through DualChunkAttention and through its Validate twin.
-  for (const bool validate_only : {false, true}) {
+  // Every check twice: through DualChunkAttention and through its batched form (a batch of one).
+  for (const bool batched : {false, true}) {
     const auto run = [&](const AttentionOptions& o, const DualChunk& dca) {
       return [&, o, dca] {
-        validate_only
-            ? ValidateDualChunkAttention(o, dca, q.view(), k.view(), v.view(), pos, pos, out_view)
+        batched
+            ? DualChunkAttention(o, dca, Batched<Heads<const float>>(q.view()), k.view(), v.view(),
+                                 BatchedPositions(pos), BatchedPositions(pos), out_view)
             : DualChunkAttention(o, dca, q.view(), k.view(), v.view(), pos, pos, out_view);
       };
     };
@@ -339,8 +340,21 @@ TEST(DualChunk, BadInputIsAnErrorAndLeavesOutUntouched) {
         "normal float32, in [1.1754943508222875e-38, 3.4028234663852886e+38], got "
         "3.8894309783421189e+38");
   }
-  // A valid call passes validation and writes nothing.
-  ValidateDualChunkAttention(options, good, q.view(), k.view(), v.view(), pos, pos, out_view);
+  // A batch of two whose second element is bad is refused before the first is written.
+  Output outs(2 * 4 * 2 * 8, 7.0f);
+  std::vector<int64_t> key_pos = pos;
+  key_pos.insert(key_pos.end(), pos.begin(), pos.end());
+  key_pos[5] = -1;
+  const Batched<Heads<const float>> qs(q.view(), {2}, {0}), ks(k.view(), {2}, {0}),
+      vs(v.view(), {2}, {0});
+  const Batched<Heads<float>> out_batch(Heads<float>::Dense(outs.data(), 4, 2, 8), {2}, {64});
+  const BatchedPositions key_batch(std::span<const int64_t>(key_pos).first(4), {2}, {4});
+  ExpectError(
+      [&] {
+        DualChunkAttention(options, good, qs, ks, vs, BatchedPositions(pos), key_batch, out_batch);
+      },
+      "[attention] key_pos[1] must be >= 0, got -1 (in batch element 1)");
+  for (const float x : outs) ASSERT_EQ(x, 7.0f);
   for (const float x : out) ASSERT_EQ(x, 7.0f);
 }
 

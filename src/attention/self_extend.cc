@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attention_call.h"
 #include "attention_kernels.h"
 #include "attention_reference_row.h"
 #include "partial_attention.h"
@@ -114,7 +115,7 @@ void CheckSelfExtend(const AttentionOptions& options, const SelfExtend& se, Head
   Require(options.softcap == 0.0, kFunction, "options.softcap", unsupported, options.softcap);
   Require(options.sinks.empty(), kFunction, "options.sinks", unsupported,
           std::to_string(options.sinks.size()) + " sinks");
-  ValidateAttention(options, q, k, v, query_pos, key_pos, out);
+  internal::CheckAttention(options, q, k, v, query_pos, key_pos, out);
 }
 
 template <typename T>
@@ -151,18 +152,34 @@ void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
   ValidatedSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
 }
 
-void ValidateSelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
-                                 Heads<const float> q, Heads<const float> k, Heads<const float> v,
-                                 std::span<const int64_t> query_pos,
-                                 std::span<const int64_t> key_pos, Heads<float> out) {
-  CheckSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
+namespace {
+
+template <typename T>
+void BatchedSelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                                const Batched<Heads<const T>>& q, const Batched<Heads<const T>>& k,
+                                const Batched<Heads<const T>>& v, const BatchedPositions& query_pos,
+                                const BatchedPositions& key_pos, const Batched<Heads<float>>& out) {
+  internal::RunAttentionBatch(
+      kFunction, q, k, v, query_pos, key_pos, out,
+      [&](int64_t, auto... views) { CheckSelfExtend(options, se, views...); },
+      [&](int64_t, auto... views) { ValidatedSelfExtend(options, se, views...); });
 }
 
-void ValidateSelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
-                                 Heads<const BFloat16> q, Heads<const BFloat16> k,
-                                 Heads<const BFloat16> v, std::span<const int64_t> query_pos,
-                                 std::span<const int64_t> key_pos, Heads<float> out) {
-  CheckSelfExtend(options, se, q, k, v, query_pos, key_pos, out);
+}  // namespace
+
+void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                         const Batched<Heads<const float>>& q, const Batched<Heads<const float>>& k,
+                         const Batched<Heads<const float>>& v, const BatchedPositions& query_pos,
+                         const BatchedPositions& key_pos, const Batched<Heads<float>>& out) {
+  BatchedSelfExtendAttention(options, se, q, k, v, query_pos, key_pos, out);
+}
+
+void SelfExtendAttention(const AttentionOptions& options, const SelfExtend& se,
+                         const Batched<Heads<const BFloat16>>& q,
+                         const Batched<Heads<const BFloat16>>& k,
+                         const Batched<Heads<const BFloat16>>& v, const BatchedPositions& query_pos,
+                         const BatchedPositions& key_pos, const Batched<Heads<float>>& out) {
+  BatchedSelfExtendAttention(options, se, q, k, v, query_pos, key_pos, out);
 }
 
 void SelfExtendAttentionReference(const AttentionOptions& options, const SelfExtend& se,

@@ -270,12 +270,13 @@ TEST(SelfExtend, BadInputIsAnErrorAndLeavesOutUntouched) {
   const AttentionOptions options = RopeOptions(8, true);
   Output out(4 * 2 * 8, 7.0f);
   const Heads<float> out_view = Heads<float>::Dense(out.data(), 4, 2, 8);
-  // Every check twice: through SelfExtendAttention and through its Validate twin.
-  for (const bool validate_only : {false, true}) {
+  // Every check twice: through SelfExtendAttention and through its batched form (a batch of one).
+  for (const bool batched : {false, true}) {
     const auto run = [&](const AttentionOptions& o, const SelfExtend& se) {
       return [&, o, se] {
-        validate_only
-            ? ValidateSelfExtendAttention(o, se, q.view(), k.view(), v.view(), pos, pos, out_view)
+        batched
+            ? SelfExtendAttention(o, se, Batched<Heads<const float>>(q.view()), k.view(), v.view(),
+                                  BatchedPositions(pos), BatchedPositions(pos), out_view)
             : SelfExtendAttention(o, se, q.view(), k.view(), v.view(), pos, pos, out_view);
       };
     };
@@ -304,9 +305,22 @@ TEST(SelfExtend, BadInputIsAnErrorAndLeavesOutUntouched) {
     ExpectError(run(bad_window, {.group_size = 4, .neighbor_window = 8}),
                 "[attention] window must be >= 0 (0 means no window), got -1");
   }
-  // A valid call passes validation and writes nothing.
-  ValidateSelfExtendAttention(options, {.group_size = 4, .neighbor_window = 8}, q.view(), k.view(),
-                              v.view(), pos, pos, out_view);
+  // A batch of two whose second element is bad is refused before the first is written.
+  Output outs(2 * 4 * 2 * 8, 7.0f);
+  std::vector<int64_t> key_pos = pos;
+  key_pos.insert(key_pos.end(), pos.begin(), pos.end());
+  key_pos[5] = -1;
+  const Batched<Heads<const float>> qs(q.view(), {2}, {0}), ks(k.view(), {2}, {0}),
+      vs(v.view(), {2}, {0});
+  const Batched<Heads<float>> out_batch(Heads<float>::Dense(outs.data(), 4, 2, 8), {2}, {64});
+  const BatchedPositions key_batch(std::span<const int64_t>(key_pos).first(4), {2}, {4});
+  ExpectError(
+      [&] {
+        SelfExtendAttention(options, {.group_size = 4, .neighbor_window = 8}, qs, ks, vs,
+                            BatchedPositions(pos), key_batch, out_batch);
+      },
+      "[attention] key_pos[1] must be >= 0, got -1 (in batch element 1)");
+  for (const float x : outs) ASSERT_EQ(x, 7.0f);
   for (const float x : out) ASSERT_EQ(x, 7.0f);
 }
 

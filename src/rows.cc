@@ -1,9 +1,9 @@
-#include "batch.h"
+#include "rows.h"
 
 #include <algorithm>
 #include <utility>
 
-namespace posenc::python {
+namespace posenc::internal {
 
 RowSet::RowSet(intptr_t data, std::vector<Dim> all_dims, int64_t row_bytes_)
     : base(data), row_bytes(row_bytes_) {
@@ -77,4 +77,4 @@ bool ShareRows(const RowSet& a, const RowSet& b) {
   }
 }
 
-}  // namespace posenc::python
+}  // namespace posenc::internal
