@@ -72,6 +72,11 @@ struct Entry {
   std::vector<double> round_s;  // the time of each round, in round order (round r at index r)
 };
 
+// An entry's name in the table and in --only: "rope_forward half_split", or the operation alone.
+std::string Label(const Entry& e) {
+  return e.layout == "-" ? e.operation : e.operation + " " + e.layout;
+}
+
 // One measurement: what it reports, what it runs, and how often (the scalar references take
 // seconds and run fewer times).
 struct Case {
@@ -499,7 +504,7 @@ bool Selected(const Case& c, const std::vector<std::string>& only) {
   if (only.empty() || c.fma_peak || e.operation == kBandwidthCase || e.operation == kKvReadCase) {
     return true;
   }
-  const std::string label = e.operation + " " + e.layout;
+  const std::string label = Label(e);
   return std::any_of(only.begin(), only.end(), [&](const std::string& word) {
     return label.find(word) != std::string::npos;
   });
@@ -612,7 +617,7 @@ Results RunBenchmarks(const Shapes& s, int repeats, const std::vector<std::strin
 
   for (const std::string& word : only) {
     const bool matches = std::any_of(cases.begin(), cases.end(), [&](const Case& c) {
-      return (c.entry.operation + " " + c.entry.layout).find(word) != std::string::npos;
+      return Label(c.entry).find(word) != std::string::npos;
     });
     if (!matches) {
       throw Error("[bench] --only: '" + Printable(word) +
@@ -809,11 +814,8 @@ void PrintTable(const Results& results, const std::vector<RoundRatios>& ratios, 
         "%.0f%%\n",
         100 * load.others_share, 100 * std::max(0.0, load.steal_share));
   }
-  const auto name = [](const Entry& e) {
-    return e.layout == "-" ? e.operation : e.operation + " " + e.layout;
-  };
   int width = 9;
-  for (const Entry& e : entries) width = std::max(width, static_cast<int>(name(e).size()));
+  for (const Entry& e : entries) width = std::max(width, static_cast<int>(Label(e).size()));
   std::string shape;
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
@@ -823,7 +825,7 @@ void PrintTable(const Results& results, const std::vector<RoundRatios>& ratios, 
                   "operation", "type", "place", "thr", "best", "GB/s", "ratio", "min-max");
     }
     const double rate = e.bytes / e.timing.best_s;
-    std::printf("  %-*s %-4s %-5s %3d %10s %7.2f %6s %11s\n", width, name(e).c_str(),
+    std::printf("  %-*s %-4s %-5s %3d %10s %7.2f %6s %11s\n", width, Label(e).c_str(),
                 ShortDtype(e.dtype).c_str(), e.in_place ? "in" : "out", e.threads,
                 FormatSeconds(e.timing.best_s).c_str(), rate / 1e9,
                 FormatRatio(ratios[i].bandwidth_spread.median).c_str(),
