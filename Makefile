@@ -17,7 +17,7 @@ VENV ?= .venv
 BUILD_PYTHON ?=
 
 .PHONY: all setup setup-demo venv configure build demo study test test-sanitizers test-fuzz \
-  format install package clean
+  format lint install package clean
 
 all: build
 
@@ -36,6 +36,11 @@ venv: setup
 # `make test` checks the same (the ctest `format`).
 format: venv
 	@bash scripts/format.sh $(abspath $(VENV))/bin/python
+
+# Lints the C++ with the environment's pinned clang-tidy and .clang-tidy's checks; `make test` runs
+# the same (the ctest `lint`).
+lint: venv configure
+	@bash scripts/lint.sh $(BUILD) $(abspath $(VENV))/bin/python
 
 configure: setup
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DPOSENC_BUILD_TESTS=ON \

@@ -5,7 +5,7 @@
 
 namespace posenc::internal {
 
-RowSet::RowSet(intptr_t data, std::vector<Dim> all_dims, int64_t row_bytes_)
+RowSet::RowSet(intptr_t data, const std::vector<Dim>& all_dims, int64_t row_bytes_)
     : base(data), row_bytes(row_bytes_) {
   for (Dim dim : all_dims) {
     if (dim.count == 1) continue;  // a unit dim may have any stride

@@ -20,7 +20,7 @@ struct RowSet {
   int64_t row_bytes = 0;
   std::vector<Dim> dims;  // count > 1 and stride >= 0 (negative ones flipped), largest first
 
-  RowSet(intptr_t data, std::vector<Dim> all_dims, int64_t row_bytes);
+  RowSet(intptr_t data, const std::vector<Dim>& all_dims, int64_t row_bytes);
   template <typename T>
   explicit RowSet(const Heads<T>& view)
       : RowSet(reinterpret_cast<intptr_t>(view.data),

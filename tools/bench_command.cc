@@ -100,13 +100,13 @@ std::string ShapeString(const std::vector<std::vector<int64_t>>& tensors,
                         const std::vector<std::string>& names) {
   std::string s;
   for (size_t n = 0; n < tensors.size(); ++n) {
-    if (n) s += "+";
+    if (n) s += '+';
     s += names[n] + "[";
     for (size_t d = 0; d < tensors[n].size(); ++d) {
-      if (d) s += ",";
+      if (d) s += ',';
       s += std::to_string(tensors[n][d]);
     }
-    s += "]";
+    s += ']';
   }
   return s;
 }
@@ -694,7 +694,7 @@ struct RoundRatios {
 };
 
 std::vector<RoundRatios> PerRoundRatios(const Results& results) {
-  using namespace bench_stats;
+  using bench_stats::RateRatios, bench_stats::Summarize, bench_stats::TimeRatios;
   const Entry* bw = FindEntry(results.entries, kBandwidthCase);
   const Entry* kv = FindEntry(results.entries, kKvReadCase);
   std::vector<RoundRatios> all;

@@ -20,7 +20,8 @@ void AddDemoCommand(CLI::App& app) {
       ->capture_default_str();
   demo->add_flag("--json", options->json, "Print the numbers as one JSON object instead of text");
   demo->callback([options] {
-    using namespace posenc::lesson;
+    using lesson::CountChecks, lesson::Figure, lesson::JsonReport, lesson::LessonSections,
+        lesson::Section, lesson::TextReport, lesson::WriteHtmlReport;
     const std::vector<Section> sections = LessonSections();
     const std::filesystem::path dir = options->out;
     std::filesystem::create_directories(dir);

@@ -61,7 +61,7 @@ void AddTableCommand(CLI::App& app) {
         std::snprintf(cell, sizeof cell, "%s%.9g", j ? "," : "", values[p * options->dim + j]);
         csv += cell;
       }
-      csv += "\n";
+      csv += '\n';
     }
     WriteFileAtomically("table", options->output, csv);
   });

@@ -35,8 +35,8 @@ struct Heads {
 
   T* Row(int64_t t, int64_t h) const { return data + t * token_stride + h * head_stride; }
 
-  // Read-only view of the same memory.
-  operator Heads<const std::remove_const_t<T>>() const {
+  // Read-only view of the same memory: implicit, as T* converts to const T*.
+  operator Heads<const std::remove_const_t<T>>() const {  // NOLINT(google-explicit-constructor)
     return {data, tokens, num_heads, head_dim, token_stride, head_stride};
   }
 

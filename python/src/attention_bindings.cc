@@ -32,7 +32,7 @@ AttentionOptions KeywordOptions(bool causal, std::optional<Alibi> alibi, std::op
                                 std::span<const float> sinks = {}) {
   AttentionOptions options;
   options.causal = causal;
-  options.alibi = std::move(alibi);
+  options.alibi = alibi;
   options.rope = std::move(rope);
   options.scale = scale.value_or(0.0);
   options.window = window;
@@ -243,8 +243,8 @@ void BindAttention(py::module_& m) {
          int64_t window, double softcap, const py::object& sinks_arg, const py::object& out,
          bool bfloat16) {
         const std::vector<float> sinks = SinkValues(sinks_arg, kFn);
-        const PlainAttention call{KeywordOptions(causal, std::move(alibi), std::move(rope), scale,
-                                                 window, softcap, sinks)};
+        const PlainAttention call{
+            KeywordOptions(causal, alibi, std::move(rope), scale, window, softcap, sinks)};
         return bfloat16 ? AttentionOf<BFloat16>(q, k, v, query_positions, key_positions, call, out)
                         : AttentionOf<float>(q, k, v, query_positions, key_positions, call, out);
       },
@@ -285,8 +285,8 @@ output within 2^-9 max|v| of the exact result), at about 1.8x the float32 speed.
          std::optional<Alibi> alibi, std::optional<Rope> rope, std::optional<double> scale,
          int64_t window, double softcap, const py::object& sinks_arg, bool bfloat16) {
         const std::vector<float> sinks = SinkValues(sinks_arg, kForwardFn);
-        const AttentionOptions options = KeywordOptions(causal, std::move(alibi), std::move(rope),
-                                                        scale, window, softcap, sinks);
+        const AttentionOptions options =
+            KeywordOptions(causal, alibi, std::move(rope), scale, window, softcap, sinks);
         return bfloat16 ? ForwardOf<BFloat16>(options, q, k, v, query_positions, key_positions)
                         : ForwardOf<float>(options, q, k, v, query_positions, key_positions);
       },
@@ -310,8 +310,8 @@ attention_backward takes both back.)");
          std::optional<Rope> rope, std::optional<double> scale, int64_t window, double softcap,
          const py::object& sinks_arg, bool bfloat16) {
         const std::vector<float> sinks = SinkValues(sinks_arg, kBackwardFn);
-        const AttentionOptions options = KeywordOptions(causal, std::move(alibi), std::move(rope),
-                                                        scale, window, softcap, sinks);
+        const AttentionOptions options =
+            KeywordOptions(causal, alibi, std::move(rope), scale, window, softcap, sinks);
         return bfloat16 ? BackwardOf<BFloat16>(options, q, k, v, query_positions, key_positions,
                                                out, lse, d_out)
                         : BackwardOf<float>(options, q, k, v, query_positions, key_positions, out,

@@ -51,7 +51,7 @@ template <typename Result>
 void DefLayerReaders(py::module_& m, const std::string& name, FromModel<Result> from_model,
                      const char* text_doc, const char* file_doc) {
   m.def((name + "_text").c_str(),
-        [from_model](std::string_view json_text, std::optional<std::string> layer_type,
+        [from_model](std::string_view json_text, const std::optional<std::string>& layer_type,
                      std::optional<int64_t> layer, std::optional<int64_t> seq_len,
                      RopePrecision precision, const py::object& yarn_rules) {
           return from_model(DescribeModel(json_text), layer_type, layer,
@@ -61,17 +61,18 @@ void DefLayerReaders(py::module_& m, const std::string& name, FromModel<Result> 
         py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
         py::arg("precision") = RopePrecision::kReference, py::arg("yarn_rules") = py::none(),
         text_doc);
-  m.def((name + "_file").c_str(),
-        [from_model](const std::filesystem::path& path, std::optional<std::string> layer_type,
-                     std::optional<int64_t> layer, std::optional<int64_t> seq_len,
-                     RopePrecision precision, const py::object& yarn_rules) {
-          return from_model(LoadModelPositions(path), layer_type, layer,
-                            ReaderFrequencies(seq_len, precision, yarn_rules));
-        },
-        py::arg("path"), py::kw_only(), py::arg("layer_type") = py::none(),
-        py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
-        py::arg("precision") = RopePrecision::kReference, py::arg("yarn_rules") = py::none(),
-        file_doc);
+  m.def(
+      (name + "_file").c_str(),
+      [from_model](const std::filesystem::path& path, const std::optional<std::string>& layer_type,
+                   std::optional<int64_t> layer, std::optional<int64_t> seq_len,
+                   RopePrecision precision, const py::object& yarn_rules) {
+        return from_model(LoadModelPositions(path), layer_type, layer,
+                          ReaderFrequencies(seq_len, precision, yarn_rules));
+      },
+      py::arg("path"), py::kw_only(), py::arg("layer_type") = py::none(),
+      py::arg("layer") = py::none(), py::arg("seq_len") = py::none(),
+      py::arg("precision") = RopePrecision::kReference, py::arg("yarn_rules") = py::none(),
+      file_doc);
 }
 
 }  // namespace posenc::python

@@ -426,6 +426,7 @@ void BindKvCacheBatch(py::module_& m) {
             return self.Visit([&](auto& cache) {
               return self.Locked([&] {
                 std::vector<int64_t> sizes;
+                sizes.reserve(cache.batch());
                 for (int64_t b = 0; b < cache.batch(); ++b) sizes.push_back(cache.Row(b).size());
                 return sizes;
               });

@@ -111,7 +111,7 @@ class BatchStreams {
  private:
   static py::array ReadArray(const py::object& positions) {
     if (!py::isinstance<py::array>(positions)) return Int64Array(positions, kFn, "positions");
-    const auto array = py::reinterpret_borrow<py::array>(positions);
+    auto array = py::reinterpret_borrow<py::array>(positions);
     RequireDtype<int64_t>(array, kFn, "positions");
     bool in_place = reinterpret_cast<uintptr_t>(array.data()) % alignof(int64_t) == 0;
     for (py::ssize_t i = 0; i < array.ndim(); ++i) {
@@ -244,6 +244,7 @@ std::vector<VisionGrid> Grids(const py::object& values, std::string_view functio
                               std::string_view name) {
   const py::array_t<int64_t> array = Rows(values, function, name, 3, "(t, h, w)");
   std::vector<VisionGrid> grids;
+  grids.reserve(array.shape(0));
   for (py::ssize_t i = 0; i < array.shape(0); ++i) {
     grids.push_back({.t = array.at(i, 0), .h = array.at(i, 1), .w = array.at(i, 2)});
   }
@@ -266,7 +267,7 @@ std::vector<double> Seconds(const py::object& values) {
 }
 
 // An int64 array of `shape` holding `values` (moved, not copied, into the array's owner).
-py::array_t<int64_t> ArrayOf(std::vector<int64_t> values, std::vector<int64_t> shape) {
+py::array_t<int64_t> ArrayOf(std::vector<int64_t> values, const std::vector<int64_t>& shape) {
   auto* owned = new std::vector<int64_t>(std::move(values));
   py::capsule free(owned, [](void* p) { delete static_cast<std::vector<int64_t>*>(p); });
   return py::array_t<int64_t>(shape, owned->data(), free);
@@ -590,6 +591,7 @@ cu_window_seqlens. window_units: window_size / spatial_merge_size / patch_size (
         const py::array_t<int64_t> rows =
             Rows(images, "pixtral_vision_positions", "images", 2, "(rows, cols)", "image");
         std::vector<PatchRowsCols> sizes;
+        sizes.reserve(rows.shape(0));
         for (py::ssize_t i = 0; i < rows.shape(0); ++i) {
           sizes.push_back({.rows = rows.at(i, 0), .cols = rows.at(i, 1)});
         }

@@ -466,6 +466,7 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
   const bool per_head = !args.force_two_phase && a.num_kv_heads >= threads;
   const size_t thread_floats = ThreadFloats(s);
 
+  // NOLINTNEXTLINE(bugprone-branch-clone): the branches differ, in their OpenMP work sharing
   if (per_head) {
 #pragma omp parallel if (threaded)
     {

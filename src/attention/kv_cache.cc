@@ -423,13 +423,13 @@ struct Run {
 // Checks the step's shapes against the batch and finds each row's run of ones in the mask.
 std::vector<Run> RowRuns(int64_t batch, int64_t tokens, std::span<const int64_t> positions,
                          std::span<const uint8_t> mask, std::string_view tokens_name) {
-  Require(tokens % batch == 0, kBatchFn, std::string(tokens_name),
+  Require(tokens % batch == 0, kBatchFn, tokens_name,
           "be a multiple of batch (" + std::to_string(batch) + "): batch * n", tokens);
   const int64_t n = tokens / batch;
   Require(static_cast<int64_t>(mask.size()) == tokens, kBatchFn, "mask.size()",
-          Equal(std::string(tokens_name), tokens), mask.size());
+          Equal(tokens_name, tokens), mask.size());
   Require(static_cast<int64_t>(positions.size()) == tokens, kBatchFn, "positions.size()",
-          Equal(std::string(tokens_name), tokens), positions.size());
+          Equal(tokens_name, tokens), positions.size());
   std::vector<Run> runs(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
     const uint8_t* row = mask.data() + b * n;

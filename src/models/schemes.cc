@@ -17,10 +17,9 @@ AlibiScheme ReadMptAlibi(const Node& top) {
   const Json* attn = top.Value("attn_config");
   if (attn != nullptr && !attn->is_object()) Fail("attn_config", "be an object", attn);
   const Node attn_config{attn != nullptr ? *attn : EmptyObject(), "attn_config."};
-  if (const Json* alibi = attn_config.Value("alibi")) {
-    if (!alibi->is_boolean() || !alibi->get<bool>()) {
-      Fail("attn_config.alibi", "be true (posenc reads MPT with ALiBi only)", alibi);
-    }
+  const Json* alibi = attn_config.Value("alibi");
+  if (alibi != nullptr && (!alibi->is_boolean() || !alibi->get<bool>())) {
+    Fail("attn_config.alibi", "be true (posenc reads MPT with ALiBi only)", alibi);
   }
   const std::optional<double> max_bias =
       OptionalNumber(attn_config, "alibi_bias_max", "be a number > 0", kPositive);

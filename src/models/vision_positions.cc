@@ -12,7 +12,7 @@
 namespace posenc {
 namespace {
 
-const std::string kMaxTokensRule = "be at most kMaxVisionTokens = 2^24";
+constexpr std::string_view kMaxTokensRule = "be at most kMaxVisionTokens = 2^24";
 
 // Two streams of `tokens` tokens, zero-filled.
 VisionPositions TwoStreams(int64_t tokens) {

@@ -91,7 +91,7 @@ std::string Find(const Range (&table)[N], int model) {
   return "unknown";
 }
 
-std::string Trimmed(std::string s) {
+std::string Trimmed(const std::string& s) {
   const size_t first = s.find_first_not_of(' ');
   if (first == std::string::npos) return "";
   const size_t last = s.find_last_not_of(' ');

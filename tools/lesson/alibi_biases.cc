@@ -41,7 +41,7 @@ Section AlibiBiases() {
       for (int j = 0; j < kTokens; ++j) {
         matrix += j <= i ? Format("%.5f ", AlibiBias(slopes[h], i, j)) : std::string("NaN ");
       }
-      matrix += "\n";
+      matrix += '\n';
     }
     figure.data.push_back({Format("h%zu", h), matrix});
     figure.script += Format(

@@ -198,6 +198,7 @@ Section MultimodalRope() {
   bool text_same = true, image_differs = false;
   for (int64_t token = 0; token < kTokens; ++token) {
     const bool same =
+        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison): the claim is the same bits
         std::memcmp(&by_streams[token * kDim], &one_d[token * kDim], kDim * sizeof(float)) == 0;
     const bool text = token < kText || token >= kText + kRows * kCols;
     if (text) text_same &= same;
@@ -235,7 +236,7 @@ Section MultimodalRope() {
     for (int64_t token = 0; token < kTokens; ++token) {
       matrix += std::to_string(at(mrope.pair_stream[pair], token)) + " ";
     }
-    matrix += "\n";
+    matrix += '\n';
   }
   std::string xtics = "set xtics (";
   for (int64_t token = 0; token < kTokens; ++token) {

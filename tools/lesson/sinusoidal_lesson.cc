@@ -81,7 +81,7 @@ Section SinusoidalTable() {
   std::string matrix;
   for (int64_t j = 0; j < wide.dim; ++j) {
     for (int64_t p = 0; p < kPositions; ++p) matrix += Format("%.5f ", table[p * wide.dim + j]);
-    matrix += "\n";
+    matrix += '\n';
   }
   s.figures.push_back(
       {.file_stem = "sinusoidal_heatmap",
@@ -109,14 +109,14 @@ Section SinusoidalWaves() {
   for (int64_t p = 0; p <= 23; ++p) {
     rows += Format("%lld", static_cast<long long>(p));
     for (int64_t pair : pairs) rows += Format(" %.6f", SinusoidalValue(spec, p, 2 * pair));
-    rows += "\n";
+    rows += '\n';
   }
   bool close = true;
   for (int k = 0; k < 3; ++k) {
     const double wavelength = spec.Wavelength(2 * pairs[k]);
     s.lines.push_back(Format("pair %2lld (dims %lld, %lld): wavelength %.1f positions",
-                             static_cast<long long>(pairs[k]), static_cast<long long>(2 * pairs[k]),
-                             static_cast<long long>(2 * pairs[k] + 1), wavelength));
+                             static_cast<long long>(pairs[k]), 2 * static_cast<long long>(pairs[k]),
+                             2 * static_cast<long long>(pairs[k]) + 1, wavelength));
     s.numbers["wavelength"][std::to_string(pairs[k])] = wavelength;
     close &= std::fabs(wavelength / lesson_wavelength[k] - 1) < 0.01;
   }

@@ -12,8 +12,6 @@
 
 #include "posenc/files.h"
 
-extern char** environ;
-
 namespace posenc::plot {
 namespace {
 
@@ -99,7 +97,8 @@ void RunGnuplot(const std::filesystem::path& folder) {
     std::string messages;
     try {
       messages = ReadFileCapped("plot", messages_path, 1 << 20);
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      messages = std::string("(its messages could not be read: ") + e.what() + ")";
     }
     throw std::runtime_error(
         "[plot] gnuplot failed (is gnuplot installed? scripts/setup.sh "

@@ -160,7 +160,9 @@ std::vector<double> ColourTicks(double lo, double hi) {
   const double f = raw / unit;
   const double step = unit * (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10);
   std::vector<double> ticks;
-  for (double k = std::ceil(lo / step); k * step <= hi; ++k) {
+  const double first = std::ceil(lo / step);
+  for (int i = 0; (first + i) * step <= hi; ++i) {
+    const double k = first + i;
     // Rounded to 12 significant digits, so that 3 x 0.1 reads 0.3; "+ 0.0" turns -0 into 0.
     std::ostringstream text;
     text.precision(12);
@@ -224,6 +226,7 @@ json Waves(Params& p) {
   json curves = json::array();
   for (const int64_t column : columns) {
     std::vector<double> values;
+    values.reserve(xs.size());
     for (const int64_t x : xs) values.push_back(SinusoidalValue(spec, x, column));
     curves.push_back({{"column", column}, {"values", values}});
   }
@@ -499,6 +502,7 @@ json Order(Params& p) {
                        {"shuffled", rows(r.shuffled)}});
   }
   std::vector<std::string> shuffled;
+  shuffled.reserve(permutation.size());
   for (const int64_t i : permutation) shuffled.push_back(words[i]);
   return {{"tokens", words},
           {"order", permutation},

@@ -266,12 +266,13 @@ void Serve(const std::string& host, int port) {
   Require(daemon != nullptr, "serve", "server", "start (libmicrohttpd)", host);
   std::cout << "posenc serve: http://"
             << (host.find(':') != std::string::npos ? "[" + host + "]" : host) << ":" << bound
-            << "/  (Ctrl-C stops)" << std::endl;
+            << "/  (Ctrl-C stops)\n"
+            << std::flush;  // whoever started the server waits for this line
   int signal = 0;
   sigwait(&stop_signals, &signal);
   MHD_stop_daemon(daemon);
   close(fd);
-  std::cout << "posenc serve: stopped" << std::endl;
+  std::cout << "posenc serve: stopped\n" << std::flush;
 }
 
 }  // namespace
