@@ -103,6 +103,13 @@ constexpr Family kFamilies[] = {
     {.model_type = "glm", .pairs = PairLayout::kInterleaved, .partial_rotary = kApplied},
     {.model_type = "glm4", .pairs = PairLayout::kInterleaved, .partial_rotary = kApplied},
     {.model_type = "glm4_moe", .partial_rotary = kApplied},
+    // ERNIE 4.5: rotate_half on x[..., 0::2], x[..., 1::2] with repeat_interleave'd cos and sin
+    // (interleaved pairs); its default rotary embedding takes the whole head_dim, ignoring
+    // partial_rotary_factor; Ernie4_5Config.default_theta 500000.
+    {.model_type = "ernie4_5",
+     .pairs = PairLayout::kInterleaved,
+     .partial_rotary = kIgnoredByDefault,
+     .default_theta = 500000.0},
 
     // Other RoPE families (a partial_rotary_factor with rope_type "default" is refused).
     {.model_type = "nomic_bert", .encoder = true},

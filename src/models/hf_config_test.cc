@@ -269,6 +269,39 @@ TEST(HfConfigModels, RopeModelsGiveTheReferenceDimensions) {
   EXPECT_NEAR(*deepseek.softmax_scale, 1.8739 / std::sqrt(192.0), 1e-5);
 }
 
+// A family read from its record alone (src/models/families.cc): ERNIE 4.5 on Ernie4_5Config's
+// own defaults, against Ernie4_5RotaryEmbedding's numbers (tests/golden/families).
+TEST(HfConfigModels, ErnieFourFiveMatchesItsRotaryEmbedding) {
+  const Json golden = GoldenJson("families/ernie4_5-defaults.json");
+  const auto expected = golden["inv_freq_f32"].get<std::vector<double>>();
+  const auto check = [&](const RopeScheme& scheme, const std::string& what) {
+    EXPECT_EQ(scheme.layout, RopeLayout::kInterleaved) << what;  // golden "layout": interleaved
+    ASSERT_EQ(scheme.layers.size(), 1u) << what;
+    const RopeLayerScheme& layer = scheme.layers[0];
+    EXPECT_EQ(RopeTypeName(layer.scaling), "default") << what;
+    EXPECT_EQ(layer.head_dim, golden["head_dim"].get<int64_t>()) << what;
+    EXPECT_EQ(layer.rotary_dim, golden["rotary_dim"].get<int64_t>()) << what;
+    EXPECT_EQ(layer.rope_theta, golden["rope_theta"].get<double>()) << what;
+    const RopeFrequencies frequencies = ComputeRopeFrequencies(layer);
+    EXPECT_EQ(frequencies.attention_factor, golden["attention_scaling"].get<double>()) << what;
+    ASSERT_EQ(frequencies.inv_freq.size(), expected.size()) << what;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_EQ(frequencies.inv_freq[i], expected[i]) << what << " pair " << i;
+    }
+  };
+  const std::string path = ConfigPath(golden["config_file"].get<std::string>());
+  check(AsRope(LoadHfConfig(path)), "the file");
+  // The golden numbers are the class's without rope arguments: theta from its default_theta.
+  Json config = testing_support::ReadJsonFile(path);
+  config.erase("rope_parameters");
+  check(ParseRope(config), "without rope_parameters");
+  // Its default rotary embedding takes the whole head whatever partial_rotary_factor says.
+  config["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", 500000.0}, {"partial_rotary_factor", 0.5}};
+  EXPECT_EQ(ParseRope(config).layers[0].rotary_dim,
+            golden["partial_rotary_factor_0.5_default_rotary_dim"].get<int64_t>());
+}
+
 TEST(HfConfigModels, AlibiLearnedAndNone) {
   const auto bloom = std::get<AlibiScheme>(LoadHfConfig(ConfigPath("bloom.json")));
   EXPECT_EQ(bloom.num_heads, 112);
