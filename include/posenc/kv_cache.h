@@ -66,6 +66,9 @@ struct KvCacheOptions {
 // T is float or BFloat16: the storage of keys and values (bfloat16 keys are rotated in float32
 // and rounded once, as ApplyRope does).
 template <typename T>
+class KvCacheBatch;
+
+template <typename T>
 class KvCache {
  public:
   // Throws posenc::Error naming the field, value and rule; allocates capacity slots up front.
@@ -83,10 +86,6 @@ class KvCache {
   void Append(std::span<const int64_t> positions, Heads<const T> k, Heads<const T> v);
   void Append(std::span<const int64_t> positions, const PositionStreams& streams, Heads<const T> k,
               Heads<const T> v);
-  // Append's checks alone, the same errors, nothing written (for KvCacheBatch: every row checked
-  // before the first is written).
-  void ValidateAppend(std::span<const int64_t> positions, const PositionStreams& streams,
-                      Heads<const T> k, Heads<const T> v) const;
 
   // The cached keys (rotated), values and positions of slots [0, size()).
   Heads<const T> Keys() const;
@@ -122,6 +121,13 @@ class KvCache {
   void ShiftPositions(int64_t begin, int64_t end, int64_t delta);
 
  private:
+  // Append's checks alone, the same errors, nothing written: KvCacheBatch checks every row before
+  // the first is written.
+  template <typename>
+  friend class KvCacheBatch;
+  void ValidateAppend(std::span<const int64_t> positions, const PositionStreams& streams,
+                      Heads<const T> k, Heads<const T> v) const;
+
   // The rotation of a call at these positions: long_rope past the threshold, else rope/mrope.
   const Rope& RotationAt(std::span<const int64_t> positions) const;
   void RefuseLongRopeShift() const;
