@@ -22,9 +22,7 @@ std::optional<std::span<const int64_t>> FoldPositions(const BatchedPositions& po
                                                       std::vector<int64_t>& repeated) {
   const std::span<const int64_t> list = positions.first;
   if (count == 1) return list;
-  bool shared = true;
-  for (int64_t s : positions.batch_strides) shared = shared && s == 0;
-  if (shared) {
+  if (SharedByTheBatch(positions)) {
     repeated.clear();
     repeated.reserve(list.size() * static_cast<size_t>(count));
     for (int64_t b = 0; b < count; ++b) repeated.insert(repeated.end(), list.begin(), list.end());
@@ -47,9 +45,7 @@ std::optional<PositionStreams> FoldPositions(const Batched<PositionStreams>& pos
     streams.tokens *= count;
     return streams;
   }
-  bool shared = true;
-  for (int64_t s : positions.batch_strides) shared = shared && s == 0;
-  if (shared) {
+  if (SharedByTheBatch(positions)) {
     if (streams.tokens != 1) return std::nullopt;
     streams.token_stride = 0;
   } else {

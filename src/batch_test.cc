@@ -74,6 +74,28 @@ TEST(Batch, RopeOverAContiguousBatchWithSharedPositionsMatchesTheReference) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], want[i], 2e-6f) << i;
 }
 
+TEST(Batch, RopeOverAHuggingFaceBatchWithSharedPositionsMatchesTheReference) {
+  // q [batch, 3 heads, seq, dim] and k [batch, 1 head, seq, dim] with one positions list: the
+  // batch runs as more heads.
+  const Rope rope = Rope::Default(kDim);
+  const std::vector<int64_t> positions{3, 5, 8, 13};
+  const std::vector<float> q_in = RandomNormal(kBatch * kElement, 12),
+                           k_in = RandomNormal(kBatch * kTokens * kDim, 13);
+  std::vector<float> q = q_in, k = k_in, want_q(q.size()), want_k(k.size());
+  ApplyRope<float>(rope, BatchedPositions(positions), Transposed(q.data()),
+                   Transposed(k.data(), 1));
+  for (int64_t b = 0; b < kBatch; ++b) {
+    ApplyRopeReference<float>(rope, positions,
+                              Heads<const float>(Transposed(const_cast<float*>(q_in.data())).At(b)),
+                              Transposed(want_q.data()).At(b), RopeDirection::kForward);
+    ApplyRopeReference<float>(
+        rope, positions, Heads<const float>(Transposed(const_cast<float*>(k_in.data()), 1).At(b)),
+        Transposed(want_k.data(), 1).At(b), RopeDirection::kForward);
+  }
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(q[i], want_q[i], 2e-6f) << i;
+  for (size_t i = 0; i < k.size(); ++i) ASSERT_NEAR(k[i], want_k[i], 2e-6f) << i;
+}
+
 TEST(Batch, MRopeStreamsOfEachElementMatchTheReference) {
   const std::vector<int64_t> sections{1, 1, 2};
   const MRope mrope = MRope::Sections(Rope::Default(kDim), sections, MropeSections::kBlocks);

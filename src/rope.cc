@@ -335,6 +335,19 @@ void RunBatchedRopeCall(const RopeCall& call, const Batched<P>& positions, RopeD
       return;
     }
   }
+  // Positions shared by the batch: every element turns by the same angles, so a batch laid out as
+  // Hugging Face's [batch, heads, seq, dim] is one call over batch x heads.
+  if (SharedByTheBatch(positions)) {
+    auto by_heads = std::make_tuple(views...);
+    if (std::apply([](auto&... v) { return (FoldIntoHeads(v) & ...); }, by_heads)) {
+      std::apply(
+          [&](auto&... v) {
+            RunRopeCall(WithPositions(call, positions.first), v.first..., direction);
+          },
+          by_heads);
+      return;
+    }
+  }
   n = 0;
   const std::array<BatchRows, sizeof...(V)> rows{RowsOf(views, names[n++])...};
   RunEachElement(

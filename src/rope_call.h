@@ -49,7 +49,8 @@ void RunRopeCall(const RopeCall& call, Heads<const T> q_in, Heads<T> q_out, Head
 
 // A batch (posenc/batch.h) in any form above: every element validated, and the memory the
 // elements share, before anything is written; then one kernel call over batch x tokens when the
-// views and positions fold into one, else one call per element. `names` are the views' names in
+// views and positions fold into one, or over batch x heads when the positions are shared and the
+// views fold into heads, else one call per element. `names` are the views' names in
 // messages (a Batched view's own name takes precedence). P is std::span<const int64_t> (RoPE) or
 // PositionStreams (M-RoPE).
 template <typename P, typename... V>

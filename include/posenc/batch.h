@@ -5,8 +5,9 @@
 // stride, so a C-contiguous batch, a transposed Hugging Face [batch, heads, seq, dim] tensor and
 // one list of positions shared by every element (stride 0) are all batches, and nothing is copied.
 // Every operation that takes a batch validates the whole call before writing anything (each
-// element, and the memory the elements share), then runs it once over batch x tokens when the
-// layout allows, else once per element.
+// element, and the memory the elements share), then runs it once when the layout allows (RoPE:
+// over batch x tokens, or batch x heads when the positions are shared), else once per element
+// (attention always: a query sees only its own element's keys).
 #pragma once
 
 #include <cstdint>
@@ -72,22 +73,46 @@ struct Batched {
 // The positions of a batch: [tokens] shared by every element (batch strides 0) or one list each.
 using BatchedPositions = Batched<std::span<const int64_t>>;
 
-// Merges the batch dims of `view` into its tokens when each non-unit dim steps exactly over the
-// next inner one, as in a C-contiguous batch; returns whether it did.
+// Merges the batch dims of `view` into one of its own dims (count, stride) when each non-unit
+// batch dim steps exactly over the next inner one; returns whether it did (`view` is unchanged
+// when it did not).
 template <typename T>
-bool FoldIntoTokens(Batched<Heads<T>>& view) {
+bool FoldBatchInto(Batched<Heads<T>>& view, int64_t Heads<T>::* count, int64_t Heads<T>::* stride) {
   Heads<T>& e = view.first;
-  int64_t stride = e.token_stride, extent = e.tokens;
-  bool have_inner = e.tokens > 1;
+  int64_t step = e.*stride, extent = e.*count, folded_stride = e.*stride;
+  bool have_inner = e.*count > 1;
   for (size_t i = view.batch_shape.size(); i-- > 0;) {
     if (view.batch_shape[i] == 1) continue;
-    if (have_inner && view.batch_strides[i] != stride * extent) return false;
-    if (!have_inner) e.token_stride = view.batch_strides[i];  // a unit tokens dim has any stride
-    stride = view.batch_strides[i], extent = view.batch_shape[i], have_inner = true;
+    if (have_inner && view.batch_strides[i] != step * extent) return false;
+    if (!have_inner) folded_stride = view.batch_strides[i];  // a unit dim has any stride
+    step = view.batch_strides[i], extent = view.batch_shape[i], have_inner = true;
   }
-  e.tokens *= view.BatchCount();
+  e.*stride = folded_stride;
+  e.*count *= view.BatchCount();
   view.batch_shape.clear();
   view.batch_strides.clear();
+  return true;
+}
+
+// The batch as more tokens: a C-contiguous [batch, tokens, heads, dim] batch.
+template <typename T>
+bool FoldIntoTokens(Batched<Heads<T>>& view) {
+  return FoldBatchInto(view, &Heads<T>::tokens, &Heads<T>::token_stride);
+}
+
+// The batch as more heads: Hugging Face's [batch, heads, seq, dim], where every element shares
+// the tokens' positions.
+template <typename T>
+bool FoldIntoHeads(Batched<Heads<T>>& view) {
+  return FoldBatchInto(view, &Heads<T>::num_heads, &Heads<T>::head_stride);
+}
+
+// Whether every batch element reads the same positions (no batch dims, or strides 0).
+template <typename View>
+bool SharedByTheBatch(const Batched<View>& positions) {
+  for (int64_t stride : positions.batch_strides) {
+    if (stride != 0) return false;
+  }
   return true;
 }
 

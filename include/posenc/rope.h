@@ -130,7 +130,8 @@ void ApplyRope(const Rope& rope, std::span<const int64_t> positions,
 // with any batch strides and positions [tokens] shared by the batch or [..., tokens] per element.
 // Every element is validated, and the memory the elements share, before anything is written; a
 // later element's error ends "(in batch element b)". A C-contiguous batch runs as one call over
-// batch x tokens; others one call per element. The forms above are a batch of one.
+// batch x tokens, Hugging Face's [batch, heads, seq, dim] with shared positions as one call over
+// batch x heads, others one call per element. The forms above are a batch of one.
 template <typename T>
 void ApplyRope(const Rope& rope, const BatchedPositions& positions, const Batched<Heads<T>>& x,
                RopeDirection direction = RopeDirection::kForward);
