@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "model_rope.h"
+#include "models/model_report_json.h"
 #include "plot/plot.h"
 #include "posenc/alibi.h"
 #include "posenc/error.h"
@@ -289,7 +290,7 @@ void AddInspectCommand(CLI::App& app) {
       }
       out = std::move(report.json);
     } else {
-      out = Json::parse(ModelPositionsJson(model));
+      out = ModelPositionsObject(model);
       RequireNoChart(options->chart, out["scheme"].get<std::string>());
       Require(options->model.layer.empty(), "inspect", "--layer",
               "be left out for this config (only RoPE configs have layers to choose from)",

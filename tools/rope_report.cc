@@ -4,6 +4,7 @@
 #include <limits>
 #include <numbers>
 
+#include "models/model_report_json.h"
 #include "posenc/hf_config.h"
 #include "posenc/model_report.h"
 #include "posenc/positions.h"
@@ -105,7 +106,7 @@ RopeReport InspectRope(const ModelPositions& model, const ModelRopeOptions& opti
   const std::optional<int64_t> context = OriginalContext(scheme, layer);
 
   // The model-wide keys first (layers, notes, mrope_section, ...); the chosen layer's below.
-  Json out = Json::parse(ModelPositionsJson(model));
+  Json out = ModelPositionsObject(model);
   const std::optional<int64_t> index = options.LayerIndex();
   out["layer"] = index ? Json(*index) : Json(nullptr);
   out["rotary_offset"] = layer.rotary_offset;

@@ -1,5 +1,7 @@
 #include "posenc/model_report.h"
 
+#include "model_report_json.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -325,7 +327,7 @@ std::string QueryScaleFormula(const LogFloorQueryScale& scale) {
          ShortNumber(scale.floor_scale) + "))";
 }
 
-std::string ModelPositionsJson(const ModelPositions& model) {
+Json ModelPositionsObject(const ModelPositions& model) {
   Json out = {{"scheme", std::string(LayerSchemeName(model.MainScheme()))},
               {"config_prefix", model.config_prefix}};
   std::vector<std::string> notes;
@@ -380,7 +382,11 @@ std::string ModelPositionsJson(const ModelPositions& model) {
   Json layers = Json::array();
   for (const LayerPositions& layer : model.layers) layers.push_back(LayerJson(model, layer));
   out["layers"] = layers;
-  return out.dump();
+  return out;
+}
+
+std::string ModelPositionsJson(const ModelPositions& model) {
+  return ModelPositionsObject(model).dump();
 }
 
 std::vector<std::string> LayerSummary(const ModelPositions& model) {

@@ -13,6 +13,7 @@
 
 #include "lesson/order_experiment.h"
 #include "lesson/report.h"
+#include "models/model_report_json.h"
 #include "posenc/alibi.h"
 #include "posenc/error.h"
 #include "posenc/heads.h"
@@ -419,7 +420,7 @@ json Stretch(Params& p, std::optional<std::string_view> body) {
   const ModelPositions model = DescribeModel(text);
   json out;
   if (!std::holds_alternative<RopeScheme>(model.scheme)) {
-    out = json::parse(ModelPositionsJson(model));
+    out = ModelPositionsObject(model);
   } else {
     cli::ModelRopeOptions options;
     options.layer = layer.value_or("");
