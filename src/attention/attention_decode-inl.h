@@ -3,8 +3,15 @@
 // they lie, token by token, every head of a token before the next token (one token's heads are
 // adjacent in a KV cache), so that it streams the cache front to back instead of touching one row
 // per page; the query rows of all heads lie side by side. A decode step is memory-bound: its
-// scores are dot products of the few query rows with each key row as it streams past, and its
-// weighted values four rows at a time against value rows read in place.
+// scores are dot products of the few query rows with a few key rows at a time as they stream
+// past, and its weighted values a tile product of the weights with value rows read in place.
+//
+// Each pass fetches the rows of its next block of tokens (software prefetch) while it computes
+// on the current one: the hardware prefetchers alone left the step waiting on memory. On an AMD
+// EPYC Zen 5 (2 threads, `posenc bench --only "decode gqa" "decode cache"`, 8192 keys, three
+// alternating runs each), the float32 step went from 1.26-1.51x to 1.09-1.17x one read of its
+// cache, bfloat16 from 1.47-1.74x to 1.22-1.24x (which also dropped the value rows that bfloat16
+// used to fetch during the scores).
 #if defined(POSENC_ATTENTION_DECODE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef POSENC_ATTENTION_DECODE_INL_H_
 #undef POSENC_ATTENTION_DECODE_INL_H_
@@ -35,6 +42,20 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
+#if HWY_TARGET != HWY_SCALAR
+// The sum of v's 128-bit blocks, halving the vector in registers (a vector stored and read back
+// in pieces waits for its store: the store cannot be forwarded to narrower loads).
+template <class D, class V>
+HWY_INLINE auto AddBlocks(D d, V v) {
+  if constexpr (hn::MaxLanes(d) * sizeof(float) > 16) {
+    const hn::Half<D> dh;
+    return AddBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  } else {
+    return v;
+  }
+}
+#endif
+
 // Writes the lane sums of a0..a3 to s[0], s[stride], s[2 stride] and s[3 stride]. Two rounds of
 // interleaves and adds leave every 128-bit block holding partial sums of a0..a3 in its lanes
 // 0..3, and the blocks are then added: about a third of the shuffles of four SumOfLanes, which
@@ -57,44 +78,56 @@ HWY_INLINE void SumOfLanes4(DF df, V a0, V a1, V a2, V a3, float* HWY_RESTRICT s
   // Per block: [a0, a1, a2, a3], each the sum of its four lanes of the block.
   const auto sum = hn::Add(hn::BitCast(df, hn::InterleaveLower(du64, t01, t23)),
                            hn::BitCast(df, hn::InterleaveUpper(du64, t01, t23)));
-  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
-  float lanes[kMaxLanes];
-  hn::StoreU(sum, df, lanes);
-  const hn::CappedTag<float, 4> d4;
-  auto total = hn::LoadU(d4, lanes);
-  for (size_t i = 4; i < hn::Lanes(df); i += 4) total = hn::Add(total, hn::LoadU(d4, lanes + i));
-  float out[4];
-  hn::StoreU(total, d4, out);
-  s[0] = out[0];
-  s[stride] = out[1];
-  s[2 * stride] = out[2];
-  s[3 * stride] = out[3];
+  const auto total = AddBlocks(df, sum);
+  s[0] = hn::ExtractLane(total, 0);
+  s[stride] = hn::ExtractLane(total, 1);
+  s[2 * stride] = hn::ExtractLane(total, 2);
+  s[3 * stride] = hn::ExtractLane(total, 3);
 #endif
 }
 
-// Pass (1) for one key: s[r stride] = q_r . k for the four rows of the block at q (padded rows,
-// `q_stride` floats apart), k an input or tile row of `dim` elements.
-template <class DF, typename T>
-HWY_INLINE void ScoreKey(DF df, const float* HWY_RESTRICT q, size_t q_stride,
-                         const T* HWY_RESTRICT k, size_t dim, float* HWY_RESTRICT s,
-                         size_t stride) {
-  static_assert(kRowBlock == 4, "one named accumulator per row");
+// Keys scored together by ScoreKeys: four rows times kScoreKeys keys of accumulators, plus the
+// rows' and keys' vectors, fit AVX-512's 32 registers (AVX2 and SSE4 have 16).
+#if HWY_TARGET <= HWY_AVX3
+constexpr size_t kScoreKeys = 4;
+#else
+constexpr size_t kScoreKeys = 2;
+#endif
+
+// Pass (1) for K keys: s[r stride + i] = q_r . k_i for the four rows of the block at q (padded
+// rows, `q_stride` floats apart) and keys k_i = k + i k_stride, input or tile rows of `dim`
+// elements. Each loaded vector of a key serves four rows and each of a row K keys, so that loads
+// do not outnumber the FMAs.
+template <size_t K, class DF, typename T>
+HWY_INLINE void ScoreKeys(DF df, const float* HWY_RESTRICT q, size_t q_stride,
+                          const T* HWY_RESTRICT k, size_t k_stride, size_t dim,
+                          float* HWY_RESTRICT s, size_t stride) {
+  static_assert(kRowBlock == 4, "SumOfLanes4 sums one key's four rows");
   const size_t n = hn::Lanes(df);
-  const float* HWY_RESTRICT q0 = q;
-  const float* HWY_RESTRICT q1 = q0 + q_stride;
-  const float* HWY_RESTRICT q2 = q1 + q_stride;
-  const float* HWY_RESTRICT q3 = q2 + q_stride;
-  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
-  const auto add = [&](size_t d, hn::Vec<DF> kd) HWY_ATTR {
-    a0 = hn::MulAdd(hn::LoadU(df, q0 + d), kd, a0);
-    a1 = hn::MulAdd(hn::LoadU(df, q1 + d), kd, a1);
-    a2 = hn::MulAdd(hn::LoadU(df, q2 + d), kd, a2);
-    a3 = hn::MulAdd(hn::LoadU(df, q3 + d), kd, a3);
-  };
+  hn::Vec<DF> acc[kRowBlock][K];
+  for (size_t r = 0; r < kRowBlock; ++r) {
+    for (size_t i = 0; i < K; ++i) acc[r][i] = hn::Zero(df);
+  }
   size_t d = 0;
-  for (; d + n <= dim; d += n) add(d, LoadF32(df, k + d));
-  if (d < dim) add(d, LoadPartialF32(df, k + d, dim - d));
-  SumOfLanes4(df, a0, a1, a2, a3, s, stride);
+  for (; d + n <= dim; d += n) {
+    hn::Vec<DF> kd[K];
+    for (size_t i = 0; i < K; ++i) kd[i] = LoadF32(df, k + i * k_stride + d);
+    for (size_t r = 0; r < kRowBlock; ++r) {
+      const auto qd = hn::LoadU(df, q + r * q_stride + d);
+      for (size_t i = 0; i < K; ++i) acc[r][i] = hn::MulAdd(qd, kd[i], acc[r][i]);
+    }
+  }
+  if (d < dim) {
+    hn::Vec<DF> kd[K];
+    for (size_t i = 0; i < K; ++i) kd[i] = LoadPartialF32(df, k + i * k_stride + d, dim - d);
+    for (size_t r = 0; r < kRowBlock; ++r) {
+      const auto qd = hn::LoadU(df, q + r * q_stride + d);
+      for (size_t i = 0; i < K; ++i) acc[r][i] = hn::MulAdd(qd, kd[i], acc[r][i]);
+    }
+  }
+  for (size_t i = 0; i < K; ++i) {
+    SumOfLanes4(df, acc[0][i], acc[1][i], acc[2][i], acc[3][i], s + i, stride);
+  }
 }
 
 // Decode (a single query tile per KV head): passes (1) to (3) of keys [key0, key0 + keys) for
@@ -130,27 +163,29 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
   const T* k_tile = static_cast<const T*>(a.k.data) + key0 * a.k.token_stride;
   const T* v_tile = static_cast<const T*>(a.v.data) + key0 * a.v.token_stride;
 
-  // (1) scores.
-  for (size_t j = 0; j < keys; ++j) {
+  // (1) scores, kScoreKeys tokens at a time.
+  const size_t k_stride = static_cast<size_t>(a.k.token_stride);
+  for (size_t j = 0; j < keys; j += kScoreKeys) {
+    const size_t count = std::min(kScoreKeys, keys - j);
     for (size_t h = 0; h < tiles.size(); ++h) {
-      const T* k =
-          k_tile + static_cast<int64_t>(j) * a.k.token_stride + tiles[h].g * a.k.head_stride;
-      // bfloat16: the token's value rows are fetched now, for pass (3) (decode on a bfloat16
-      // cache 2.1-2.2 -> 1.6-1.7 ms; the same for float32's twice longer rows made its decode
-      // slower, 2.4-2.5 -> 3.0-3.3 ms, so float32 does not).
-      if constexpr (sizeof(T) == 2) {
-        internal::PrefetchLines(
-            v_tile + static_cast<int64_t>(j) * a.v.token_stride + tiles[h].g * a.v.head_stride,
-            value_dim * sizeof(T));
+      const T* k = k_tile + j * k_stride + tiles[h].g * a.k.head_stride;
+      // The head's rows of the next kScoreKeys tokens are fetched now (see the top of the file).
+      for (size_t i = kScoreKeys; i < 2 * kScoreKeys; ++i) {
+        internal::PrefetchLines(k + i * k_stride, head_dim * sizeof(T));
       }
       for (size_t i = 0; i < block_count; ++i) {
         const size_t b = blocks[i];
+        const float* q = tiles[h].q + b * kRowBlock * t.dim;
+        float* s = scores(h, b) + j;
         if (t.bf16_dot) {  // the same products and sums as in prefill
-          internal::ScoresBf16(QueryBits(t, tiles[h], b), BFloat16RowStride(t), Bits(k), 0, 1,
-                               head_dim, Bf16ScoreScale(a), scores(h, b) + j, t.score_stride);
+          internal::ScoresBf16(QueryBits(t, tiles[h], b), BFloat16RowStride(t), Bits(k), k_stride,
+                               count, head_dim, Bf16ScoreScale(a), s, t.score_stride);
+        } else if (count == kScoreKeys) {
+          ScoreKeys<kScoreKeys>(df, q, t.dim, k, k_stride, head_dim, s, t.score_stride);
         } else {
-          ScoreKey(df, tiles[h].q + b * kRowBlock * t.dim, t.dim, k, head_dim, scores(h, b) + j,
-                   t.score_stride);
+          for (size_t key = 0; key < count; ++key) {
+            ScoreKeys<1>(df, q, t.dim, k + key * k_stride, 0, head_dim, s + key, t.score_stride);
+          }
         }
       }
     }
@@ -170,7 +205,6 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
   // accumulators in registers across the tokens (the old outputs scaled by the correction with
   // the first few).
   constexpr size_t kTokenBlock = 8;
-  const float ones[kRowBlock] = {1.0f, 1.0f, 1.0f, 1.0f};
   // Row blocks that straddle a mask edge in a tile whose values hold inf or NaN skip the keys
   // they do not see (WeightedVisibleValues).
   std::vector<char> visible_only;  // [head, row block], allocated only at a mask edge
@@ -186,32 +220,34 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
                        keys, value_dim);
     }
   }
+  const size_t v_stride = static_cast<size_t>(a.v.token_stride);
   for (size_t j = 0; j < keys; j += kTokenBlock) {
     const size_t count = std::min(kTokenBlock, keys - j);
     for (size_t h = 0; h < tiles.size(); ++h) {
-      const T* v =
-          v_tile + static_cast<int64_t>(j) * a.v.token_stride + tiles[h].g * a.v.head_stride;
+      const T* v = v_tile + j * v_stride + tiles[h].g * a.v.head_stride;
+      // The head's value rows of the next kTokenBlock tokens are fetched now (see the top).
+      for (size_t r = kTokenBlock; r < 2 * kTokenBlock; ++r) {
+        internal::PrefetchLines(v + r * v_stride, value_dim * sizeof(T));
+      }
       for (size_t i = 0; i < block_count; ++i) {
         const size_t b = blocks[i];
-        float correction[kRowBlock];
+        float correction[kRowBlock];  // the old outputs' scale, with the first tokens only
         for (size_t r = 0; r < kRowBlock; ++r) {
           correction[r] = j == 0 ? tiles[h].rows[b * kRowBlock + r].correction : 1.0f;
         }
         float* o = tiles[h].out + b * kRowBlock * t.value_dim;
-        const size_t v_stride = static_cast<size_t>(a.v.token_stride);
         if (!visible_only.empty() && visible_only[h * (kQueryTile / kRowBlock) + b]) {
           if (j == 0) {  // every key of the tile at once: the correction applies once
             WeightedVisibleValues(scores(h, b), t.score_stride, v, v_stride, keys, value_dim,
                                   key_pos, tiles[h].rows + b * kRowBlock, o, t.value_dim);
           }
-        } else if (t.bf16_dot) {  // weights rounded to bfloat16 as in prefill: decode = prefill's
-                                  // row
+        } else if (t.bf16_dot) {  // weights rounded to bfloat16, as in prefill
           internal::WeightedValueRowsBf16(scores(h, b) + j, t.score_stride, count, Bits(v),
-                                          v_stride, value_dim, t.value_dim,
-                                          j == 0 ? correction : ones, o, t.value_dim);
+                                          v_stride, value_dim, t.value_dim, correction, o,
+                                          t.value_dim);
         } else {
-          WeightedValues(df, scores(h, b) + j, t.score_stride, v, v_stride, count, value_dim,
-                         j == 0 ? correction : ones, o, t.value_dim);
+          WeightedValueRows(df, scores(h, b) + j, t.score_stride, v, v_stride, count, value_dim,
+                            j == 0 ? correction : nullptr, kRowBlock, o, t.value_dim);
         }
       }
     }

@@ -117,7 +117,6 @@ template <typename T>
 void AttendPackedTile(const internal::AttentionKernelArgs& a, const Tiles& t,
                       const PackedKeyTile& kt, QueryTile& qt) {
   const hn::ScalableTag<float> df;
-  const size_t n = hn::Lanes(df);
   const TileKeys& tk = kt.keys;
   if (tk.min > qt.max_hi || tk.max < qt.min_lo) return;
   size_t first = qt.blocks, last = 0;
@@ -157,16 +156,12 @@ void AttendPackedTile(const internal::AttentionKernelArgs& a, const Tiles& t,
       }
       return;
     }
-    for (size_t r = b0 * kRowBlock; r < b1 * kRowBlock; ++r) {
-      float* o = qt.out + r * t.value_dim;
-      const auto c = hn::Set(df, qt.rows[r].correction);
-      for (size_t e = 0; e < t.value_dim; e += n) {
-        hn::StoreU(hn::Mul(hn::LoadU(df, o + e), c), df, o + e);
-      }
-    }
-    const size_t r = b0 * kRowBlock;
-    TileGemm(df, t.scores + r * t.score_stride, t.score_stride, 1, kt.v, t.value_dim, tk.keys,
-             qt.out + r * t.value_dim, t.value_dim, (b1 - b0) * kRowBlock, t.value_dim, true);
+    const size_t r0 = b0 * kRowBlock, rows = (b1 - b0) * kRowBlock;
+    float correction[kQueryTile];
+    for (size_t r = 0; r < rows; ++r) correction[r] = qt.rows[r0 + r].correction;
+    WeightedValueRows(df, t.scores + r0 * t.score_stride, t.score_stride, kt.v, t.value_dim,
+                      tk.keys, t.value_dim, correction, rows, qt.out + r0 * t.value_dim,
+                      t.value_dim);
   };
   if (!kt.non_finite) return weighted_values(first, last);
   for (size_t b = first; b < last; ++b) {

@@ -1,6 +1,6 @@
-// Pass (3) of the forward attention kernel where it is not a tile product: the weighted values
-// of four rows read from value rows where they lie (decode), and the exact pass for rows at a
-// mask edge of a tile whose values hold inf or NaN (prefill and decode).
+// Pass (3) of the forward attention kernel on float32 weights: the weighted values of value rows
+// where they lie (decode) or packed (prefill), and the exact pass for rows at a mask edge of a
+// tile whose values hold inf or NaN (prefill and decode).
 #if defined(POSENC_ATTENTION_VALUES_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef POSENC_ATTENTION_VALUES_INL_H_
 #undef POSENC_ATTENTION_VALUES_INL_H_
@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "attention_tiles-inl.h"
 #include "hwy/highway.h"
 #include "simd/simd_storage-inl.h"
+#include "tile_gemm-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {
@@ -108,6 +110,36 @@ HWY_NOINLINE void WeightedValues(DF df, const float* HWY_RESTRICT p, size_t p_st
   if (e < value_dim) {
     const size_t count = value_dim - e;
     accumulate(e, [df, count](const T* row) HWY_ATTR { return LoadPartialF32(df, row, count); });
+  }
+}
+
+// Pass (3) for `rows` rows: o_r = o_r correction[r] + sum_j p_rj v_j (no correction: nullptr),
+// with the weights of row r at p + r p_stride and value row j at v + j v_stride. float32 value
+// rows of whole vectors are a tile product (TileGemm: each vector loaded from a value row serves
+// four rows, each weight broadcast serves four vectors); other rows (bfloat16 widened, a partial
+// last vector) go through WeightedValues, four rows at a time.
+template <class DF, typename T>
+HWY_INLINE void WeightedValueRows(DF df, const float* HWY_RESTRICT p, size_t p_stride,
+                                  const T* HWY_RESTRICT v, size_t v_stride, size_t keys,
+                                  size_t value_dim, const float* correction, size_t rows,
+                                  float* HWY_RESTRICT o, size_t o_stride) {
+  const size_t n = hn::Lanes(df);
+  if constexpr (std::is_same_v<T, float>) {
+    if (value_dim % n == 0) {
+      for (size_t r = 0; correction != nullptr && r < rows; ++r) {
+        const auto c = hn::Set(df, correction[r]);
+        float* HWY_RESTRICT o_r = o + r * o_stride;
+        for (size_t e = 0; e < value_dim; e += n) {
+          hn::StoreU(hn::Mul(hn::LoadU(df, o_r + e), c), df, o_r + e);
+        }
+      }
+      return TileGemm(df, p, p_stride, 1, v, v_stride, keys, o, o_stride, rows, value_dim, true);
+    }
+  }
+  const float ones[kRowBlock] = {1.0f, 1.0f, 1.0f, 1.0f};
+  for (size_t r = 0; r < rows; r += kRowBlock) {
+    WeightedValues(df, p + r * p_stride, p_stride, v, v_stride, keys, value_dim,
+                   correction != nullptr ? correction + r : ones, o + r * o_stride, o_stride);
   }
 }
 
