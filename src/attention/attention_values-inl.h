@@ -127,6 +127,7 @@ HWY_INLINE void WeightedValueRows(DF df, const float* HWY_RESTRICT p, size_t p_s
   if constexpr (std::is_same_v<T, float>) {
     if (value_dim % n == 0) {
       for (size_t r = 0; correction != nullptr && r < rows; ++r) {
+        if (correction[r] == 1.0f) continue;  // the row's max did not move: o stays
         const auto c = hn::Set(df, correction[r]);
         float* HWY_RESTRICT o_r = o + r * o_stride;
         for (size_t e = 0; e < value_dim; e += n) {
