@@ -9,11 +9,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
 
+#include "posenc/batch.h"
 #include "posenc/error.h"
+#include "posenc/heads.h"
 
 namespace posenc::testing_support {
 
@@ -26,6 +29,30 @@ void ExpectError(F&& call, const std::string& message) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), message);
   }
+}
+
+// A batch of two elements sharing q, k, v and the positions `pos` (of q's and k's tokens), whose
+// second element's key positions hold a bad one: attend(q, k, v, query_pos, key_pos, out), an
+// attention call on Batched views, must refuse the batch with Attention's message for element 1
+// before writing either element's output.
+template <typename Attend>
+void ExpectBadSecondElementRefusedBeforeWriting(Heads<const float> q, Heads<const float> k,
+                                                Heads<const float> v,
+                                                const std::vector<int64_t>& pos, Attend&& attend) {
+  const int64_t out_floats = q.tokens * q.num_heads * v.head_dim;
+  std::vector<float> outs(static_cast<size_t>(2 * out_floats), 7.0f);
+  std::vector<int64_t> key_pos = pos;
+  key_pos.insert(key_pos.end(), pos.begin(), pos.end());
+  key_pos[pos.size() + 1] = -1;
+  const Batched<Heads<const float>> qs(q, {2}, {0}), ks(k, {2}, {0}), vs(v, {2}, {0});
+  const Batched<Heads<float>> out_batch(
+      Heads<float>::Dense(outs.data(), q.tokens, q.num_heads, v.head_dim), {2}, {out_floats});
+  const auto tokens = static_cast<int64_t>(pos.size());
+  const BatchedPositions key_batch(std::span<const int64_t>(key_pos).first(pos.size()), {2},
+                                   {tokens});
+  ExpectError([&] { attend(qs, ks, vs, BatchedPositions(pos), key_batch, out_batch); },
+              "[attention] key_pos[1] must be >= 0, got -1 (in batch element 1)");
+  for (const float x : outs) ASSERT_EQ(x, 7.0f);
 }
 
 // n standard normal floats from a fixed seed: the same inputs on every run and machine

@@ -341,20 +341,12 @@ TEST(DualChunk, BadInputIsAnErrorAndLeavesOutUntouched) {
         "3.8894309783421189e+38");
   }
   // A batch of two whose second element is bad is refused before the first is written.
-  Output outs(2 * 4 * 2 * 8, 7.0f);
-  std::vector<int64_t> key_pos = pos;
-  key_pos.insert(key_pos.end(), pos.begin(), pos.end());
-  key_pos[5] = -1;
-  const Batched<Heads<const float>> qs(q.view(), {2}, {0}), ks(k.view(), {2}, {0}),
-      vs(v.view(), {2}, {0});
-  const Batched<Heads<float>> out_batch(Heads<float>::Dense(outs.data(), 4, 2, 8), {2}, {64});
-  const BatchedPositions key_batch(std::span<const int64_t>(key_pos).first(4), {2}, {4});
-  ExpectError(
-      [&] {
-        DualChunkAttention(options, good, qs, ks, vs, BatchedPositions(pos), key_batch, out_batch);
-      },
-      "[attention] key_pos[1] must be >= 0, got -1 (in batch element 1)");
-  for (const float x : outs) ASSERT_EQ(x, 7.0f);
+  testing_support::ExpectBadSecondElementRefusedBeforeWriting(
+      q.view(), k.view(), v.view(), pos,
+      [&](const auto& qs, const auto& ks, const auto& vs, const auto& query_pos,
+          const auto& key_pos, const auto& outs) {
+        DualChunkAttention(options, good, qs, ks, vs, query_pos, key_pos, outs);
+      });
   for (const float x : out) ASSERT_EQ(x, 7.0f);
 }
 
