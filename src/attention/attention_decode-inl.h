@@ -169,9 +169,10 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
     const size_t count = std::min(kScoreKeys, keys - j);
     for (size_t h = 0; h < tiles.size(); ++h) {
       const T* k = k_tile + j * k_stride + tiles[h].g * a.k.head_stride;
-      // The head's rows of the next kScoreKeys tokens are fetched now (see the top of the file).
+      // The head's rows of the next kScoreKeys tokens are fetched now (see the top of the file),
+      // given as distances from k: past the last token they are addresses, not pointers.
       for (size_t i = kScoreKeys; i < 2 * kScoreKeys; ++i) {
-        internal::PrefetchLines(k + i * k_stride, head_dim * sizeof(T));
+        internal::PrefetchLines(k, head_dim * sizeof(T), i * k_stride * sizeof(T));
       }
       for (size_t i = 0; i < block_count; ++i) {
         const size_t b = blocks[i];
@@ -227,7 +228,7 @@ void AttendKeyTileEveryHead(const internal::AttentionKernelArgs& a, const Tiles&
       const T* v = v_tile + j * v_stride + tiles[h].g * a.v.head_stride;
       // The head's value rows of the next kTokenBlock tokens are fetched now (see the top).
       for (size_t r = kTokenBlock; r < 2 * kTokenBlock; ++r) {
-        internal::PrefetchLines(v + r * v_stride, value_dim * sizeof(T));
+        internal::PrefetchLines(v, value_dim * sizeof(T), r * v_stride * sizeof(T));
       }
       for (size_t i = 0; i < block_count; ++i) {
         const size_t b = blocks[i];
