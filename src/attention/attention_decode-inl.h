@@ -108,22 +108,22 @@ HWY_INLINE void ScoreKeys(DF df, const float* HWY_RESTRICT q, size_t q_stride,
   for (size_t r = 0; r < kRowBlock; ++r) {
     for (size_t i = 0; i < K; ++i) acc[r][i] = hn::Zero(df);
   }
-  size_t d = 0;
-  for (; d + n <= dim; d += n) {
-    hn::Vec<DF> kd[K];
-    for (size_t i = 0; i < K; ++i) kd[i] = LoadF32(df, k + i * k_stride + d);
+  // One step of the depth: the keys' vectors at d, each against the four rows' vectors.
+  const auto step = [&](size_t d, const hn::Vec<DF>(&kd)[K]) HWY_ATTR {
     for (size_t r = 0; r < kRowBlock; ++r) {
       const auto qd = hn::LoadU(df, q + r * q_stride + d);
       for (size_t i = 0; i < K; ++i) acc[r][i] = hn::MulAdd(qd, kd[i], acc[r][i]);
     }
+  };
+  size_t d = 0;
+  hn::Vec<DF> kd[K];
+  for (; d + n <= dim; d += n) {
+    for (size_t i = 0; i < K; ++i) kd[i] = LoadF32(df, k + i * k_stride + d);
+    step(d, kd);
   }
   if (d < dim) {
-    hn::Vec<DF> kd[K];
     for (size_t i = 0; i < K; ++i) kd[i] = LoadPartialF32(df, k + i * k_stride + d, dim - d);
-    for (size_t r = 0; r < kRowBlock; ++r) {
-      const auto qd = hn::LoadU(df, q + r * q_stride + d);
-      for (size_t i = 0; i < K; ++i) acc[r][i] = hn::MulAdd(qd, kd[i], acc[r][i]);
-    }
+    step(d, kd);
   }
   for (size_t i = 0; i < K; ++i) {
     SumOfLanes4(df, acc[0][i], acc[1][i], acc[2][i], acc[3][i], s + i, stride);
