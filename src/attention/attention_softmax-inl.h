@@ -139,7 +139,8 @@ HWY_INLINE void BiasAndMask(DF df, const internal::AttentionKernelArgs& a, size_
 // r = x - n ln 2 in [-ln 2 / 2, ln 2 / 2] (ln 2 in two parts, so that r stays exact), e^r by
 // Highway's polynomial for float32, 2^n written into the exponent bits. Within 1 float32 ulp of
 // exp in double (softmax_exp_test.cc). x below ln(2^-126) gives 0, so exp(-inf) = 0 for hidden
-// keys; NaN gives an unspecified value (OnlineSoftmaxRow carries NaN itself).
+// keys; NaN gives NaN (every step carries it, and NaN < -87 is false), which OnlineSoftmaxRow
+// relies on.
 template <class DF, class V>
 HWY_INLINE V ExpOfNonPositive(DF df, V x) {
   const hn::RebindToSigned<DF> di;
@@ -177,8 +178,8 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const internal::AttentionKernelArgs& a, 
 
   // NaN: a NaN score (a NaN in q or k, or inf - inf) must make the row NaN, as softmax does in
   // the math and in PyTorch. Max may drop NaN (x86 keeps its second operand), so NaN is carried
-  // by the weights instead: Exp turns NaN into 0, and the blend below restores it, which makes
-  // the sum and the output NaN. A max that drops every NaN stays finite or -inf; -inf is checked.
+  // by the weights instead: ExpOfNonPositive keeps NaN, which makes the sum and the output NaN.
+  // A max that drops every NaN stays finite or -inf; -inf is checked.
   auto vmax = hn::Set(df, kNegInf);
   for (size_t j = 0; j < width; j += n) vmax = hn::Max(vmax, hn::LoadU(df, s + j));
   float new_max = MaxKeepingNaN(row.max, hn::GetLane(hn::MaxOfLanes(df, vmax)));
@@ -198,8 +199,7 @@ HWY_INLINE void OnlineSoftmaxRow(DF df, const internal::AttentionKernelArgs& a, 
   const auto vnew_max = hn::Set(df, new_max);
   auto vsum = hn::Zero(df);
   for (size_t j = 0; j < width; j += n) {
-    const auto x = hn::Sub(hn::LoadU(df, s + j), vnew_max);
-    const auto p = hn::IfThenElse(hn::IsNaN(x), x, ExpOfNonPositive(df, x));
+    const auto p = ExpOfNonPositive(df, hn::Sub(hn::LoadU(df, s + j), vnew_max));
     vsum = hn::Add(vsum, p);
     hn::StoreU(p, df, s + j);
   }

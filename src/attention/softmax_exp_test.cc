@@ -1,5 +1,6 @@
 // ExpOfNonPositive (attention_softmax-inl.h), the softmax's exp, against exp in double on every
-// SIMD target this binary has: within 1 float32 ulp down to ln(2^-126), 0 below it and at -inf.
+// SIMD target this binary has: within 1 float32 ulp down to ln(2^-126), 0 below it and at -inf,
+// NaN at NaN (the softmax carries a NaN score through it).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +45,7 @@ constexpr float kLowest = -87.33654f;  // ln(2^-126), where float32's normal ran
 
 // The inputs: a dense grid over [-90, 0] (both sides of kLowest), the points where the range
 // reduction changes n (k ln 2 and halfway between, a float either side), tiny and zero inputs,
-// and -inf; padded with zeros to whole vectors of every target.
+// -inf and NaN; padded with zeros to whole vectors of every target.
 std::vector<float> Inputs() {
   std::vector<float> x;
   constexpr int kGrid = 1 << 18;
@@ -59,7 +60,8 @@ std::vector<float> Inputs() {
   }
   for (const float f :
        {0.0f, -0.0f, -1e-45f, -1e-30f, -1e-7f, kLowest, std::nextafter(kLowest, 0.0f),
-        std::nextafter(kLowest, -100.0f), -1000.0f, -std::numeric_limits<float>::infinity()}) {
+        std::nextafter(kLowest, -100.0f), -1000.0f, -std::numeric_limits<float>::infinity(),
+        std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
     x.push_back(f);
   }
   while (x.size() % 64 != 0) x.push_back(0.0f);
@@ -73,6 +75,10 @@ TEST(SoftmaxExp, WithinOneUlpOfExpInDoubleOnEveryTarget) {
     HWY_DYNAMIC_DISPATCH(ExpOfNonPositiveArray)(x.data(), out.data(), x.size());
     int checked = 0;
     for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i])) {
+        ASSERT_TRUE(std::isnan(out[i])) << "exp(NaN) = " << out[i];
+        continue;
+      }
       if (x[i] < kLowest) {
         ASSERT_EQ(out[i], 0.0f) << "x = " << x[i];
         continue;
