@@ -192,14 +192,22 @@ HWY_INLINE void Weights(DF df, const internal::AttentionBackwardKernelArgs& args
     return;
   }
   BiasAndMask(df, args.forward, kKeys, kt.key_offset, s, kt.tk, row.state, cap_grad);
+  if (std::isnan(row.lse)) {  // a NaN row: NaN weights on the keys it sees, as in the math
+    for (size_t j = 0; j < kKeys; ++j) {
+      s[j] = s[j] == -std::numeric_limits<float>::infinity() ? 0.0f : row.lse;
+    }
+    return;
+  }
   const auto lse = hn::Set(df, row.lse);
   for (size_t j = 0; j < kKeys; j += n) {
-    hn::StoreU(hn::Exp(df, hn::Sub(hn::LoadU(df, s + j), lse)), df, s + j);  // exp(-inf) = 0
+    // s - lse <= 0 (lse >= the row's max), give or take the recomputed scores' rounding, which
+    // ExpOfNonPositive also takes exactly; exp(-inf) = 0, and a NaN score stays NaN.
+    hn::StoreU(ExpOfNonPositive(df, hn::Sub(hn::LoadU(df, s + j), lse)), df, s + j);
   }
 }
 
 // dS of one row in place of dP: p (dP - delta), and 0 wherever p is 0, so that a key the row
-// does not see adds nothing even when its value row holds inf.
+// does not see adds nothing even when its value row holds inf; a NaN p stays NaN.
 template <class DF>
 HWY_INLINE void ScoreGradients(DF df, const float* HWY_RESTRICT p, float delta,
                                float* HWY_RESTRICT ds) {
@@ -209,19 +217,20 @@ HWY_INLINE void ScoreGradients(DF df, const float* HWY_RESTRICT p, float delta,
   for (size_t j = 0; j < kKeys; j += n) {
     const auto vp = hn::LoadU(df, p + j);
     const auto grad = hn::Mul(vp, hn::Sub(hn::LoadU(df, ds + j), vdelta));
-    hn::StoreU(hn::IfThenElseZero(hn::Ne(vp, zero), grad), df, ds + j);
+    hn::StoreU(hn::IfThenZeroElse(hn::Eq(vp, zero), grad), df, ds + j);
   }
 }
 
 // Soft-capping's chain rule on dS of one row: the gradient of the uncapped score is dS times
-// 1 - tanh^2 (cap_grad); a zero dS (a hidden key) stays 0 whatever cap_grad holds.
+// 1 - tanh^2 (cap_grad); a zero dS (a hidden key) stays 0 whatever cap_grad holds, a NaN one
+// NaN.
 template <class DF>
 HWY_INLINE void CapGradients(DF df, const float* HWY_RESTRICT cap_grad, float* HWY_RESTRICT ds) {
   const size_t n = hn::Lanes(df);
   const auto zero = hn::Zero(df);
   for (size_t j = 0; j < kKeys; j += n) {
     const auto grad = hn::LoadU(df, ds + j);
-    hn::StoreU(hn::IfThenElseZero(hn::Ne(grad, zero), hn::Mul(grad, hn::LoadU(df, cap_grad + j))),
+    hn::StoreU(hn::IfThenZeroElse(hn::Eq(grad, zero), hn::Mul(grad, hn::LoadU(df, cap_grad + j))),
                df, ds + j);
   }
 }

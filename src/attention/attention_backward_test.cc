@@ -551,6 +551,38 @@ TEST(AttentionBackward, EmptyCallsWriteZeroGradients) {
   }
 }
 
+TEST(AttentionBackward, ANaNQueryMakesNaNTheGradientsItReaches) {
+  // Causal, 5 tokens, a NaN in query 2: in the math its row's scores, weights and dS are NaN, so
+  // are dq of row 2 and dk, dv of the keys it sees (0 to 2); no other row reads query 2, so the
+  // other rows of dq stay finite, and so does dv of keys 3 and 4, which row 2 does not see. (dK's
+  // product multiplies query 2 by those keys' zero dS, which makes their dk NaN as in PyTorch's
+  // composed attention; the math leaves them finite, and the test does not ask.)
+  Case c{.q_tokens = 5, .kv_tokens = 5, .dim = 8, .value_dim = 8};
+  c.options.causal = true;
+  const Prepared p(c);
+  Inputs in(p.c, false);
+  in.q[2 * 8 + 3] = std::numeric_limits<float>::quiet_NaN();
+  // Tokens [nan_begin, nan_end) of x must be NaN in every element, the others below finite_end
+  // finite.
+  const auto expect_rows = [](const std::vector<float>& x, int64_t nan_begin, int64_t nan_end,
+                              int64_t finite_end, const char* what) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      const auto token = static_cast<int64_t>(i / 8);
+      if (token >= nan_begin && token < nan_end) {
+        EXPECT_TRUE(std::isnan(x[i])) << what << " token " << token << ": " << x[i];
+      } else if (token < finite_end) {
+        EXPECT_TRUE(std::isfinite(x[i])) << what << " token " << token << ": " << x[i];
+      }
+    }
+  };
+  ForEachSimdTarget([&](int64_t) {
+    const Grads g = Kernel<float>(p.c, in);
+    expect_rows(g.dq, 2, 3, 5, "dq");
+    expect_rows(g.dk, 0, 3, 0, "dk");
+    expect_rows(g.dv, 0, 3, 5, "dv");
+  });
+}
+
 TEST(AttentionBackward, RejectsBadArgumentsBeforeWriting) {
   Case c{.q_tokens = 4, .kv_tokens = 4, .heads = 2, .kv_heads = 1, .dim = 8, .value_dim = 8};
   const Prepared p(c);

@@ -138,8 +138,9 @@ HWY_INLINE void BiasAndMask(DF df, const internal::AttentionKernelArgs& a, size_
 // about 26 (the exp was about 8% of float32 prefill's time): 2^n e^r with n = round(x / ln 2) and
 // r = x - n ln 2 in [-ln 2 / 2, ln 2 / 2] (ln 2 in two parts, so that r stays exact), e^r by
 // Highway's polynomial for float32, 2^n written into the exponent bits. Within 1 float32 ulp of
-// exp in double (softmax_exp_test.cc). x below ln(2^-126) gives 0, so exp(-inf) = 0 for hidden
-// keys; NaN gives NaN (every step carries it, and NaN < -87 is false), which OnlineSoftmaxRow
+// exp in double (softmax_exp_test.cc), also for small positive x (the backward pass's recomputed
+// scores may pass its saved lse by rounding). x below ln(2^-126) gives 0, so exp(-inf) = 0 for
+// hidden keys; NaN gives NaN (every step carries it, and NaN < -87 is false), which OnlineSoftmaxRow
 // relies on.
 template <class DF, class V>
 HWY_INLINE V ExpOfNonPositive(DF df, V x) {
