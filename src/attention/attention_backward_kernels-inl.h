@@ -60,7 +60,6 @@
 #include "attention_softmax-inl.h"
 #include "attention_tiles-inl.h"
 #include "hwy/aligned_allocator.h"
-#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "simd/kernel_threads.h"
 #include "simd/simd_storage-inl.h"
