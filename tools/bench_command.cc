@@ -127,7 +127,26 @@ struct QK {
         ko(Heads<T>::Dense(k_out.data(), s.tokens, s.kv_heads, s.head_dim)) {}
 };
 
-// Every buffer the cases touch, allocated up front so that the cases can run round-robin.
+// A group of buffers that some cases share, made and filled when one of them first runs (the
+// warm-up, before any timing), so that a run of a few entries (--only) holds only theirs: a full
+// run's buffers come to about 1.5 GB.
+template <typename B>
+class OnFirstUse {
+ public:
+  explicit OnFirstUse(std::function<std::unique_ptr<B>()> make) : make_(std::move(make)) {}
+  explicit OnFirstUse(const Shapes& s) : make_([&s] { return std::make_unique<B>(s); }) {}
+  B& operator*() {
+    if (!made_) made_ = make_();
+    return *made_;
+  }
+  B* operator->() { return &**this; }
+
+ private:
+  std::function<std::unique_ptr<B>()> make_;
+  std::unique_ptr<B> made_;
+};
+
+// The buffers of the baselines and of the small cases, made up front; the others on first use.
 struct Buffers {
   explicit Buffers(const Shapes& s)
       : stream_a(s.tokens * (s.heads + s.kv_heads) * s.head_dim, 1.0f),
@@ -139,38 +158,48 @@ struct Buffers {
         decode_k(s.kv_heads * s.head_dim, 0.25f),
         positions(PositionRange(0, s.tokens)),
         table_positions(PositionRange(0, s.table_positions)),
-        table(s.table_positions * s.table_dim) {}
+        table(s) {}
   std::vector<float> stream_a, stream_b;
-  QK<float> f32;
-  QK<BFloat16> bf16;
-  QK<float> single;
+  OnFirstUse<QK<float>> f32;
+  OnFirstUse<QK<BFloat16>> bf16;
+  OnFirstUse<QK<float>> single;
   std::vector<float> decode_q, decode_k;
   std::vector<int64_t> positions, table_positions;
-  std::vector<float> table;
+  struct Table {
+    explicit Table(const Shapes& s) : values(s.table_positions * s.table_dim) {}
+    std::vector<float> values;
+  };
+  OnFirstUse<Table> table;
 };
+
+// The bytes of q and k of one storage type, read or written once.
+template <typename T>
+double QKBytes(const Shapes& s) {
+  return static_cast<double>(s.tokens * (s.heads + s.kv_heads) * s.head_dim) * sizeof(T);
+}
 
 // The RoPE cases for one storage type: SIMD in place and out of place, both layouts, and the
 // scalar reference twin in place.
 template <typename T>
-void AddRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& positions, QK<T>& b,
-                  std::vector<Case>& cases) {
+void AddRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& positions,
+                  OnFirstUse<QK<T>>& b, std::vector<Case>& cases) {
   const std::string dtype = StorageTypeName(StorageTypeOf<T>());
   const std::string shape = ShapeString(
       {{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}}, {"q", "k"});
-  const double bytes = 2.0 * static_cast<double>(b.q.size() + b.k.size()) * sizeof(T);
+  const double bytes = 2.0 * QKBytes<T>(s);
   for (const RopeLayout layout : {RopeLayout::kHalfSplit, RopeLayout::kInterleaved}) {
     const std::string name = layout == RopeLayout::kHalfSplit ? "half_split" : "interleaved";
     const Rope rope = Rope::Default(s.head_dim, 10000.0, layout);
     cases.push_back({{"rope_forward", name, dtype, true, shape, threads, bytes, {}},
-                     [&b, rope, &positions] { ApplyRope(rope, positions, b.qv, b.kv); }});
+                     [&b, rope, &positions] { ApplyRope(rope, positions, b->qv, b->kv); }});
     cases.push_back(
         {{"rope_forward", name, dtype, false, shape, threads, bytes, {}}, [&b, rope, &positions] {
-           ApplyRope(rope, positions, Heads<const T>(b.qv), b.qo, Heads<const T>(b.kv), b.ko);
+           ApplyRope(rope, positions, Heads<const T>(b->qv), b->qo, Heads<const T>(b->kv), b->ko);
          }});
     cases.push_back({{"rope_reference_scalar", name, dtype, true, shape, 1, bytes, {}},
                      [&b, rope, &positions] {
-                       ApplyRopeReference(rope, positions, b.qv, b.qv, RopeDirection::kForward);
-                       ApplyRopeReference(rope, positions, b.kv, b.kv, RopeDirection::kForward);
+                       ApplyRopeReference(rope, positions, b->qv, b->qv, RopeDirection::kForward);
+                       ApplyRopeReference(rope, positions, b->kv, b->kv, RopeDirection::kForward);
                      },
                      2});
   }
@@ -200,12 +229,12 @@ std::vector<int64_t> VisionLanguageStreams(int64_t tokens) {
 // M-RoPE in place on q and k, sections of Qwen2-VL (blocks) and Qwen3-VL (interleaved) scaled to
 // head_dim, at VisionLanguageStreams: the same bytes as 1-D RoPE, so the same bandwidth ratio.
 template <typename T>
-void AddMRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& streams, QK<T>& b,
-                   std::vector<Case>& cases) {
+void AddMRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& streams,
+                   OnFirstUse<QK<T>>& b, std::vector<Case>& cases) {
   const std::string dtype = StorageTypeName(StorageTypeOf<T>());
   const std::string shape = ShapeString(
       {{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}}, {"q", "k"});
-  const double bytes = 2.0 * static_cast<double>(b.q.size() + b.k.size()) * sizeof(T);
+  const double bytes = 2.0 * QKBytes<T>(s);
   const int64_t pairs = s.head_dim / 2;
   const PositionStreams view = PositionStreams::Dense(streams.data(), 3, s.tokens);
   // [16, 24, 24] and [24, 20, 20] of 64 pairs.
@@ -224,7 +253,7 @@ void AddMRopeCases(const Shapes& s, int threads, const std::vector<int64_t>& str
                       threads,
                       bytes,
                       {}},
-                     [&b, mrope, view] { ApplyMRope(mrope, view, b.qv, b.kv); }});
+                     [&b, mrope, view] { ApplyMRope(mrope, view, b->qv, b->kv); }});
   }
 }
 
@@ -256,14 +285,25 @@ struct DecodeBuffers {
   std::vector<int64_t> query_pos, key_pos;
 };
 
+// The bytes of the decode cases' KV cache, and of one step (the cache, the query and the output).
+template <typename T>
+double KvBytes(const Shapes& s) {
+  return 2.0 * static_cast<double>(s.decode_keys * s.decode_kv_heads * s.head_dim) * sizeof(T);
+}
+template <typename T>
+double DecodeStepBytes(const Shapes& s) {
+  const auto q = static_cast<double>(s.decode_heads * s.head_dim);
+  return KvBytes<T>(s) + q * sizeof(T) + 4.0 * q;
+}
+
 // Attention decode: one query token, grouped heads, against the whole cache of one storage type.
 // It must read every cached key and value once, so its floor is the time to read them, at the
 // bandwidth of kKvReadCase (the float32 cache read once, measured in the same run), reported
 // beside the step as ratio_to_stream_time.
 template <typename T>
-void AddDecodeCase(const Shapes& s, int threads, DecodeBuffers<T>& decode,
+void AddDecodeCase(const Shapes& s, int threads, OnFirstUse<DecodeBuffers<T>>& decode,
                    std::vector<Case>& cases) {
-  const double kv_bytes = static_cast<double>(sizeof(T)) * (decode.k.size() + decode.v.size());
+  const double kv_bytes = KvBytes<T>(s);
   const std::string name = std::string("attention decode gqa ") +
                            (StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16");
   cases.push_back(
@@ -276,7 +316,7 @@ void AddDecodeCase(const Shapes& s, int threads, DecodeBuffers<T>& decode,
                      {s.decode_keys, s.decode_kv_heads, s.head_dim}},
                     {"q", "k", "v"}),
         threads,
-        kv_bytes + sizeof(T) * decode.q.size() + 4.0 * decode.out.size(),
+        DecodeStepBytes<T>(s),
         {},
         4.0 * s.decode_keys * s.head_dim * s.decode_heads,
         kv_bytes},
@@ -285,9 +325,9 @@ void AddDecodeCase(const Shapes& s, int threads, DecodeBuffers<T>& decode,
            return Heads<const T>::Dense(x.data(), s.decode_keys, s.decode_kv_heads, s.head_dim);
          };
          Attention({.causal = true},
-                   Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim),
-                   view(decode.k), view(decode.v), decode.query_pos, decode.key_pos,
-                   Heads<float>::Dense(decode.out.data(), 1, s.decode_heads, s.head_dim));
+                   Heads<const T>::Dense(decode->q.data(), 1, s.decode_heads, s.head_dim),
+                   view(decode->k), view(decode->v), decode->query_pos, decode->key_pos,
+                   Heads<float>::Dense(decode->out.data(), 1, s.decode_heads, s.head_dim));
        }});
 }
 
@@ -296,12 +336,12 @@ void AddDecodeCase(const Shapes& s, int threads, DecodeBuffers<T>& decode,
 // what the plain step costs. Beside them, Attention with options.rope on the same unrotated
 // cache, which rotates every key on every call: what a cache saves.
 template <typename T>
-void AddCachedDecodeCases(const Shapes& s, int threads, DecodeBuffers<T>& decode,
+void AddCachedDecodeCases(const Shapes& s, int threads, OnFirstUse<DecodeBuffers<T>>& decode,
                           std::vector<Case>& cases) {
   const std::string dtype = StorageTypeName(StorageTypeOf<T>());
   const std::string suffix = StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16";
-  const double kv_bytes = static_cast<double>(sizeof(T)) * (decode.k.size() + decode.v.size());
-  const double bytes = kv_bytes + sizeof(T) * decode.q.size() + 4.0 * decode.out.size();
+  const double kv_bytes = KvBytes<T>(s);
+  const double bytes = DecodeStepBytes<T>(s);
   const double flops = 4.0 * s.decode_keys * s.head_dim * s.decode_heads;
   const std::string shape = ShapeString({{1, s.decode_heads, s.head_dim},
                                          {s.decode_keys, s.decode_kv_heads, s.head_dim},
@@ -310,39 +350,48 @@ void AddCachedDecodeCases(const Shapes& s, int threads, DecodeBuffers<T>& decode
   const auto kv = [&s](const std::vector<T>& x) {
     return Heads<const T>::Dense(x.data(), s.decode_keys, s.decode_kv_heads, s.head_dim);
   };
+  const auto query = [&s](const std::vector<T>& x) {
+    return Heads<const T>::Dense(x.data(), 1, s.decode_heads, s.head_dim);
+  };
+  const auto out = [&decode, &s] {
+    return Heads<float>::Dense(decode->out.data(), 1, s.decode_heads, s.head_dim);
+  };
   // One cache holds the keys rotated at 0 .. decode_keys - 1. The RoPE step attends through it
   // (the query rotated on the way); the plain step attends to the same cached keys and values
   // with the query rotated beforehand. Same memory, same numbers: they differ only in the query's
   // rotation (two caches would differ in how their pages were mapped, which showed here as 1.6x).
   const Rope rope = Rope::Default(s.head_dim, 500000.0);
-  auto cache = std::make_shared<KvCache<T>>(KvCacheOptions{.capacity = s.decode_keys,
-                                                           .kv_heads = s.decode_kv_heads,
-                                                           .head_dim = s.head_dim,
-                                                           .rope = rope});
-  cache->Append(decode.key_pos, kv(decode.k), kv(decode.v));
-  auto rotated_q = std::make_shared<std::vector<T>>(decode.q.size());
-  ApplyRope(rope, decode.query_pos,
-            Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim),
-            Heads<T>::Dense(rotated_q->data(), 1, s.decode_heads, s.head_dim));
-  const auto out = [&decode, &s] {
-    return Heads<float>::Dense(decode.out.data(), 1, s.decode_heads, s.head_dim);
+  struct Cached {
+    explicit Cached(const KvCacheOptions& options) : cache(options) {}
+    KvCache<T> cache;
+    std::vector<T> rotated_q;
   };
-  cases.push_back(
-      {{"attention decode cache " + suffix,
-        "-",
-        dtype,
-        false,
-        shape,
-        threads,
-        bytes,
-        {},
-        flops,
-        kv_bytes},
-       [&decode, &s, cache, rotated_q, out] {
-         Attention({.causal = true},
-                   Heads<const T>::Dense(rotated_q->data(), 1, s.decode_heads, s.head_dim),
-                   cache->Keys(), cache->Values(), decode.query_pos, cache->Positions(), out());
-       }});
+  auto cached = std::make_shared<OnFirstUse<Cached>>([&decode, &s, rope, kv, query] {
+    auto made = std::make_unique<Cached>(KvCacheOptions{.capacity = s.decode_keys,
+                                                        .kv_heads = s.decode_kv_heads,
+                                                        .head_dim = s.head_dim,
+                                                        .rope = rope});
+    made->rotated_q.resize(decode->q.size());
+    made->cache.Append(decode->key_pos, kv(decode->k), kv(decode->v));
+    ApplyRope(rope, decode->query_pos, query(decode->q),
+              Heads<T>::Dense(made->rotated_q.data(), 1, s.decode_heads, s.head_dim));
+    return made;
+  });
+  cases.push_back({{"attention decode cache " + suffix,
+                    "-",
+                    dtype,
+                    false,
+                    shape,
+                    threads,
+                    bytes,
+                    {},
+                    flops,
+                    kv_bytes},
+                   [&decode, cached, query, out] {
+                     KvCache<T>& cache = (*cached)->cache;
+                     Attention({.causal = true}, query((*cached)->rotated_q), cache.Keys(),
+                               cache.Values(), decode->query_pos, cache.Positions(), out());
+                   }});
   cases.push_back({{"attention decode cache rope " + suffix,
                     "-",
                     dtype,
@@ -353,11 +402,9 @@ void AddCachedDecodeCases(const Shapes& s, int threads, DecodeBuffers<T>& decode
                     {},
                     flops,
                     kv_bytes},
-                   [&decode, &s, cache, out] {
-                     cache->Attend(
-                         {.causal = true},
-                         Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim),
-                         decode.query_pos, out());
+                   [&decode, cached, query, out] {
+                     (*cached)->cache.Attend({.causal = true}, query(decode->q), decode->query_pos,
+                                             out());
                    }});
   AttentionOptions rotate_all{.causal = true};
   rotate_all.rope = Rope::Default(s.head_dim, 500000.0);
@@ -371,12 +418,9 @@ void AddCachedDecodeCases(const Shapes& s, int threads, DecodeBuffers<T>& decode
                     {},
                     flops,
                     kv_bytes},
-                   [&decode, &s, kv, rotate_all] {
-                     Attention(
-                         rotate_all,
-                         Heads<const T>::Dense(decode.q.data(), 1, s.decode_heads, s.head_dim),
-                         kv(decode.k), kv(decode.v), decode.query_pos, decode.key_pos,
-                         Heads<float>::Dense(decode.out.data(), 1, s.decode_heads, s.head_dim));
+                   [&decode, kv, query, out, rotate_all] {
+                     Attention(rotate_all, query(decode->q), kv(decode->k), kv(decode->v),
+                               decode->query_pos, decode->key_pos, out());
                    }});
 }
 
@@ -384,12 +428,13 @@ void AddCachedDecodeCases(const Shapes& s, int threads, DecodeBuffers<T>& decode
 // lower triangle only: T (T + 1) / 2 (query, key) pairs per head, 2 head_dim flops each for the
 // score and 2 head_dim for the weighted value.
 template <typename T>
-void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
+void AddPrefillCases(const Shapes& s, int threads, OnFirstUse<AttentionBuffers<T>>& b,
                      std::vector<Case>& cases) {
   const int64_t t = s.prefill_tokens, h = s.prefill_heads, d = s.head_dim;
   const std::string dtype = StorageTypeName(StorageTypeOf<T>());
   const std::string shape = ShapeString({{t, h, d}}, {"q=k=v"});
-  const double bytes = 3.0 * b.prefill.size() * sizeof(T) + 4.0 * b.prefill_out.size();
+  const auto elements = static_cast<double>(t * h * d);
+  const double bytes = 3.0 * elements * sizeof(T) + 4.0 * elements;
   const double flops = 4.0 * (t * (t + 1) / 2) * d * h;
   // T5's decoder bias (32 buckets, max distance 128), fused like ALiBi: its table outlives the
   // case, which holds a view of it.
@@ -409,9 +454,9 @@ void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
                              (StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16");
     Case c{{name, "-", dtype, false, shape, threads, bytes, {}, flops},
            [&b, options, t, h, d, t5_table] {
-             const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
-             Attention(options, view, view, view, b.prefill_pos, b.prefill_pos,
-                       Heads<float>::Dense(b.prefill_out.data(), t, h, d));
+             const auto view = Heads<const T>::Dense(b->prefill.data(), t, h, d);
+             Attention(options, view, view, view, b->prefill_pos, b->prefill_pos,
+                       Heads<float>::Dense(b->prefill_out.data(), t, h, d));
            },
            5};  // a second or less each; five rounds are enough for a best time
     cases.push_back(std::move(c));
@@ -436,13 +481,13 @@ void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
          {},
          flops},
         [&b, with_rope, self_extend, grouped, t, h, d] {
-          const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
-          const auto out = Heads<float>::Dense(b.prefill_out.data(), t, h, d);
+          const auto view = Heads<const T>::Dense(b->prefill.data(), t, h, d);
+          const auto out = Heads<float>::Dense(b->prefill_out.data(), t, h, d);
           if (grouped) {
-            SelfExtendAttention(with_rope, self_extend, view, view, view, b.prefill_pos,
-                                b.prefill_pos, out);
+            SelfExtendAttention(with_rope, self_extend, view, view, view, b->prefill_pos,
+                                b->prefill_pos, out);
           } else {
-            Attention(with_rope, view, view, view, b.prefill_pos, b.prefill_pos, out);
+            Attention(with_rope, view, view, view, b->prefill_pos, b->prefill_pos, out);
           }
         },
         5};
@@ -454,43 +499,48 @@ void AddPrefillCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
 // forward's out and lse). Useful work: five products per visible (query, key) pair (S, dP, dV,
 // dK, dQ), 2 head_dim flops each, 2.5 times the forward's, FlashAttention-2's count.
 template <typename T>
-void AddBackwardCases(const Shapes& s, int threads, AttentionBuffers<T>& b,
+void AddBackwardCases(const Shapes& s, int threads, OnFirstUse<AttentionBuffers<T>>& b,
                       std::vector<Case>& cases) {
   const int64_t t = s.prefill_tokens, h = s.prefill_heads, d = s.head_dim;
   const std::string suffix = StorageTypeOf<T>() == StorageType::kFloat32 ? "f32" : "bf16";
   const std::string shape = ShapeString({{t, h, d}}, {"q=k=v"});
   const double flops = 10.0 * (t * (t + 1) / 2) * d * h;
-  const size_t elements = b.prefill.size();
+  const auto elements = static_cast<size_t>(t * h * d);
   // Read: q, k, v, out, d_out; written: dq, dk, dv.
   const double bytes = 3.0 * elements * sizeof(T) + 5.0 * elements * sizeof(float);
   for (const bool alibi : {false, true}) {
     AttentionOptions options{.causal = true};
     if (alibi) options.alibi = Alibi{.num_heads = h};
+    // The saved forward pass the backward pass starts from, and its gradients.
     struct State {
       std::vector<float> out, lse, d_out, dq, dk, dv;
     };
-    auto state = std::make_shared<State>();
-    state->out.resize(elements);
-    state->lse.resize(static_cast<size_t>(t * h));
-    state->d_out.assign(elements, 0.0625f);
-    state->dq.resize(elements);
-    state->dk.resize(elements);
-    state->dv.resize(elements);
-    const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
-    AttentionForward(options, view, view, view, b.prefill_pos, b.prefill_pos,
-                     Heads<float>::Dense(state->out.data(), t, h, d), state->lse);
+    auto state = std::make_shared<OnFirstUse<State>>([&b, options, elements, t, h, d] {
+      auto made = std::make_unique<State>();
+      made->out.resize(elements);
+      made->lse.resize(static_cast<size_t>(t * h));
+      made->d_out.assign(elements, 0.0625f);
+      made->dq.resize(elements);
+      made->dk.resize(elements);
+      made->dv.resize(elements);
+      const auto view = Heads<const T>::Dense(b->prefill.data(), t, h, d);
+      AttentionForward(options, view, view, view, b->prefill_pos, b->prefill_pos,
+                       Heads<float>::Dense(made->out.data(), t, h, d), made->lse);
+      return made;
+    });
     const std::string name =
         std::string("attention backward causal ") + (alibi ? "alibi " : "") + suffix;
     Case c{
         {name, "-", StorageTypeName(StorageTypeOf<T>()), false, shape, threads, bytes, {}, flops},
         [&b, options, state, t, h, d] {
-          const auto view = Heads<const T>::Dense(b.prefill.data(), t, h, d);
+          State& st = **state;
+          const auto view = Heads<const T>::Dense(b->prefill.data(), t, h, d);
           const auto dense = [&](std::vector<float>& x) {
             return Heads<float>::Dense(x.data(), t, h, d);
           };
-          AttentionBackward(options, view, view, view, b.prefill_pos, b.prefill_pos,
-                            dense(state->out), state->lse, dense(state->d_out),
-                            {dense(state->dq), dense(state->dk), dense(state->dv), {}});
+          AttentionBackward(options, view, view, view, b->prefill_pos, b->prefill_pos,
+                            dense(st.out), st.lse, dense(st.d_out),
+                            {dense(st.dq), dense(st.dk), dense(st.dv), {}});
         },
         5};
     cases.push_back(std::move(c));
@@ -516,10 +566,10 @@ bool Selected(const Case& c, const std::vector<std::string>& only) {
 Results RunBenchmarks(const Shapes& s, int repeats, const std::vector<std::string>& only) {
   const int threads = ThreadCount();
   Buffers b(s);
-  AttentionBuffers<float> attention_f32(s);
-  AttentionBuffers<BFloat16> attention_bf16(s);
-  DecodeBuffers<float> decode(s);
-  DecodeBuffers<BFloat16> decode_bf16(s);
+  OnFirstUse<AttentionBuffers<float>> attention_f32(s);
+  OnFirstUse<AttentionBuffers<BFloat16>> attention_bf16(s);
+  OnFirstUse<DecodeBuffers<float>> decode(s);
+  OnFirstUse<DecodeBuffers<BFloat16>> decode_bf16(s);
   std::vector<Case> cases;
   // The compute ceiling: bytes_moved 0, reported as fma_peak_gflop_per_s, not as an entry.
   double fma_flops = 0;  // per run; it depends on the vector width of the dispatched target
@@ -546,19 +596,13 @@ Results RunBenchmarks(const Shapes& s, int repeats, const std::vector<std::strin
   const Rope plain = Rope::Default(s.head_dim);
   const std::string qk_shape = ShapeString(
       {{s.tokens, s.heads, s.head_dim}, {s.tokens, s.kv_heads, s.head_dim}}, {"q", "k"});
-  cases.push_back({{"rope_forward",
-                    "half_split",
-                    "float32",
-                    true,
-                    qk_shape,
-                    1,
-                    2.0 * (b.single.q.size() + b.single.k.size()) * 4,
-                    {}},
-                   [&b, &plain, threads] {
-                     SetThreadCount(1);
-                     ApplyRope(plain, b.positions, b.single.qv, b.single.kv);
-                     SetThreadCount(threads);
-                   }});
+  cases.push_back(
+      {{"rope_forward", "half_split", "float32", true, qk_shape, 1, 2.0 * QKBytes<float>(s), {}},
+       [&b, &plain, threads] {
+         SetThreadCount(1);
+         ApplyRope(plain, b.positions, b.single->qv, b.single->kv);
+         SetThreadCount(threads);
+       }});
 
   // Decode: one token, all heads of q and k in one call, at the last position.
   constexpr int kDecodeCalls = 2000;
@@ -585,13 +629,13 @@ Results RunBenchmarks(const Shapes& s, int repeats, const std::vector<std::strin
   const Sinusoidal spec{.dim = s.table_dim};
   const std::string table_shape =
       "[" + std::to_string(s.table_positions) + "," + std::to_string(s.table_dim) + "]";
-  const double table_bytes = 4.0 * b.table.size();
+  const double table_bytes = 4.0 * static_cast<double>(s.table_positions * s.table_dim);
   cases.push_back(
       {{"sinusoidal_table", "-", "float32", false, table_shape, threads, table_bytes, {}},
-       [&b, &spec, &s] { FillSinusoidalTable(spec, s.table_positions, b.table); }});
+       [&b, &spec, &s] { FillSinusoidalTable(spec, s.table_positions, b.table->values); }});
   cases.push_back(
       {{"sinusoidal_reference_scalar", "-", "float32", false, table_shape, 1, table_bytes, {}},
-       [&b, &spec] { FillSinusoidalReference(spec, b.table_positions, b.table); },
+       [&b, &spec] { FillSinusoidalReference(spec, b.table_positions, b.table->values); },
        1});
 
   AddPrefillCases(s, threads, attention_f32, cases);
@@ -600,14 +644,14 @@ Results RunBenchmarks(const Shapes& s, int repeats, const std::vector<std::strin
   AddBackwardCases(s, threads, attention_bf16, cases);
 
   // The floor of the decode steps: the float32 cache read once.
-  const double kv_bytes = 4.0 * (decode.k.size() + decode.v.size());
+  const double kv_bytes = KvBytes<float>(s);
   const std::string kv_shape = ShapeString({{s.decode_keys, s.decode_kv_heads, s.head_dim},
                                             {s.decode_keys, s.decode_kv_heads, s.head_dim}},
                                            {"k", "v"});
   cases.push_back(
       {{kKvReadCase, "-", "float32", false, kv_shape, threads, kv_bytes, {}}, [&decode] {
-         volatile float sink = bench::StreamRead(decode.k.data(), decode.k.size()) +
-                               bench::StreamRead(decode.v.data(), decode.v.size());
+         volatile float sink = bench::StreamRead(decode->k.data(), decode->k.size()) +
+                               bench::StreamRead(decode->v.data(), decode->v.size());
          (void)sink;
        }});
   AddDecodeCase(s, threads, decode, cases);
@@ -633,7 +677,7 @@ Results RunBenchmarks(const Shapes& s, int repeats, const std::vector<std::strin
     if (progress) std::fprintf(stderr, "\r\033[Kposenc bench: %s", stage.c_str());
   };
   report("warming up (" + std::to_string(cases.size()) + " entries)");
-  for (Case& c : cases) c.run();  // warm-up: page in buffers, resolve the dispatch
+  for (Case& c : cases) c.run();  // warm-up: make and page in buffers, resolve the dispatch
   for (int r = 0; r < repeats; ++r) {
     report("round " + std::to_string(r + 1) + " of " + std::to_string(repeats));
     for (Case& c : cases) {
