@@ -34,7 +34,7 @@ void AttentionReference(const AttentionOptions& options, Heads<const float> q, H
 
   // (1) RoPE: rotate q and k at their own positions, into dense float copies. The rest of the
   // passes read q and k through the views, whichever memory they point at.
-  std::vector<float> q_rotated, k_rotated;
+  internal::ScratchVector<float> q_rotated, k_rotated;
   if (Rotates(options)) {
     q_rotated = RotatedCopy(options, true, query_pos, q, true);
     k_rotated = RotatedCopy(options, false, key_pos, k, true);

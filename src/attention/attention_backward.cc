@@ -425,7 +425,7 @@ void AttentionBackwardReference(const AttentionOptions& options, Heads<const flo
                                 std::span<const int64_t> key_pos, Heads<const float> d_out,
                                 const AttentionGradients& grads) {
   // RoPE: the rows the scores read, rotated by the double reference.
-  std::vector<float> q_rotated, k_rotated;
+  internal::ScratchVector<float> q_rotated, k_rotated;
   if (internal::Rotates(options)) {
     q_rotated = internal::RotatedCopy(options, true, query_pos, q, true);
     k_rotated = internal::RotatedCopy(options, false, key_pos, k, true);

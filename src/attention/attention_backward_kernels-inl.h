@@ -62,6 +62,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "simd/kernel_threads.h"
+#include "simd/scratch_memory.h"
 #include "simd/simd_storage-inl.h"
 #include "tile_gemm-inl.h"
 
@@ -101,8 +102,8 @@ struct Shape {
 // The query side of the whole call, [num_kv_heads, rows]: Qs rows, dO rows, row states, and per
 // query tile the union of its rows' intervals.
 struct QuerySide {
-  hwy::AlignedFreeUniquePtr<float[]> q;      // [., dim]
-  hwy::AlignedFreeUniquePtr<float[]> d_out;  // [., value_dim]
+  internal::ScratchVector<float> q;      // [., dim]
+  internal::ScratchVector<float> d_out;  // [., value_dim]
   std::vector<Row> rows;
   std::vector<int64_t> tile_lo, tile_hi;  // [num_kv_heads, query_tiles]
 };
@@ -310,8 +311,8 @@ void PackQuerySide(const internal::AttentionBackwardKernelArgs& args, const Shap
     const auto [min_it, max_it] = std::minmax_element(a.key_pos, a.key_pos + a.kv_tokens);
     key_range = {*min_it, *max_it};
   }
-  side.q = hwy::AllocateAligned<float>(static_cast<size_t>(total) * s.dim);
-  side.d_out = hwy::AllocateAligned<float>(static_cast<size_t>(total) * s.value_dim);
+  side.q.resize(static_cast<size_t>(total) * s.dim);
+  side.d_out.resize(static_cast<size_t>(total) * s.value_dim);
   side.rows.resize(static_cast<size_t>(total));
   const int64_t elements = total * (a.head_dim + 2 * a.value_dim);
   internal::ForRanges(total, elements, [&](int64_t begin, int64_t end) {
@@ -344,8 +345,8 @@ void PackQuerySide(const internal::AttentionBackwardKernelArgs& args, const Shap
       const T* q = static_cast<const T*>(a.q.data) + row.token * a.q.token_stride +
                    state.head * a.q.head_stride;
       PackRow(df, q, static_cast<size_t>(a.head_dim), row.q_scale,
-              side.q.get() + static_cast<size_t>(i) * s.dim);
-      float* d_out = side.d_out.get() + static_cast<size_t>(i) * s.value_dim;
+              side.q.data() + static_cast<size_t>(i) * s.dim);
+      float* d_out = side.d_out.data() + static_cast<size_t>(i) * s.value_dim;
       PackRow(df, args.d_out.Row(row.token, state.head), static_cast<size_t>(a.value_dim), 1.0f,
               d_out);
       const float* out = args.out.Row(row.token, state.head);
@@ -448,8 +449,8 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
         to.dq = dq_rows + (first - rows_of(g, 0)) * s.dim;
         to.bias_grad = bias_of(qt);
       }
-      PairPass(df, args, s, kt, side.rows.data() + first, side.q.get() + first * s.dim,
-               side.d_out.get() + first * s.value_dim, count_of(qt), ps, to);
+      PairPass(df, args, s, kt, side.rows.data() + first, side.q.data() + first * s.dim,
+               side.d_out.data() + first * s.value_dim, count_of(qt), ps, to);
     }
     const int64_t key0 = kt_index * static_cast<int64_t>(kKeys);
     WriteRows(kt.dk, s.dim, kt.tk.keys, head_dim, args.dk, key0, g);
@@ -480,19 +481,18 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
     {
       const internal::FlushSubnormals flush;
       internal::Scratch<float> scratch(thread_floats);
-      hwy::AlignedFreeUniquePtr<float[]> dq =
-          hwy::AllocateAligned<float>(static_cast<size_t>(s.rows) * s.dim);
+      internal::ScratchVector<float> dq(static_cast<size_t>(s.rows) * s.dim);
       KeyTile kt;
       PairScratch ps;
       Carve(s, scratch.get(), kt, ps);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t g = 0; g < a.num_kv_heads; ++g) {
-        std::fill(dq.get(), dq.get() + static_cast<size_t>(s.rows) * s.dim, 0.0f);
+        std::fill(dq.begin(), dq.end(), 0.0f);
         for (int64_t t = 0; t < s.key_tiles; ++t) {
           PackKeyTile<T>(args, s, g, t * static_cast<int64_t>(kKeys), key_count(t), kt);
-          key_gradients(g, t, kt, ps, dq.get());
+          key_gradients(g, t, kt, ps, dq.data());
         }
-        write_dq(dq.get(), rows_of(g, 0), static_cast<size_t>(s.rows));
+        write_dq(dq.data(), rows_of(g, 0), static_cast<size_t>(s.rows));
       }
     }
   } else {
@@ -523,8 +523,8 @@ void AttentionBackwardT(const internal::AttentionBackwardKernelArgs& args) {
         for (int64_t t = 0; t < s.key_tiles; ++t) {
           if (!meets(g, qt, t)) continue;
           PackKeyTile<T>(args, s, g, t * static_cast<int64_t>(kKeys), key_count(t), kt);
-          PairPass(df, args, s, kt, side.rows.data() + first, side.q.get() + first * s.dim,
-                   side.d_out.get() + first * s.value_dim, count, ps, to);
+          PairPass(df, args, s, kt, side.rows.data() + first, side.q.data() + first * s.dim,
+                   side.d_out.data() + first * s.value_dim, count, ps, to);
         }
         write_dq(dq.get(), first, count);
       }

@@ -30,9 +30,9 @@ std::string Equal(std::string_view what, int64_t value) {
 bool Rotates(const AttentionOptions& options) { return options.rope || options.mrope; }
 
 template <typename T>
-std::vector<T> RotatedCopy(const AttentionOptions& options, bool is_query,
-                           std::span<const int64_t> positions, Heads<const T> x, bool reference) {
-  std::vector<T> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
+ScratchVector<T> RotatedCopy(const AttentionOptions& options, bool is_query,
+                             std::span<const int64_t> positions, Heads<const T> x, bool reference) {
+  ScratchVector<T> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
   const Heads<T> out = Heads<T>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim);
   constexpr RopeDirection kForward = RopeDirection::kForward;
   if (options.mrope) {
@@ -213,10 +213,10 @@ template void CheckAttention(const AttentionOptions&, Heads<const BFloat16>, Hea
                              Heads<const BFloat16>, std::span<const int64_t>,
                              std::span<const int64_t>, Heads<const float>);
 
-template std::vector<float> RotatedCopy(const AttentionOptions&, bool, std::span<const int64_t>,
-                                        Heads<const float>, bool);
-template std::vector<BFloat16> RotatedCopy(const AttentionOptions&, bool, std::span<const int64_t>,
-                                           Heads<const BFloat16>, bool);
+template ScratchVector<float> RotatedCopy(const AttentionOptions&, bool, std::span<const int64_t>,
+                                          Heads<const float>, bool);
+template ScratchVector<BFloat16> RotatedCopy(const AttentionOptions&, bool,
+                                             std::span<const int64_t>, Heads<const BFloat16>, bool);
 
 template <typename T>
 PreparedAttention<T>::PreparedAttention(const AttentionOptions& options, Heads<const T> q,

@@ -12,6 +12,7 @@
 #include "posenc/attention.h"
 #include "posenc/batch.h"
 #include "posenc/heads.h"
+#include "simd/scratch_memory.h"
 
 namespace posenc::internal {
 
@@ -33,8 +34,8 @@ bool Rotates(const AttentionOptions& options);
 // storage type: by the standalone op (ApplyRope / ApplyMRope: the same SIMD kernel, so the fused
 // path and the op can never disagree on the rotation), or by its double reference.
 template <typename T>
-std::vector<T> RotatedCopy(const AttentionOptions& options, bool is_query,
-                           std::span<const int64_t> positions, Heads<const T> x, bool reference);
+ScratchVector<T> RotatedCopy(const AttentionOptions& options, bool is_query,
+                             std::span<const int64_t> positions, Heads<const T> x, bool reference);
 
 // Turns dx (the gradient with respect to rotated q when is_query, else k) in place into the
 // gradient with respect to the unrotated input: the rotation's transpose.
@@ -65,7 +66,7 @@ struct PreparedAttention {
   PreparedAttention(const PreparedAttention&) = delete;
   PreparedAttention& operator=(const PreparedAttention&) = delete;
 
-  std::vector<T> q_rotated, k_rotated;
+  ScratchVector<T> q_rotated, k_rotated;
   std::vector<float> slopes, query_scales;
   RelativeBiasTable relative;
   AttentionKernelArgs args;

@@ -46,9 +46,9 @@
 #include "attention_prefill-inl.h"
 #include "attention_softmax-inl.h"
 #include "attention_tiles-inl.h"
-#include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "simd/kernel_threads.h"
+#include "simd/scratch_memory.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace posenc {
@@ -137,11 +137,8 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
   const bool threaded = work >= internal::kMinElementsForThreads && omp_get_max_threads() > 1;
   // Split-K partials: one slot per (KV head, query tile, key chunk); nothing without chunks.
   const size_t partial_floats = PartialFloats(value_dim);
-  hwy::AlignedFreeUniquePtr<float[]> partials;
-  if (chunks > 1) {
-    partials =
-        hwy::AllocateAligned<float>(static_cast<size_t>(tile_items * chunks) * partial_floats);
-  }
+  internal::ScratchVector<float> partials;
+  if (chunks > 1) partials.resize(static_cast<size_t>(tile_items * chunks) * partial_floats);
 
   // Prefill reads key tiles packed once per call (AttendPackedTile); decode reads the cache
   // where it lies.
@@ -202,7 +199,7 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
         const int64_t tile_item = (tiles - 1 - tile) * a.num_kv_heads + g0 + h;
         FinishQueryTile(
             a, t, query_tiles[h],
-            chunks > 1 ? partials.get() + (tile_item * chunks + chunk) * partial_floats : nullptr);
+            chunks > 1 ? partials.data() + (tile_item * chunks + chunk) * partial_floats : nullptr);
       }
     }
 
@@ -213,7 +210,7 @@ void AttentionKernelT(const internal::AttentionKernelArgs& a) {
         const int64_t tile = tiles - 1 - tile_item / a.num_kv_heads;
         const int64_t g = tile_item % a.num_kv_heads;
         const int64_t first_row = tile * static_cast<int64_t>(kQueryTile);
-        const float* slot = partials.get() + tile_item * chunks * partial_floats;
+        const float* slot = partials.data() + tile_item * chunks * partial_floats;
         const int64_t valid_rows =
             std::min<int64_t>(static_cast<int64_t>(kQueryTile), rows_total - first_row);
         for (int64_t r = 0; r < valid_rows; ++r) {

@@ -19,9 +19,9 @@
 #include "attention_softmax-inl.h"
 #include "attention_tiles-inl.h"
 #include "attention_values-inl.h"
-#include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "simd/kernel_threads.h"
+#include "simd/scratch_memory.h"
 #include "tile_gemm-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -48,7 +48,7 @@ struct PackedKeyTile {
 };
 
 struct PackedKeys {
-  hwy::AlignedFreeUniquePtr<float[]> data;
+  internal::ScratchVector<float> data;  // the pool keeps it for the next call
   size_t tile_floats = 0;
   int64_t key_tiles = 0;
   std::vector<PackedKeyTile> tiles;  // [num_kv_heads, key_tiles]
@@ -66,7 +66,7 @@ void PackKeys(const internal::AttentionKernelArgs& a, const Tiles& t, PackedKeys
   packed.key_tiles = hwy::DivCeil(a.kv_tokens, static_cast<int64_t>(kKeyTile));
   packed.tile_floats = head_dim * kKeyTile + kKeyTile * t.value_dim + kKeyTile;
   const int64_t count = a.num_kv_heads * packed.key_tiles;
-  packed.data = hwy::AllocateAligned<float>(static_cast<size_t>(count) * packed.tile_floats);
+  packed.data.resize(static_cast<size_t>(count) * packed.tile_floats);
   packed.tiles.resize(static_cast<size_t>(count));
   const int64_t elements = a.kv_tokens * a.num_kv_heads * (a.head_dim + a.value_dim);
   internal::ForRanges(count, elements, [&](int64_t begin, int64_t end) {
@@ -74,7 +74,7 @@ void PackKeys(const internal::AttentionKernelArgs& a, const Tiles& t, PackedKeys
       const int64_t g = i / packed.key_tiles, key0 = i % packed.key_tiles * kKeyTile;
       const size_t keys = static_cast<size_t>(
           std::min<int64_t>(static_cast<int64_t>(kKeyTile), a.kv_tokens - key0));
-      float* k_t = packed.data.get() + static_cast<size_t>(i) * packed.tile_floats;
+      float* k_t = packed.data.data() + static_cast<size_t>(i) * packed.tile_floats;
       float* v = k_t + head_dim * kKeyTile;
       float* key_offset = v + kKeyTile * t.value_dim;
       const T* k_rows =

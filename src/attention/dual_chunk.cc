@@ -79,12 +79,11 @@ void FusedDualChunk(const AttentionOptions& options, const DualChunk& dca, Heads
                     std::span<const int64_t> key_pos, Heads<float> out) {
   const Rope& rope = *options.rope;
   const float scale = static_cast<float>(ScaledScore(options, dca, q.head_dim, key_pos));
-  const std::vector<T> k_rotated = internal::RotatedCopy(rope, KeyRotations(dca, key_pos), k);
+  const auto k_rotated = internal::RotatedCopy(rope, KeyRotations(dca, key_pos), k);
   const Heads<const T> keys =
       Heads<const T>::Dense(k_rotated.data(), k.tokens, k.num_heads, k.head_dim);
   const auto run = [&](DualChunkPart part, Heads<float> part_out, float* lse) {
-    const std::vector<T> q_rotated =
-        internal::RotatedCopy(rope, QueryRotations(dca, part, query_pos), q);
+    const auto q_rotated = internal::RotatedCopy(rope, QueryRotations(dca, part, query_pos), q);
     internal::PartialAttention(
         MasksOf(dca, part), scale,
         Heads<const T>::Dense(q_rotated.data(), q.tokens, q.num_heads, q.head_dim), keys, v,

@@ -9,8 +9,9 @@
 namespace posenc::internal {
 
 template <typename T>
-std::vector<T> RotatedCopy(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x) {
-  std::vector<T> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
+ScratchVector<T> RotatedCopy(const Rope& rope, std::span<const int64_t> positions,
+                             Heads<const T> x) {
+  ScratchVector<T> buffer(static_cast<size_t>(x.tokens * x.num_heads * x.head_dim));
   ApplyRope(rope, positions, x, Heads<T>::Dense(buffer.data(), x.tokens, x.num_heads, x.head_dim),
             RopeDirection::kForward);
   return buffer;
@@ -69,9 +70,10 @@ void MergePartialAttention(Heads<float> out, float* lse, Heads<const float> part
   }
 }
 
-template std::vector<float> RotatedCopy(const Rope&, std::span<const int64_t>, Heads<const float>);
-template std::vector<BFloat16> RotatedCopy(const Rope&, std::span<const int64_t>,
-                                           Heads<const BFloat16>);
+template ScratchVector<float> RotatedCopy(const Rope&, std::span<const int64_t>,
+                                          Heads<const float>);
+template ScratchVector<BFloat16> RotatedCopy(const Rope&, std::span<const int64_t>,
+                                             Heads<const BFloat16>);
 template void PartialAttention(const PartialMasks&, float, Heads<const float>, Heads<const float>,
                                Heads<const float>, std::span<const int64_t>,
                                std::span<const int64_t>, Heads<float>, float*);

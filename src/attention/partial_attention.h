@@ -17,6 +17,7 @@
 #include "posenc/heads.h"
 #include "posenc/rope.h"
 #include "posenc/storage.h"
+#include "simd/scratch_memory.h"
 
 namespace posenc::internal {
 
@@ -34,7 +35,8 @@ struct PartialMasks {
 // A dense copy of x rotated by `rope` at `positions` by the standalone op (the same SIMD kernel as
 // Attention's), in x's storage type.
 template <typename T>
-std::vector<T> RotatedCopy(const Rope& rope, std::span<const int64_t> positions, Heads<const T> x);
+ScratchVector<T> RotatedCopy(const Rope& rope, std::span<const int64_t> positions,
+                             Heads<const T> x);
 
 // ApplyRopeReference of x at `positions` into a dense float copy (for the double references).
 std::vector<float> RotatedReferenceCopy(const Rope& rope, std::span<const int64_t> positions,

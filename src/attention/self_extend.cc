@@ -51,8 +51,8 @@ void PartialAttention(const AttentionOptions& options, Heads<const T> q, Heads<c
                       std::span<const int64_t> key_pos, std::span<const int64_t> query_rotation,
                       std::span<const int64_t> key_rotation, int64_t window, int64_t min_distance,
                       Heads<float> out, float* lse) {
-  const std::vector<T> q_rotated = internal::RotatedCopy(*options.rope, query_rotation, q);
-  const std::vector<T> k_rotated = internal::RotatedCopy(*options.rope, key_rotation, k);
+  const auto q_rotated = internal::RotatedCopy(*options.rope, query_rotation, q);
+  const auto k_rotated = internal::RotatedCopy(*options.rope, key_rotation, k);
   internal::PartialMasks masks;
   masks.causal = options.causal;
   masks.window = window;
