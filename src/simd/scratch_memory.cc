@@ -51,8 +51,13 @@ class Pool {
     }
     const size_t capacity = Capacity(bytes);
     void* data = AlignedBlock(capacity);
-    const std::lock_guard<std::mutex> lock(mutex_);
-    in_use_.emplace(data, capacity);
+    try {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      in_use_.emplace(data, capacity);
+    } catch (...) {  // the map's node: nothing may leak on the way out
+      std::free(data);
+      throw;
+    }
     return data;
   }
 
