@@ -236,30 +236,50 @@ void ValidateRopeCall(const RopeCall& call, Heads<const T> q_in, Heads<T> q_out,
   RequireDisjoint(call, k_out, q_out, "k_out", "q_out");
 }
 
+// The rotation of each form on views ValidateRopeCall accepted.
+template <typename T>
+void RotateValidated(const RopeCall& call, Heads<T> x, RopeDirection direction) {
+  RotateInto<T>(call, direction, {{x, x}});
+}
+template <typename T>
+void RotateValidated(const RopeCall& call, Heads<T> q, Heads<T> k, RopeDirection direction) {
+  RotateInto<T>(call, direction, {{q, q}, {k, k}});
+}
+template <typename T>
+void RotateValidated(const RopeCall& call, Heads<const T> x_in, Heads<T> x_out,
+                     RopeDirection direction) {
+  RotateInto<T>(call, direction, {{x_in, x_out}});
+}
+template <typename T>
+void RotateValidated(const RopeCall& call, Heads<const T> q_in, Heads<T> q_out, Heads<const T> k_in,
+                     Heads<T> k_out, RopeDirection direction) {
+  RotateInto<T>(call, direction, {{q_in, q_out}, {k_in, k_out}});
+}
+
 template <typename T>
 void RunRopeCall(const RopeCall& call, Heads<T> x, RopeDirection direction) {
   ValidateRopeCall(call, x);
-  RotateInto<T>(call, direction, {{x, x}});
+  RotateValidated(call, x, direction);
 }
 
 template <typename T>
 void RunRopeCall(const RopeCall& call, Heads<T> q, Heads<T> k, RopeDirection direction) {
   ValidateRopeCall(call, q, k);
-  RotateInto<T>(call, direction, {{q, q}, {k, k}});
+  RotateValidated(call, q, k, direction);
 }
 
 template <typename T>
 void RunRopeCall(const RopeCall& call, Heads<const T> x_in, Heads<T> x_out,
                  RopeDirection direction) {
   ValidateRopeCall(call, x_in, x_out);
-  RotateInto<T>(call, direction, {{x_in, x_out}});
+  RotateValidated(call, x_in, x_out, direction);
 }
 
 template <typename T>
 void RunRopeCall(const RopeCall& call, Heads<const T> q_in, Heads<T> q_out, Heads<const T> k_in,
                  Heads<T> k_out, RopeDirection direction) {
   ValidateRopeCall(call, q_in, q_out, k_in, k_out);
-  RotateInto<T>(call, direction, {{q_in, q_out}, {k_in, k_out}});
+  RotateValidated(call, q_in, q_out, k_in, k_out, direction);
 }
 
 // The scalar twin for any storage type: double arithmetic on the stored values, rounded once to
@@ -353,8 +373,8 @@ void RunBatchedRopeCall(const RopeCall& call, const Batched<P>& positions, RopeD
   RunEachElement(
       call.function, count,
       [&](int64_t b) { ValidateRopeCall(WithPositions(call, positions.At(b)), views.At(b)...); },
-      [&](int64_t b) {
-        RunRopeCall(WithPositions(call, positions.At(b)), views.At(b)..., direction);
+      [&](int64_t b) {  // validated above, with every other element
+        RotateValidated(WithPositions(call, positions.At(b)), views.At(b)..., direction);
       },
       rows);
 }
