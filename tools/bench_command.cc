@@ -377,51 +377,26 @@ void AddCachedDecodeCases(const Shapes& s, int threads, OnFirstUse<DecodeBuffers
               Heads<T>::Dense(made->rotated_q.data(), 1, s.decode_heads, s.head_dim));
     return made;
   });
-  cases.push_back({{"attention decode cache " + suffix,
-                    "-",
-                    dtype,
-                    false,
-                    shape,
-                    threads,
-                    bytes,
-                    {},
-                    flops,
-                    kv_bytes},
-                   [&decode, cached, query, out] {
+  // The three steps read the same cache: one entry shape, their names apart.
+  const auto entry = [&](const std::string& name) {
+    return Entry{name, "-", dtype, false, shape, threads, bytes, {}, flops, kv_bytes};
+  };
+  cases.push_back({entry("attention decode cache " + suffix), [&decode, cached, query, out] {
                      KvCache<T>& cache = (*cached)->cache;
                      Attention({.causal = true}, query((*cached)->rotated_q), cache.Keys(),
                                cache.Values(), decode->query_pos, cache.Positions(), out());
                    }});
-  cases.push_back({{"attention decode cache rope " + suffix,
-                    "-",
-                    dtype,
-                    false,
-                    shape,
-                    threads,
-                    bytes,
-                    {},
-                    flops,
-                    kv_bytes},
-                   [&decode, cached, query, out] {
+  cases.push_back({entry("attention decode cache rope " + suffix), [&decode, cached, query, out] {
                      (*cached)->cache.Attend({.causal = true}, query(decode->q), decode->query_pos,
                                              out());
                    }});
   AttentionOptions rotate_all{.causal = true};
-  rotate_all.rope = Rope::Default(s.head_dim, 500000.0);
-  cases.push_back({{"attention decode rope every key " + suffix,
-                    "-",
-                    dtype,
-                    false,
-                    shape,
-                    threads,
-                    bytes,
-                    {},
-                    flops,
-                    kv_bytes},
-                   [&decode, kv, query, out, rotate_all] {
-                     Attention(rotate_all, query(decode->q), kv(decode->k), kv(decode->v),
-                               decode->query_pos, decode->key_pos, out());
-                   }});
+  rotate_all.rope = rope;
+  cases.push_back(
+      {entry("attention decode rope every key " + suffix), [&decode, kv, query, out, rotate_all] {
+         Attention(rotate_all, query(decode->q), kv(decode->k), kv(decode->v), decode->query_pos,
+                   decode->key_pos, out());
+       }});
 }
 
 // Causal prefill, plain, with ALiBi and with T5's relative bias, on q, k and v of one storage type. Useful work is the
